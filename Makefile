@@ -1,0 +1,36 @@
+# One entry point for the developer loop. `make test` is the README's test command.
+PY ?= python3
+export PATH := $(CURDIR)/.tools/bin:$(PATH)
+
+.PHONY: install test lint typecheck unit integration generate bench example clean
+
+install:            ## torch (CPU), the project with extras, and the helm binary
+	bash scripts/dev-install.sh
+
+test: install lint typecheck   ## install, lint, type-check, then the whole suite
+	$(PY) -m pytest -q tests
+
+lint:
+	$(PY) -m ruff check runtime operator tests bench
+	$(PY) -m ruff format --check runtime operator tests bench
+
+typecheck:
+	$(PY) -m mypy
+
+unit:
+	$(PY) -m pytest -q tests/unit
+
+integration:
+	$(PY) -m pytest -q tests/integration
+
+generate:           ## regenerate crds/ and the chart's CRD templates from distgnn.api
+	$(PY) -m distgnn.api.generate
+
+bench:              ## every benchmark, each printing a table
+	$(PY) bench/run_all.py
+
+example:            ## the README's main job
+	distgnn run examples/cora-graphsage.yaml
+
+clean:
+	rm -rf .tools .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""DistGNN Kubernetes operator (kopf)."""

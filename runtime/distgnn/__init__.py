@@ -1,0 +1,40 @@
+"""DistGNN: distributed GNN training (partitions, graph servers, samplers, DDP trainers).
+
+The package root is torch-free and cheap to import (the operator imports
+``distgnn.api`` and ``distgnn.contract``). The trainer-side API DGL users know is
+re-exported lazily: ``distgnn.initialize``, ``distgnn.DistGraph`` ... import torch
+only when first touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; resolved on first attribute access.
+_LAZY: dict[str, str] = {
+    "initialize": "distgnn.dist.context",
+    "DistContext": "distgnn.dist.context",
+    "DistGraph": "distgnn.dist.graph",
+    "DistTensor": "distgnn.dist.tensor",
+    "DistEmbedding": "distgnn.dist.embedding",
+    "SparseAdagrad": "distgnn.dist.optim",
+    "SparseAdam": "distgnn.dist.optim",
+    "node_split": "distgnn.dist.split",
+    "edge_split": "distgnn.dist.split",
+    "partition_graph": "distgnn.partition.partitioner",
+    "load_partition": "distgnn.partition.loader",
+    "load_graph": "distgnn.graph.io",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'distgnn' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["__version__", *_LAZY]

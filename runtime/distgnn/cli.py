@@ -1,0 +1,77 @@
+"""The ``distgnn`` command: one entry point, one subcommand per capability.
+
+Each subcommand lives in its own module exposing ``HELP: str``,
+``add_arguments(parser)`` and ``main(args) -> int``; those modules import heavy
+dependencies (torch, pymetis) inside ``main`` so ``distgnn --help`` stays fast.
+A :class:`~distgnn.errors.DistGNNError` is printed as one clear line (exit 2),
+never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from distgnn import __version__
+from distgnn import log as dlog
+from distgnn.errors import DistGNNError
+
+# subcommand -> module implementing it
+COMMANDS: dict[str, str] = {
+    "partition": "distgnn.partition.cli_partition",
+    "inspect": "distgnn.partition.cli_inspect",
+    "generate": "distgnn.graph.cli_generate",
+    "serve": "distgnn.server.cli",
+    "train": "distgnn.train.cli",
+    "run": "distgnn.local.cli",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distgnn", description="Distributed GNN training: partition, serve, train, run jobs."
+    )
+    parser.add_argument("--version", action="version", version=f"distgnn {__version__}")
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    parser.add_argument(
+        "--log-format", choices=["text", "json"], default=None,
+        help="log line format (default: text on a terminal, json otherwise)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, modname in COMMANDS.items():
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:  # a subcommand not built yet in this checkout
+            if e.name and modname.startswith(e.name):
+                continue
+            raise
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    dlog.setup(level=args.log_level, fmt=args.log_format)
+    try:
+        rc: int = args._module.main(args)
+        return rc
+    except DistGNNError as e:
+        logging.getLogger("distgnn").debug("error", exc_info=True)
+        print(f"distgnn {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"distgnn {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The torch-free contract between the operator, local mode and the runtime.
+
+Environment variable names, default ports, DNS names and labels are written
+once here. The operator sets them on pods; ``distgnn run`` sets them on local
+processes; the runtime reads them. Nothing here imports torch or kopf.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+API_GROUP = "distgnn.dev"
+API_VERSION = "v1alpha1"
+
+# --- ports -----------------------------------------------------------------
+SERVER_PORT = 30050
+"""Graph-server protocol port (TCP)."""
+SERVER_HEALTH_PORT = 30051
+"""Graph-server HTTP health port: ``/healthz`` (alive) and ``/readyz`` (partition loaded)."""
+RENDEZVOUS_PORT = 29500
+"""torch.distributed rendezvous port on trainer rank 0 (``MASTER_PORT``)."""
+OPERATOR_HEALTH_PORT = 8080
+"""kopf liveness endpoint of the operator."""
+
+# --- environment: graph servers ---------------------------------------------
+ENV_MANIFEST = "DISTGNN_MANIFEST"
+"""URL of the partition manifest (``NAME.json``), any fsspec URL."""
+ENV_PART_ID = "DISTGNN_PART_ID"
+"""Partition served by this server; in a StatefulSet the pod ordinal is used when unset."""
+ENV_POD_NAME = "POD_NAME"
+"""Downward-API pod name; ``<sts>-<ordinal>`` gives the partition when ENV_PART_ID is unset."""
+ENV_SERVER_PORT = "DISTGNN_SERVER_PORT"
+ENV_SERVER_BIND = "DISTGNN_SERVER_BIND"
+ENV_HEALTH_PORT = "DISTGNN_HEALTH_PORT"
+ENV_SERVER_WORKERS = "DISTGNN_SERVER_WORKERS"
+ENV_READY_FILE = "DISTGNN_READY_FILE"
+"""Optional path a server creates once its partition is loaded (for exec probes / local mode)."""
+
+# --- environment: shared by servers and trainers ----------------------------
+ENV_TOKEN = "DISTGNN_TOKEN"
+"""The per-job token, given inline (local mode). Prefer ENV_TOKEN_FILE."""
+ENV_TOKEN_FILE = "DISTGNN_TOKEN_FILE"
+"""Path of a file holding the per-job token (a mounted Secret in Kubernetes)."""
+ENV_REQUEST_TIMEOUT = "DISTGNN_REQUEST_TIMEOUT"
+"""Client-side timeout in seconds for one request (default 60)."""
+ENV_CONNECT_TIMEOUT = "DISTGNN_CONNECT_TIMEOUT"
+"""How long a client keeps retrying to connect to a starting server (default 120 s)."""
+
+# --- environment: trainers ----------------------------------------------------
+ENV_SERVERS = "DISTGNN_SERVERS"
+"""Comma-separated ``host:port`` of the graph servers, in partition order."""
+ENV_NUM_SAMPLERS = "DISTGNN_NUM_SAMPLERS"
+ENV_METRICS_FILE = "DISTGNN_METRICS_FILE"
+"""Where rank 0 writes the final metrics JSON (local mode)."""
+ENV_TERMINATION_LOG = "DISTGNN_TERMINATION_LOG"
+"""Where a failing or finishing trainer writes its root cause / metrics (Kubernetes:
+``/dev/termination-log``, which becomes the container's termination message)."""
+ENV_CHECKPOINT_URL = "DISTGNN_CHECKPOINT_URL"
+ENV_JOB_NAME = "DISTGNN_JOB_NAME"
+ENV_LOG_FORMAT = "DISTGNN_LOG_FORMAT"
+"""``text`` (default on a terminal) or ``json``."""
+ENV_LOG_LEVEL = "DISTGNN_LOG_LEVEL"
+# torch.distributed's own names, set by the operator and by local mode.
+ENV_RANK = "RANK"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_LOCAL_RANK = "LOCAL_RANK"
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+"""Set by Kubernetes on pods of an Indexed Job; used as RANK when RANK is unset."""
+
+# --- environment: object storage (standard names, read by s3fs/botocore) ----
+ENV_S3_ENDPOINT = "AWS_ENDPOINT_URL_S3"
+ENV_S3_ENDPOINT_GENERIC = "AWS_ENDPOINT_URL"
+ENV_S3_KEY = "AWS_ACCESS_KEY_ID"
+ENV_S3_SECRET = "AWS_SECRET_ACCESS_KEY"
+ENV_S3_REGION = "AWS_DEFAULT_REGION"
+
+# --- labels -------------------------------------------------------------------
+LABEL_PREFIX = "distgnn.dev"
+LABEL_JOB = f"{LABEL_PREFIX}/job-name"
+LABEL_GRAPHSERVER = f"{LABEL_PREFIX}/graphserver-name"
+LABEL_ROLE = f"{LABEL_PREFIX}/role"
+"""One of ROLE_* below."""
+ROLE_PARTITIONER = "partitioner"
+ROLE_SERVER = "server"
+ROLE_TRAINER = "trainer"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "distgnn-operator"
+
+TERMINATION_LOG_PATH = "/dev/termination-log"
+TOKEN_MOUNT_DIR = "/var/run/distgnn/token"
+TOKEN_KEY = "token"
+
+
+def server_dns_name(sts_name: str, ordinal: int, service: str, namespace: str) -> str:
+    """Stable DNS name of one partition server behind its headless Service."""
+    return f"{sts_name}-{ordinal}.{service}.{namespace}.svc"
+
+
+def parse_servers(value: str) -> list[tuple[str, int]]:
+    """Parse ``host:port,host:port`` (ENV_SERVERS) into pairs; raises ValueError naming the bad item."""
+    out: list[tuple[str, int]] = []
+    for item in (v.strip() for v in value.split(",")):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{ENV_SERVERS}: {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError(f"{ENV_SERVERS} is empty")
+    return out
+
+
+def format_servers(addrs: list[tuple[str, int]]) -> str:
+    """Inverse of :func:`parse_servers`."""
+    return ",".join(f"{h}:{p}" for h, p in addrs)
+
+
+@dataclass(frozen=True)
+class TrainerEnv:
+    """What a trainer process learns from its environment."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> TrainerEnv:
+        e = os.environ if env is None else env
+        rank = e.get(ENV_RANK) or e.get(ENV_JOB_COMPLETION_INDEX) or "0"
+        return cls(
+            rank=int(rank),
+            world_size=int(e.get(ENV_WORLD_SIZE, "1")),
+            master_addr=e.get(ENV_MASTER_ADDR, "127.0.0.1"),
+            master_port=int(e.get(ENV_MASTER_PORT, str(RENDEZVOUS_PORT))),
+        )
+
+
+def read_token(env: Mapping[str, str] | None = None) -> str | None:
+    """The per-job token from ENV_TOKEN_FILE (preferred) or ENV_TOKEN; None if neither is set."""
+    e = os.environ if env is None else env
+    path = e.get(ENV_TOKEN_FILE)
+    if path:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    return e.get(ENV_TOKEN) or None

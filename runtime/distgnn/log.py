@@ -1,0 +1,165 @@
+"""Structured logging and progress for long steps.
+
+``setup()`` configures the root logger once per process: key=value text on a
+terminal, one JSON object per line otherwise or when ``DISTGNN_LOG_FORMAT=json``.
+Pass structured fields with ``extra={"fields": {...}}`` or use :func:`kv`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from distgnn import contract
+
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    extra = getattr(record, "fields", None)
+    if isinstance(extra, Mapping):
+        out.update(extra)
+    for k, v in record.__dict__.items():
+        if k not in _RESERVED and k != "fields":
+            out[k] = v
+    return out
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg and the structured fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        obj: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        obj.update(_fields(record))
+        if record.exc_info:
+            obj["exc"] = self.formatException(record.exc_info)
+        return json.dumps(obj, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``HH:MM:SS level logger: msg key=value ...``"""
+
+    def format(self, record: logging.LogRecord) -> str:
+        t = time.strftime("%H:%M:%S", time.localtime(record.created))
+        extra = " ".join(f"{k}={_short(v)}" for k, v in _fields(record).items())
+        line = f"{t} {record.levelname.lower():<7} {record.name}: {record.getMessage()}"
+        if extra:
+            line += " " + extra
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    s = str(v)
+    return json.dumps(s) if " " in s else s
+
+
+def setup(level: str | None = None, fmt: str | None = None, stream: TextIO | None = None) -> None:
+    """Configure the root logger (idempotent). Level/format default to the environment."""
+    stream = stream or sys.stderr
+    fmt = fmt or os.environ.get(contract.ENV_LOG_FORMAT) or (
+        "text" if stream.isatty() else "json"
+    )
+    level = (level or os.environ.get(contract.ENV_LOG_LEVEL) or "INFO").upper()
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_distgnn", False):
+            root.removeHandler(h)
+    handler = logging.StreamHandler(stream)
+    handler._distgnn = True  # type: ignore[attr-defined]
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def kv(**fields: Any) -> dict[str, Any]:
+    """``log.info("msg", extra=kv(a=1))`` attaches structured fields."""
+    return {"fields": fields}
+
+
+class Progress:
+    """Progress of a long step: a live bar on a terminal, periodic log lines otherwise.
+
+    Use as ``with Progress("metis", total=n) as p: p.update(k)``.
+    """
+
+    def __init__(
+        self,
+        step: str,
+        total: int | None = None,
+        logger: logging.Logger | None = None,
+        stream: TextIO | None = None,
+        interval: float = 5.0,
+        unit: str = "",
+    ) -> None:
+        self.step, self.total, self.unit = step, total, unit
+        self.log = logger or logging.getLogger("distgnn.progress")
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.interval = interval
+        self.done = 0
+        self._t0 = self._last = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        self.log.info("%s: started", self.step, extra=kv(step=self.step, total=self.total))
+        return self
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.tty:
+            if now - self._last >= 0.1:
+                self._last = now
+                self._draw()
+        elif now - self._last >= self.interval:
+            self._last = now
+            self.log.info(
+                "%s: %s", self.step, self._text(), extra=kv(step=self.step, done=self.done)
+            )
+
+    def _text(self) -> str:
+        if self.total:
+            return f"{self.done}/{self.total}{self.unit} ({100.0 * self.done / self.total:.0f}%)"
+        return f"{self.done}{self.unit}"
+
+    def _draw(self) -> None:
+        width = 30
+        frac = min(1.0, self.done / self.total) if self.total else 0.0
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        self.stream.write(f"\r{self.step}: [{bar}] {self._text()}")
+        self.stream.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tty:
+            self._draw()
+            self.stream.write("\n")
+        dt = time.monotonic() - self._t0
+        self.log.info(
+            "%s: done in %.2fs", self.step, dt, extra=kv(step=self.step, seconds=round(dt, 3))
+        )
+
+
+@contextmanager
+def step(name: str, logger: logging.Logger | None = None, **fields: Any) -> Iterator[None]:
+    """Log the start and duration of a step that has no countable progress."""
+    lg = logger or logging.getLogger("distgnn.progress")
+    t0 = time.monotonic()
+    lg.info("%s: started", name, extra=kv(step=name, **fields))
+    yield
+    lg.info("%s: done in %.2fs", name, time.monotonic() - t0,
+            extra=kv(step=name, seconds=round(time.monotonic() - t0, 3)))
