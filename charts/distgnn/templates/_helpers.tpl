@@ -1,0 +1,149 @@
+{{/*
+Name of the chart, overridable with nameOverride.
+*/}}
+{{- define "distgnn.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: release-chart, unless the release name already contains the chart
+name; overridable with fullnameOverride. Truncated to 63 characters (DNS label limit).
+*/}}
+{{- define "distgnn.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart label value: name-version.
+*/}}
+{{- define "distgnn.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Standard labels (https://kubernetes.io/docs/concepts/overview/working-with-objects/common-labels/).
+*/}}
+{{- define "distgnn.labels" -}}
+helm.sh/chart: {{ include "distgnn.chart" . }}
+{{ include "distgnn.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: distgnn
+{{- end }}
+
+{{/*
+Selector labels: stable for the release's lifetime (a Deployment's selector is immutable).
+*/}}
+{{- define "distgnn.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "distgnn.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+Name of the operator's ServiceAccount.
+*/}}
+{{- define "distgnn.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "distgnn.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Operator image reference; the tag defaults to the chart's appVersion.
+*/}}
+{{- define "distgnn.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+Default runtime image for jobs (DISTGNN_RUNTIME_IMAGE); the tag defaults to appVersion.
+*/}}
+{{- define "distgnn.runtimeImage" -}}
+{{- printf "%s:%s" .Values.runtimeImage.repository (default .Chart.AppVersion .Values.runtimeImage.tag) }}
+{{- end }}
+
+{{/*
+Namespaces the operator watches: the release namespace is never implied; an empty list means
+all namespaces (cluster-wide RBAC).
+*/}}
+{{- define "distgnn.clusterWide" -}}
+{{- if .Values.watchNamespaces }}false{{ else }}true{{ end }}
+{{- end }}
+
+{{/*
+Name of the kopf peering object (HA): one per release so two releases never pause each other.
+*/}}
+{{- define "distgnn.peeringName" -}}
+{{- default (include "distgnn.fullname" .) .Values.ha.peeringName }}
+{{- end }}
+
+{{/*
+Operator replica count: 1, or ha.replicas when ha.enabled.
+*/}}
+{{- define "distgnn.replicas" -}}
+{{- if .Values.ha.enabled }}{{ .Values.ha.replicas }}{{ else }}1{{ end }}
+{{- end }}
+
+{{/*
+RBAC rules the operator needs in every namespace it watches (in a ClusterRole when it watches
+all namespaces, in a Role per namespace otherwise).
+*/}}
+{{- define "distgnn.namespacedRules" -}}
+# The custom resources: kopf lists and watches them and patches its finalizer and progress
+# annotations; the operator reads one by name and deletes a DistGNNJob past its TTL.
+- apiGroups: ["distgnn.dev"]
+  resources: ["distgnnjobs"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: ["distgnn.dev"]
+  resources: ["graphservers"]
+  verbs: ["get", "list", "watch", "patch"]
+# Phase, conditions and metrics (merge patches of the status subresource).
+- apiGroups: ["distgnn.dev"]
+  resources: ["distgnnjobs/status", "graphservers/status"]
+  verbs: ["patch"]
+# Pods: observe servers and trainers, delete a restarted trainer group's pods.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "delete"]
+# Children the operator applies (observe by label, create, patch drift, prune): headless
+# Services and the servers' StatefulSets and NetworkPolicies. kopf also watches StatefulSets.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "create", "patch", "delete"]
+# Children created once and never patched: the per-job token Secret, the partitioner and
+# trainer Jobs (immutable templates: recreated on restart; kopf watches them).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["list", "create", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "watch", "create", "delete"]
+# kopf posts Kubernetes events about handler progress and errors.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if .Values.gangScheduling.enabled }}
+# Gang scheduling: one PodGroup per job (scheduler-plugins coscheduling), created once.
+- apiGroups: ["scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["list", "create", "delete"]
+{{- end }}
+{{- end }}

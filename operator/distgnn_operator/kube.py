@@ -1,0 +1,212 @@
+"""A small async Kubernetes API client on aiohttp, using kopf's credentials.
+
+Why not the ``kubernetes`` package: it is synchronous (every call would block kopf's
+event loop or need a thread), and it would log in separately. This client reuses the
+:class:`kopf.ConnectionInfo` that kopf's login produced (service account in a pod,
+kubeconfig outside), so production and the emulator tests share one code path.
+Every request has a timeout; patches are JSON merge patches (valid for every kind).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from distgnn import contract
+
+RESOURCES: dict[str, tuple[str, str]] = {
+    "Secret": ("api/v1", "secrets"),
+    "Service": ("api/v1", "services"),
+    "Pod": ("api/v1", "pods"),
+    "Job": ("apis/batch/v1", "jobs"),
+    "StatefulSet": ("apis/apps/v1", "statefulsets"),
+    "NetworkPolicy": ("apis/networking.k8s.io/v1", "networkpolicies"),
+    "PodGroup": ("apis/scheduling.x-k8s.io/v1alpha1", "podgroups"),
+    "DistGNNJob": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "distgnnjobs"),
+    "GraphServer": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "graphservers"),
+}
+"""kind -> (API prefix, plural); every kind here is namespaced."""
+
+
+class ApiError(Exception):
+    """A non-2xx answer of the API server."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+@dataclass
+class Credentials:
+    """The parts of kopf's ConnectionInfo this client uses."""
+
+    server: str
+    token: str | None = None
+    scheme: str | None = None
+    ca_path: str | None = None
+    ca_data: str | None = None
+    insecure: bool = False
+    certificate_path: str | None = None
+    private_key_path: str | None = None
+
+    @classmethod
+    def from_kopf(cls, info: Any, tmpdir: str) -> Credentials:
+        """Convert a ConnectionInfo; inline client certificates go to private temp files."""
+
+        def _file(data: Any, name: str) -> str | None:
+            if not data:
+                return None
+            raw = data if isinstance(data, bytes) else data.encode()
+            if not raw.lstrip().startswith(b"-----"):
+                raw = base64.b64decode(raw)
+            path = os.path.join(tmpdir, name)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+            return path
+
+        ca_data = info.ca_data
+        if isinstance(ca_data, bytes):
+            ca_data = ca_data.decode()
+        if ca_data and "-----" not in ca_data:
+            ca_data = base64.b64decode(ca_data).decode()
+        return cls(
+            server=str(info.server).rstrip("/"),
+            token=info.token,
+            scheme=info.scheme,
+            ca_path=os.fsdecode(info.ca_path) if info.ca_path else None,
+            ca_data=ca_data or None,
+            insecure=bool(info.insecure),
+            certificate_path=os.fsdecode(info.certificate_path) if info.certificate_path
+            else _file(info.certificate_data, "client.crt"),
+            private_key_path=os.fsdecode(info.private_key_path) if info.private_key_path
+            else _file(info.private_key_data, "client.key"),
+        )
+
+
+class KubeApi:
+    """Namespaced CRUD on the kinds in :data:`RESOURCES`. Create one per operator."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(10.0, timeout_s))
+        self._creds: Credentials | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="distgnn-operator-")
+
+    def set_credentials(self, info: Any) -> None:
+        """Use kopf's ConnectionInfo (called from the login handler)."""
+        self._creds = Credentials.from_kopf(info, self._tmp.name)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._tmp.cleanup()
+
+    def _ssl(self, c: Credentials) -> ssl.SSLContext | bool:
+        if not c.server.startswith("https"):
+            return False
+        if c.insecure:
+            return False
+        ctx = ssl.create_default_context(cafile=c.ca_path, cadata=c.ca_data)
+        if c.certificate_path and c.private_key_path:
+            ctx.load_cert_chain(c.certificate_path, c.private_key_path)
+        return ctx
+
+    def _sess(self) -> tuple[aiohttp.ClientSession, Credentials]:
+        if self._creds is None:
+            raise ApiError(0, "not logged in yet")
+        if self._session is None or self._session.closed:
+            headers = {"Accept": "application/json"}
+            if self._creds.token:
+                headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
+            conn = aiohttp.TCPConnector(ssl=self._ssl(self._creds), limit=32)
+            self._session = aiohttp.ClientSession(headers=headers, timeout=self._timeout,
+                                                  connector=conn)
+        return self._session, self._creds
+
+    def _url(self, kind: str, ns: str, name: str | None = None, sub: str | None = None) -> str:
+        prefix, plural = RESOURCES[kind]
+        _, c = self._sess()
+        url = f"{c.server}/{prefix}/namespaces/{quote(ns)}/{plural}"
+        if name:
+            url += f"/{quote(name)}"
+        if sub:
+            url += f"/{sub}"
+        return url
+
+    async def _call(self, method: str, url: str, body: Any = None,
+                    ctype: str = "application/json",
+                    params: Mapping[str, str] | None = None) -> Any:
+        s, _ = self._sess()
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": ctype} if body is not None else {}
+        async with s.request(method, url, data=data, headers=headers, params=params) as r:
+            text = await r.text()
+            if r.status >= 300:
+                try:
+                    msg = json.loads(text).get("message", text)
+                except (ValueError, AttributeError):
+                    msg = text
+                raise ApiError(r.status, str(msg)[:500])
+            return json.loads(text) if text else {}
+
+    async def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
+        """The object, or None if it does not exist."""
+        try:
+            return dict(await self._call("GET", self._url(kind, ns, name)))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def list(self, kind: str, ns: str, labels: Mapping[str, str] | None = None
+                   ) -> list[dict[str, Any]]:
+        """Objects of a kind in a namespace matching ``labels`` (also filtered here).
+
+        A kind the cluster does not serve (e.g. PodGroup without its CRD) lists as empty.
+        """
+        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} \
+            if labels else None
+        try:
+            res = await self._call("GET", self._url(kind, ns), params=params)
+        except ApiError as e:
+            if e.status == 404:
+                return []
+            raise
+        items = [i for i in res.get("items") or [] if isinstance(i, dict)]
+        if labels:
+            items = [i for i in items
+                     if all((i.get("metadata", {}).get("labels") or {}).get(k) == v
+                            for k, v in labels.items())]
+        return items
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        md = obj["metadata"]
+        return dict(await self._call("POST", self._url(obj["kind"], md["namespace"]), obj))
+
+    async def patch(self, kind: str, ns: str, name: str, patch: dict[str, Any],
+                    subresource: str | None = None) -> dict[str, Any]:
+        return dict(await self._call("PATCH", self._url(kind, ns, name, subresource), patch,
+                                     "application/merge-patch+json"))
+
+    async def delete(self, kind: str, ns: str, name: str) -> bool:
+        """Delete with background propagation; False if it was already gone."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1",
+                "propagationPolicy": "Background"}
+        try:
+            await self._call("DELETE", self._url(kind, ns, name), body)
+            return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise

@@ -1,0 +1,239 @@
+"""Status from observed children: phase, conditions with fixed reasons, counts. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+class Reason:
+    """Fixed condition reasons (CamelCase, stable for users' automation)."""
+
+    CREATED = "ChildrenCreated"
+    INVALID = "InvalidSpec"
+    PARTITIONING = "Partitioning"
+    PARTITIONED = "PartitionsReady"
+    PARTITION_FAILED = "PartitioningFailed"
+    PROVIDED = "PartitionsProvided"
+    WAITING_GS = "GraphServerNotReady"
+    SERVERS_STARTING = "ServersStarting"
+    SERVERS_READY = "ServersReady"
+    TRAINERS_STARTING = "TrainersStarting"
+    TRAINERS_RUNNING = "TrainersRunning"
+    RESTARTING = "TrainerGroupRestarting"
+    BACKOFF = "BackoffLimitExceeded"
+    DEADLINE = "DeadlineExceeded"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    SUCCEEDED = "TrainingSucceeded"
+    FAILED = "TrainingFailed"
+    NOT_FINISHED = "NotFinished"
+
+
+@dataclass(frozen=True)
+class JobObservation:
+    """What the reconciler saw of a job's children (and its own decisions)."""
+
+    generation: int = 0
+    invalid: str | None = None
+    partition_needed: bool = True
+    partition: str = "absent"
+    """absent | running | succeeded | failed"""
+    partition_message: str = ""
+    waiting_for_graphserver: str | None = None
+    num_parts: int = 0
+    servers_ready: int = 0
+    trainer_job: str = "absent"
+    """absent | running | succeeded | failed"""
+    trainers_active: int = 0
+    trainers_succeeded: int = 0
+    trainers_failed: int = 0
+    failure_message: str = ""
+    restarts: int = 0
+    backoff_limit: int = 3
+    restarting: bool = False
+    suspended: bool = False
+    deadline_exceeded: bool = False
+    metrics: dict[str, float] | None = None
+    manifest_url: str | None = None
+    graph_server: str | None = None
+
+
+@dataclass(frozen=True)
+class GraphServerObservation:
+    """What the reconciler saw of a GraphServer's children."""
+
+    generation: int = 0
+    invalid: str | None = None
+    partition_needed: bool = True
+    partition: str = "absent"
+    partition_message: str = ""
+    num_parts: int = 0
+    servers_ready: int = 0
+    manifest_url: str | None = None
+    endpoints: list[str] = field(default_factory=list)
+    attached_jobs: list[str] = field(default_factory=list)
+    token_secret: str | None = None
+
+
+Cond = tuple[str, str, str, str]
+"""(type, status, reason, message)"""
+
+
+def job_phase(o: JobObservation) -> tuple[str, str, str]:
+    """(phase, reason, message) of a job."""
+    if o.invalid is not None:
+        return "Failed", Reason.INVALID, o.invalid
+    if o.trainer_job == "succeeded":
+        return "Succeeded", Reason.SUCCEEDED, "all trainers succeeded"
+    if o.deadline_exceeded:
+        return "Failed", Reason.DEADLINE, "activeDeadlineSeconds exceeded"
+    if o.trainer_job == "failed" and not o.restarting:
+        return "Failed", Reason.BACKOFF, (
+            f"trainer group failed after {o.restarts} restart(s) (backoffLimit "
+            f"{o.backoff_limit}): {o.failure_message}".rstrip(": "))
+    if o.partition == "failed":
+        return "Failed", Reason.PARTITION_FAILED, o.partition_message or "partitioning failed"
+    if o.suspended:
+        return "Suspended", Reason.SUSPENDED, "job is suspended"
+    if o.waiting_for_graphserver:
+        return "Pending", Reason.WAITING_GS, f"waiting for GraphServer {o.waiting_for_graphserver}"
+    if o.partition_needed and o.partition != "succeeded":
+        return "Partitioning", Reason.PARTITIONING, "partitioning the graph"
+    if o.restarting:
+        return "Starting", Reason.RESTARTING, f"restarting trainer group ({o.restarts})"
+    if o.servers_ready < o.num_parts:
+        return "Starting", Reason.SERVERS_STARTING, f"{o.servers_ready}/{o.num_parts} servers ready"
+    if o.trainer_job == "running" and o.trainers_active > 0:
+        return "Running", Reason.TRAINERS_RUNNING, f"{o.trainers_active} trainer(s) running"
+    return "Starting", Reason.TRAINERS_STARTING, "starting trainers"
+
+
+def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> list[Cond]:
+    """The condition set for a phase, one entry per type, in a fixed order."""
+    conds: list[Cond] = [("Created", "True", Reason.CREATED, "children created")]
+    if o.invalid is None:
+        if not o.partition_needed:
+            conds.append(("Partitioned", "True", Reason.PROVIDED, "partitions given"))
+        elif o.partition == "succeeded":
+            conds.append(("Partitioned", "True", Reason.PARTITIONED, "partitions written"))
+        elif o.partition == "failed":
+            conds.append(("Partitioned", "False", Reason.PARTITION_FAILED, o.partition_message))
+        else:
+            conds.append(("Partitioned", "False", Reason.PARTITIONING, "partitioning"))
+        ready = o.num_parts > 0 and o.servers_ready >= o.num_parts
+        conds.append(("ServersReady", "True" if ready else "False",
+                      Reason.SERVERS_READY if ready else Reason.SERVERS_STARTING,
+                      f"{o.servers_ready}/{o.num_parts} servers ready"))
+    running = phase == "Running"
+    conds.append(("Running", "True" if running else "False",
+                  Reason.TRAINERS_RUNNING if running else reason,
+                  message if not running else f"{o.trainers_active} trainer(s) running"))
+    conds.append(("Restarting", "True" if o.restarting else "False",
+                  Reason.RESTARTING if o.restarting else Reason.NOT_FINISHED,
+                  f"restarts: {o.restarts}/{o.backoff_limit}"))
+    conds.append(("Suspended", "True" if phase == "Suspended" else "False",
+                  Reason.SUSPENDED if phase == "Suspended" else Reason.RESUMED, ""))
+    conds.append(("Succeeded", "True" if phase == "Succeeded" else "False",
+                  Reason.SUCCEEDED if phase == "Succeeded" else Reason.NOT_FINISHED, ""))
+    conds.append(("Failed", "True" if phase == "Failed" else "False",
+                  reason if phase == "Failed" else Reason.NOT_FINISHED,
+                  message if phase == "Failed" else ""))
+    return conds
+
+
+def merge_conditions(new: list[Cond], old: list[dict[str, Any]] | None, now: str,
+                     generation: int) -> list[dict[str, Any]]:
+    """Conditions as dicts, keeping lastTransitionTime where the status did not change."""
+    prev = {c.get("type"): c for c in old or [] if isinstance(c, dict)}
+    out = []
+    for typ, status, reason, msg in new:
+        p = prev.get(typ)
+        since = p.get("lastTransitionTime") if p and p.get("status") == status else None
+        out.append({"type": typ, "status": status, "reason": reason, "message": msg[:1024],
+                    "lastTransitionTime": since or now, "observedGeneration": generation})
+    return out
+
+
+def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[str, Any]:
+    """The whole ``status`` of a job; a terminal phase stays terminal."""
+    old = old or {}
+    phase, reason, message = job_phase(o)
+    if old.get("phase") in TERMINAL and o.invalid is None:
+        phase = old["phase"]
+        conds_old = {c.get("type"): c for c in old.get("conditions") or []}
+        fc = conds_old.get("Failed", {})
+        reason = fc.get("reason") or reason
+        message = fc.get("message") or message
+    st: dict[str, Any] = {
+        "phase": phase,
+        "observedGeneration": o.generation,
+        "conditions": merge_conditions(job_conditions(o, phase, reason, message),
+                                       old.get("conditions"), now, o.generation),
+        "partitionsReady": o.servers_ready,
+        "numParts": o.num_parts,
+        "trainers": {"active": o.trainers_active, "succeeded": o.trainers_succeeded,
+                     "failed": o.trainers_failed},
+        "restarts": o.restarts,
+        "startTime": old.get("startTime") or now,
+    }
+    if phase in TERMINAL:
+        st["completionTime"] = old.get("completionTime") or now
+    metrics = o.metrics or old.get("metrics")
+    if metrics:
+        st["metrics"] = metrics
+    if o.manifest_url:
+        st["manifestURL"] = o.manifest_url
+    if o.graph_server:
+        st["graphServer"] = o.graph_server
+    return st
+
+
+def graphserver_status(o: GraphServerObservation, old: dict[str, Any] | None,
+                       now: str) -> dict[str, Any]:
+    """The whole ``status`` of a GraphServer."""
+    old = old or {}
+    conds: list[Cond] = [("Created", "True", Reason.CREATED, "children created")]
+    if o.invalid is not None:
+        phase, reason, msg = "Failed", Reason.INVALID, o.invalid
+    elif o.partition == "failed":
+        phase, reason, msg = "Failed", Reason.PARTITION_FAILED, o.partition_message
+    elif o.partition_needed and o.partition != "succeeded":
+        phase, reason, msg = "Partitioning", Reason.PARTITIONING, "partitioning the graph"
+    elif o.servers_ready < o.num_parts:
+        phase, reason, msg = ("Starting", Reason.SERVERS_STARTING,
+                              f"{o.servers_ready}/{o.num_parts} servers ready")
+    else:
+        phase, reason, msg = "Ready", Reason.SERVERS_READY, f"{o.num_parts} servers ready"
+    if o.invalid is None:
+        done = not o.partition_needed or o.partition == "succeeded"
+        conds.append(("Partitioned", "True" if done else "False",
+                      (Reason.PROVIDED if not o.partition_needed else Reason.PARTITIONED)
+                      if done else reason, ""))
+        conds.append(("ServersReady", "True" if phase == "Ready" else "False",
+                      Reason.SERVERS_READY if phase == "Ready" else Reason.SERVERS_STARTING,
+                      f"{o.servers_ready}/{o.num_parts} servers ready"))
+    conds.append(("Failed", "True" if phase == "Failed" else "False",
+                  reason if phase == "Failed" else Reason.NOT_FINISHED,
+                  msg if phase == "Failed" else ""))
+    st: dict[str, Any] = {
+        "phase": phase,
+        "observedGeneration": o.generation,
+        "conditions": merge_conditions(conds, old.get("conditions"), now, o.generation),
+        "partitionsReady": o.servers_ready,
+        "numParts": o.num_parts,
+        "attachedJobs": sorted(o.attached_jobs),
+        "endpoints": o.endpoints,
+    }
+    if o.manifest_url:
+        st["manifestURL"] = o.manifest_url
+    if o.token_secret:
+        st["tokenSecret"] = o.token_secret
+    return st
+
+
+def same_status(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+    """Equal apart from timestamps that only move when something else changed."""
+    return (a or {}) == b

@@ -1,0 +1,217 @@
+"""Commands and contract environments built from a job, for local mode and the operator."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distgnn import contract, storage
+from distgnn.api import types as t
+from distgnn.errors import ConfigError
+
+
+def graph_name(name: str, part: t.Partitioning) -> str:
+    """The graph name: ``partitioning.graphName`` or the resource's name."""
+    return part.graph_name or name
+
+
+def manifest_url(
+    name: str,
+    graph: t.JobGraph | t.ServerGraph,
+    part: t.Partitioning,
+    default_output: str | None = None,
+) -> str:
+    """Manifest URL used by the servers: given, or ``OUTPUT/NAME.json`` after partitioning.
+
+    A GraphServer source has no manifest of its own (use the GraphServer's status).
+    """
+    if graph.partitions is not None:
+        return graph.partitions.manifest_url
+    if isinstance(graph, t.JobGraph) and graph.graph_server is not None:
+        raise ConfigError("spec.graph.graphServer: the manifest comes from the GraphServer")
+    out = part.output_url or default_output
+    if not out:
+        raise ConfigError("spec.partitioning.outputURL: is required (no default output URL)")
+    return storage.join(out, f"{graph_name(name, part)}.json")
+
+
+def partition_command(
+    name: str,
+    graph: t.JobGraph | t.ServerGraph,
+    part: t.Partitioning,
+    default_output: str | None = None,
+) -> list[str]:
+    """``distgnn partition INPUT --output URL --graph-name NAME ...`` for a raw-graph source."""
+    if graph.source is None:
+        raise ConfigError("spec.graph.source: partitioning needs a source graph")
+    out = part.output_url or default_output
+    if not out:
+        raise ConfigError("spec.partitioning.outputURL: is required (no default output URL)")
+    cmd = [
+        "distgnn",
+        "partition",
+        graph.source.url,
+        "--output",
+        out,
+        "--graph-name",
+        graph_name(name, part),
+        "--num-parts",
+        str(part.num_parts),
+        "--method",
+        part.method,
+        "--halo-hops",
+        str(part.halo_hops),
+        "--seed",
+        str(part.seed),
+    ]
+    if part.balance_train:
+        cmd.append("--balance-train")
+    if part.balance_edges:
+        cmd.append("--balance-edges")
+    return cmd
+
+
+def _num(v: float) -> str:
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
+    """``distgnn train APP --flag value ...`` (every option explicit) or the user's command."""
+    spec = job.spec if isinstance(job, t.DistGNNJob) else job
+    tr = spec.trainers
+    if tr.command is not None:
+        return [*tr.command, *(tr.args or [])]
+    app = tr.app
+    if app is None:
+        raise ConfigError("spec.trainers: exactly one of app, command must be set")
+    cmd = [
+        "distgnn",
+        "train",
+        app.name,
+        "--model",
+        app.model,
+        "--epochs",
+        str(app.epochs),
+        "--num-layers",
+        str(app.num_layers),
+        "--hidden",
+        str(app.hidden),
+        "--fanouts",
+        ",".join(str(f) for f in app.fanouts),
+        "--batch-size",
+        str(app.batch_size),
+        "--lr",
+        _num(app.lr),
+        "--dropout",
+        _num(app.dropout),
+        "--weight-decay",
+        _num(app.weight_decay),
+        "--feat",
+        app.feat,
+        "--label",
+        app.label,
+        "--train-mask",
+        app.train_mask,
+        "--val-mask",
+        app.val_mask,
+        "--test-mask",
+        app.test_mask,
+        "--seed",
+        str(app.seed),
+    ]
+    if app.name == "link-prediction":
+        cmd += ["--num-negs", str(app.num_negs), "--exclude", app.exclude]
+    return cmd
+
+
+def storage_env(st: t.Storage) -> dict[str, str]:
+    """Non-secret storage variables (endpoint, region); credentials come from a Secret."""
+    env: dict[str, str] = {}
+    if st.endpoint:
+        env[contract.ENV_S3_ENDPOINT] = st.endpoint
+    if st.region:
+        env[contract.ENV_S3_REGION] = st.region
+    return env
+
+
+def _token_env(token: str | None, token_file: str | None) -> dict[str, str]:
+    if token_file:
+        return {contract.ENV_TOKEN_FILE: token_file}
+    if token:
+        return {contract.ENV_TOKEN: token}
+    return {}
+
+
+def trainer_env(
+    job: t.DistGNNJob,
+    *,
+    servers: Sequence[tuple[str, int]] | str,
+    manifest: str,
+    world_size: int,
+    master_addr: str,
+    master_port: int = contract.RENDEZVOUS_PORT,
+    rank: int | None = None,
+    token: str | None = None,
+    token_file: str | None = None,
+    metrics_file: str | None = None,
+    termination_log: str | None = None,
+) -> dict[str, str]:
+    """The contract environment of one trainer (``rank`` unset: JOB_COMPLETION_INDEX)."""
+    spec = job.spec
+    env = {
+        contract.ENV_JOB_NAME: job.metadata.name,
+        contract.ENV_SERVERS: servers
+        if isinstance(servers, str)
+        else contract.format_servers(list(servers)),
+        contract.ENV_MANIFEST: manifest,
+        contract.ENV_WORLD_SIZE: str(world_size),
+        contract.ENV_MASTER_ADDR: master_addr,
+        contract.ENV_MASTER_PORT: str(master_port),
+        contract.ENV_NUM_SAMPLERS: str(spec.trainers.num_samplers),
+        **_token_env(token, token_file),
+        **storage_env(spec.storage),
+    }
+    if rank is not None:
+        env[contract.ENV_RANK] = str(rank)
+        env[contract.ENV_LOCAL_RANK] = "0"
+    if metrics_file:
+        env[contract.ENV_METRICS_FILE] = metrics_file
+    if termination_log:
+        env[contract.ENV_TERMINATION_LOG] = termination_log
+    if spec.trainers.checkpoint is not None:
+        env[contract.ENV_CHECKPOINT_URL] = spec.trainers.checkpoint.url
+    return env
+
+
+def server_env(
+    servers: t.Servers,
+    st: t.Storage,
+    *,
+    manifest: str,
+    part_id: int | None = None,
+    port: int = contract.SERVER_PORT,
+    health_port: int = contract.SERVER_HEALTH_PORT,
+    bind: str | None = None,
+    token: str | None = None,
+    token_file: str | None = None,
+    ready_file: str | None = None,
+) -> dict[str, str]:
+    """The contract environment of one graph server (``part_id`` unset: from POD_NAME)."""
+    env = {
+        contract.ENV_MANIFEST: manifest,
+        contract.ENV_SERVER_PORT: str(port),
+        contract.ENV_HEALTH_PORT: str(health_port),
+        contract.ENV_SERVER_WORKERS: str(servers.workers),
+        **_token_env(token, token_file),
+        **storage_env(st),
+    }
+    if part_id is not None:
+        env[contract.ENV_PART_ID] = str(part_id)
+    if bind:
+        env[contract.ENV_SERVER_BIND] = bind
+    if ready_file:
+        env[contract.ENV_READY_FILE] = ready_file
+    return env
+
+
+SERVER_COMMAND = ("distgnn", "serve")
+"""Servers read manifest, partition and ports from :func:`server_env`."""

@@ -1,0 +1,96 @@
+"""Field metadata: how a dataclass field becomes a schema property and is validated.
+
+Every field of the API types is declared with :func:`fld`, which records its
+documentation and bounds once. The schema builder (:mod:`distgnn.api.schema`) and
+the manifest parser (:mod:`distgnn.api.validate`) both read this metadata, so the
+CRD and ``distgnn run`` enforce the same rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NewType
+
+Quantity = NewType("Quantity", str)
+"""A Kubernetes resource quantity (``500m``, ``2Gi`` or an integer)."""
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$"
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+URL_MAX = 2048
+NAME_MAX = 253
+META_KEY = "distgnn"
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Documentation and bounds of one field (all bounds optional, strings default-bounded)."""
+
+    doc: str
+    name: str | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    min_length: int | None = None
+    max_length: int = NAME_MAX
+    pattern: str | None = None
+    enum: tuple[str, ...] | None = None
+    min_items: int | None = None
+    max_items: int = 64
+    item_minimum: float | None = None
+    item_maximum: float | None = None
+    preserve_unknown: bool = False
+    fmt: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A validation rule: the CEL text for the API server and the same check in Python.
+
+    ``check`` receives the parsed dataclass; transition rules (``oldSelf``) have no
+    Python check because a single manifest has no previous version.
+    """
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool] | None = None
+    field: str | None = None
+
+
+def fld(
+    default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, doc: str, **kw: Any
+) -> Any:
+    """A dataclass field carrying its :class:`Meta`."""
+    md = {META_KEY: Meta(doc=doc, **kw)}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=md)
+    return dataclasses.field(default=default, metadata=md)
+
+
+def meta_of(f: dataclasses.Field[Any]) -> Meta:
+    m = f.metadata.get(META_KEY)
+    if not isinstance(m, Meta):
+        raise TypeError(f"field {f.name} is not declared with distgnn.api.fields.fld")
+    return m
+
+
+def json_name(f: dataclasses.Field[Any]) -> str:
+    """camelCase name of a field (``num_parts`` -> ``numParts``), or its explicit name."""
+    m = f.metadata.get(META_KEY)
+    if isinstance(m, Meta) and m.name:
+        return m.name
+    head, *rest = f.name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default

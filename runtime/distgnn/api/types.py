@@ -1,0 +1,500 @@
+"""DistGNNJob and GraphServer types: the single source of the CRD schemas.
+
+Python names are snake_case; the manifest uses camelCase (see :func:`fields.json_name`).
+Defaults, bounds, enums and rules declared here become the CRD's OpenAPI schema
+(``distgnn.api.schema``) and are enforced by ``parse_job`` / ``parse_graphserver``.
+"""
+
+# Fields are declared with `fld` (dataclasses.field plus schema metadata), hence RUF009.
+# ruff: noqa: RUF009
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from distgnn.api.fields import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    ENV_NAME,
+    URL_MAX,
+    Quantity,
+    Rule,
+    fld,
+)
+
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+IMMUTABLE = "self == oldSelf"
+
+
+def _count(*xs: object) -> int:
+    return sum(x is not None for x in xs)
+
+
+# --- graph sources ------------------------------------------------------------------
+
+
+@dataclass
+class UrlSource:
+    """A raw graph (``.npz`` file or folder of ``.npy`` files) to partition."""
+
+    url: str = fld(
+        doc="fsspec URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
+        max_length=URL_MAX,
+        min_length=1,
+    )
+
+
+@dataclass
+class PartitionsSource:
+    """Existing partitions, given by their manifest."""
+
+    manifest_url: str = fld(
+        doc="URL of the partition manifest NAME.json.",
+        name="manifestURL",
+        max_length=URL_MAX,
+        min_length=1,
+    )
+
+
+@dataclass
+class GraphServerRef:
+    """A GraphServer in the same namespace serving the graph."""
+
+    name: str = fld(doc="Name of the GraphServer.", max_length=40, pattern=DNS_LABEL)
+
+
+@dataclass
+class JobGraph:
+    """Where the graph comes from: exactly one of source, partitions, graphServer."""
+
+    source: UrlSource | None = fld(None, doc="Raw graph to partition before training.")
+    partitions: PartitionsSource | None = fld(None, doc="Already partitioned graph.")
+    graph_server: GraphServerRef | None = fld(None, doc="Attach to a running GraphServer.")
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "(has(self.source) ? 1 : 0) + (has(self.partitions) ? 1 : 0)"
+            " + (has(self.graphServer) ? 1 : 0) == 1",
+            "exactly one of source, partitions, graphServer must be set",
+            lambda g: _count(g.source, g.partitions, g.graph_server) == 1,
+        ),
+        Rule(IMMUTABLE, "spec.graph is immutable"),
+    )
+
+
+@dataclass
+class ServerGraph:
+    """Where a GraphServer's graph comes from: exactly one of source, partitions."""
+
+    source: UrlSource | None = fld(None, doc="Raw graph to partition before serving.")
+    partitions: PartitionsSource | None = fld(None, doc="Already partitioned graph.")
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "has(self.source) != has(self.partitions)",
+            "exactly one of source, partitions must be set",
+            lambda g: _count(g.source, g.partitions) == 1,
+        ),
+        Rule(IMMUTABLE, "spec.graph is immutable"),
+    )
+
+
+@dataclass
+class Partitioning:
+    """How the raw graph is split (ignored for existing partitions except numParts)."""
+
+    num_parts: int = fld(
+        2, doc="Number of partitions, one graph server each.", minimum=1, maximum=1024
+    )
+    method: str = fld(
+        "metis", doc="Node assignment: METIS (min edge cut) or random.", enum=("metis", "random")
+    )
+    balance_train: bool = fld(True, doc="Balance training nodes across partitions (METIS).")
+    balance_edges: bool = fld(False, doc="Balance edges across partitions (METIS).")
+    halo_hops: int = fld(
+        1, doc="Hops of halo structure kept around each partition.", minimum=1, maximum=4
+    )
+    seed: int = fld(0, doc="Random seed of the partitioner.", minimum=0, maximum=2**31 - 1)
+    graph_name: str | None = fld(
+        None,
+        doc="Graph name (manifest NAME.json); default: the resource's name.",
+        max_length=63,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+    )
+    output_url: str | None = fld(
+        None,
+        doc="Where partitions are written; default: the "
+        "operator's partitions URL, or a local folder in local mode.",
+        name="outputURL",
+        max_length=URL_MAX,
+        min_length=1,
+    )
+
+    RULES: ClassVar[tuple[Rule, ...]] = (Rule(IMMUTABLE, "spec.partitioning is immutable"),)
+
+
+# --- storage ------------------------------------------------------------------------
+
+
+@dataclass
+class CredentialsSecret:
+    """A Secret holding S3 credentials; read only through secretKeyRef environment."""
+
+    name: str = fld(doc="Secret name in the resource's namespace.", pattern=DNS_SUBDOMAIN)
+    access_key_id_key: str = fld(
+        "AWS_ACCESS_KEY_ID", doc="Key holding the access key id.", max_length=253, pattern=ENV_NAME
+    )
+    secret_access_key_key: str = fld(
+        "AWS_SECRET_ACCESS_KEY", doc="Key holding the secret key.", max_length=253, pattern=ENV_NAME
+    )
+
+
+@dataclass
+class Storage:
+    """Object storage settings shared by partitioner, servers and trainers."""
+
+    endpoint: str | None = fld(
+        None, doc="S3 endpoint URL (AWS_ENDPOINT_URL_S3).", max_length=URL_MAX
+    )
+    region: str | None = fld(None, doc="S3 region (AWS_DEFAULT_REGION).", max_length=64)
+    credentials_secret: CredentialsSecret | None = fld(None, doc="S3 credentials Secret.")
+
+
+# --- pods ---------------------------------------------------------------------------
+
+
+@dataclass
+class Resources:
+    """Container resource requests and limits (cpu, memory, nvidia.com/gpu, ...)."""
+
+    limits: dict[str, Quantity] | None = fld(
+        None, doc="Resource limits.", max_items=16, max_length=64
+    )
+    requests: dict[str, Quantity] | None = fld(
+        None, doc="Resource requests.", max_items=16, max_length=64
+    )
+
+
+@dataclass
+class Toleration:
+    """A pod toleration."""
+
+    key: str | None = fld(None, doc="Taint key.", max_length=316)
+    operator: str | None = fld(None, doc="Exists or Equal.", enum=("Exists", "Equal"))
+    value: str | None = fld(None, doc="Taint value.", max_length=63)
+    effect: str | None = fld(
+        None, doc="Taint effect.", enum=("NoSchedule", "PreferNoSchedule", "NoExecute")
+    )
+    toleration_seconds: int | None = fld(
+        None, doc="For NoExecute: seconds to stay bound.", minimum=0, maximum=2**31 - 1
+    )
+
+
+@dataclass
+class EnvVar:
+    """A literal environment variable added to the containers."""
+
+    name: str = fld(doc="Variable name.", max_length=253, pattern=ENV_NAME)
+    value: str = fld("", doc="Variable value.", max_length=4096)
+
+
+@dataclass
+class PodTemplate:
+    """Bounded overrides for the generated pods."""
+
+    labels: dict[str, str] | None = fld(None, doc="Extra pod labels.", max_length=63)
+    annotations: dict[str, str] | None = fld(None, doc="Extra pod annotations.", max_length=4096)
+    node_selector: dict[str, str] | None = fld(None, doc="Pod nodeSelector.", max_length=63)
+    tolerations: list[Toleration] | None = fld(None, doc="Pod tolerations.", max_items=32)
+    affinity: dict[str, Any] | None = fld(
+        None, doc="Pod affinity (Kubernetes Affinity).", preserve_unknown=True
+    )
+    priority_class_name: str | None = fld(None, doc="Pod priorityClassName.", pattern=DNS_SUBDOMAIN)
+    service_account_name: str | None = fld(
+        None, doc="Pod serviceAccountName.", pattern=DNS_SUBDOMAIN
+    )
+    env: list[EnvVar] | None = fld(None, doc="Extra literal environment variables.")
+
+
+@dataclass
+class Servers:
+    """Graph servers: one pod per partition."""
+
+    workers: int = fld(1, doc="Worker processes per server pod.", minimum=1, maximum=64)
+    image: str | None = fld(
+        None, doc="Image; default: the operator's runtime image.", max_length=512
+    )
+    image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
+    resources: Resources | None = fld(None, doc="Server container resources.")
+    pod_template: PodTemplate | None = fld(None, doc="Server pod overrides.")
+
+
+@dataclass
+class App:
+    """A built-in training app and its options (``distgnn train APP ...``)."""
+
+    name: str = fld(doc="Built-in app.", enum=("node-classification", "link-prediction"))
+    model: str = fld("sage", doc="GNN model.", enum=("sage", "gat"))
+    epochs: int = fld(10, doc="Training epochs.", minimum=1, maximum=100000)
+    num_layers: int = fld(2, doc="GNN layers (one fanout each).", minimum=1, maximum=8)
+    hidden: int = fld(128, doc="Hidden size.", minimum=1, maximum=65536)
+    fanouts: list[int] = fld(
+        factory=lambda: [10, 25],
+        doc="Neighbours sampled per layer, input layer first (-1: all).",
+        min_items=1,
+        max_items=8,
+        item_minimum=-1,
+        item_maximum=100000,
+    )
+    batch_size: int = fld(1024, doc="Seeds per mini-batch.", minimum=1, maximum=1048576)
+    lr: float = fld(0.01, doc="Learning rate.", minimum=0, exclusive_minimum=True, maximum=10)
+    dropout: float = fld(0.5, doc="Dropout probability.", minimum=0, maximum=1)
+    weight_decay: float = fld(0.0, doc="Weight decay.", minimum=0, maximum=1)
+    num_negs: int = fld(
+        1, doc="Negative samples per edge (link prediction).", minimum=1, maximum=1000
+    )
+    exclude: str = fld(
+        "reverse",
+        doc="Seed edges excluded from sampling (link prediction).",
+        enum=("none", "self", "reverse"),
+    )
+    feat: str = fld("feat", doc="Node feature name.", max_length=128)
+    label: str = fld("label", doc="Node label name.", max_length=128)
+    train_mask: str = fld("train_mask", doc="Training mask name.", max_length=128)
+    val_mask: str = fld("val_mask", doc="Validation mask name.", max_length=128)
+    test_mask: str = fld("test_mask", doc="Test mask name.", max_length=128)
+    seed: int = fld(0, doc="Training random seed.", minimum=0, maximum=2**31 - 1)
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "size(self.fanouts) == self.numLayers",
+            "fanouts must have numLayers entries",
+            lambda a: len(a.fanouts) == a.num_layers,
+            field="fanouts",
+        ),
+    )
+
+
+@dataclass
+class Checkpoint:
+    """Where trainers save checkpoints and resume from."""
+
+    url: str = fld(doc="Checkpoint folder URL.", max_length=URL_MAX, min_length=1)
+
+
+@dataclass
+class Trainers:
+    """The trainer group (PyTorch DDP): exactly one of app, command."""
+
+    replicas: int = fld(2, doc="Trainer processes (world size).", minimum=1, maximum=1024)
+    num_samplers: int = fld(0, doc="Sampler processes per trainer.", minimum=0, maximum=64)
+    gpus: int = fld(0, doc="GPUs per trainer (nvidia.com/gpu).", minimum=0, maximum=16)
+    image: str | None = fld(
+        None, doc="Image; default: the operator's runtime image.", max_length=512
+    )
+    image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
+    resources: Resources | None = fld(None, doc="Trainer container resources.")
+    pod_template: PodTemplate | None = fld(None, doc="Trainer pod overrides.")
+    app: App | None = fld(None, doc="A built-in app.")
+    command: list[str] | None = fld(
+        None, doc="A user command instead of an app.", min_items=1, max_items=64, max_length=4096
+    )
+    args: list[str] | None = fld(
+        None, doc="Arguments of the user command.", max_items=256, max_length=4096
+    )
+    checkpoint: Checkpoint | None = fld(None, doc="Checkpointing.")
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "has(self.app) != has(self.command)",
+            "exactly one of app, command must be set",
+            lambda t: _count(t.app, t.command) == 1,
+        ),
+        Rule(
+            "!has(self.args) || has(self.command)",
+            "args needs command",
+            lambda t: t.args is None or t.command is not None,
+            field="args",
+        ),
+    )
+
+
+@dataclass
+class Gang:
+    """Gang scheduling: all pods start together or not at all."""
+
+    enabled: bool = fld(False, doc="Create a PodGroup (scheduler-plugins coscheduling).")
+    min_available: int | None = fld(
+        None, doc="Pods that must start together; default: all.", minimum=1, maximum=2048
+    )
+    scheduler: str | None = fld(None, doc="schedulerName of the pods.", pattern=DNS_SUBDOMAIN)
+
+
+@dataclass
+class SchedulingPolicy:
+    """Scheduling of the job's pods."""
+
+    gang: Gang | None = fld(None, doc="Gang scheduling.")
+    priority_class_name: str | None = fld(
+        None, doc="PriorityClass of every pod.", pattern=DNS_SUBDOMAIN
+    )
+    queue: str | None = fld(
+        None,
+        doc="Queue name (label kueue.x-k8s.io/queue-name).",
+        max_length=63,
+        pattern=DNS_SUBDOMAIN,
+    )
+
+
+@dataclass
+class RunPolicy:
+    """Lifecycle policy, as in Kubeflow training jobs."""
+
+    backoff_limit: int = fld(
+        3, doc="Restarts of the trainer group before Failed.", minimum=0, maximum=100
+    )
+    active_deadline_seconds: int | None = fld(
+        None, doc="Fail the job after this many seconds.", minimum=1, maximum=2**31 - 1
+    )
+    ttl_seconds_after_finished: int | None = fld(
+        None, doc="Delete the job this long after it finished.", minimum=0, maximum=2**31 - 1
+    )
+    clean_pod_policy: str = fld(
+        "Running",
+        doc="Pods deleted when the job finishes: All, the Running ones (servers), or None.",
+        enum=("All", "Running", "None"),
+    )
+    suspend: bool = fld(False, doc="Suspend: delete the pods, keep the job.")
+    scheduling_policy: SchedulingPolicy | None = fld(None, doc="Scheduling.")
+
+
+@dataclass
+class DistGNNJobSpec:
+    """A distributed GNN training job."""
+
+    graph: JobGraph = fld(doc="The graph to train on.")
+    trainers: Trainers = fld(doc="The trainer group.")
+    partitioning: Partitioning = fld(factory=Partitioning, doc="Partitioning options.")
+    storage: Storage = fld(factory=Storage, doc="Object storage.")
+    servers: Servers = fld(factory=Servers, doc="Graph servers.")
+    run_policy: RunPolicy = fld(factory=RunPolicy, doc="Run policy.")
+
+
+@dataclass
+class GraphServerSpec:
+    """A long-lived set of graph servers that several jobs can attach to."""
+
+    graph: ServerGraph = fld(doc="The graph to serve.")
+    partitioning: Partitioning = fld(factory=Partitioning, doc="Partitioning options.")
+    storage: Storage = fld(factory=Storage, doc="Object storage.")
+    servers: Servers = fld(factory=Servers, doc="Graph servers.")
+
+
+# --- status -------------------------------------------------------------------------
+
+JOB_PHASES = ("Pending", "Partitioning", "Starting", "Running", "Succeeded", "Failed", "Suspended")
+GRAPHSERVER_PHASES = ("Pending", "Partitioning", "Starting", "Ready", "Failed")
+
+
+@dataclass
+class Condition:
+    """A standard Kubernetes condition."""
+
+    type: str = fld(
+        doc="Condition type (Created, Partitioned, ServersReady, Running, ...).", max_length=64
+    )
+    status: str = fld(doc="True, False or Unknown.", enum=("True", "False", "Unknown"))
+    reason: str | None = fld(None, doc="CamelCase machine-readable reason.", max_length=128)
+    message: str | None = fld(None, doc="Human-readable detail.", max_length=1024)
+    last_transition_time: str | None = fld(
+        None, doc="When status last changed.", max_length=64, fmt="date-time"
+    )
+    observed_generation: int | None = fld(None, doc="Generation the condition is about.", minimum=0)
+
+
+@dataclass
+class TrainerCounts:
+    """Trainer pods by state."""
+
+    active: int | None = fld(None, doc="Running or pending trainer pods.", minimum=0)
+    succeeded: int | None = fld(None, doc="Succeeded trainer pods.", minimum=0)
+    failed: int | None = fld(None, doc="Failed trainer pods.", minimum=0)
+
+
+@dataclass
+class DistGNNJobStatus:
+    """Observed state of a DistGNNJob."""
+
+    phase: str | None = fld(None, doc="Summary phase.", enum=JOB_PHASES)
+    conditions: list[Condition] | None = fld(None, doc="Conditions.", max_items=16)
+    observed_generation: int | None = fld(None, doc="Last generation reconciled.", minimum=0)
+    partitions_ready: int | None = fld(None, doc="Graph servers ready.", minimum=0)
+    num_parts: int | None = fld(None, doc="Partitions (graph servers).", minimum=0)
+    trainers: TrainerCounts | None = fld(None, doc="Trainer pods by state.")
+    restarts: int | None = fld(None, doc="Restarts of the trainer group.", minimum=0)
+    start_time: str | None = fld(None, doc="When the job started.", max_length=64, fmt="date-time")
+    completion_time: str | None = fld(
+        None, doc="When the job finished.", max_length=64, fmt="date-time"
+    )
+    manifest_url: str | None = fld(
+        None, doc="Partition manifest in use.", name="manifestURL", max_length=URL_MAX
+    )
+    metrics: dict[str, float] | None = fld(
+        None, doc="Final metrics of rank 0 (testAccuracy, valAccuracy, ...)."
+    )
+    graph_server: str | None = fld(None, doc="Attached GraphServer.", max_length=63)
+
+
+@dataclass
+class GraphServerStatus:
+    """Observed state of a GraphServer."""
+
+    phase: str | None = fld(None, doc="Summary phase.", enum=GRAPHSERVER_PHASES)
+    conditions: list[Condition] | None = fld(None, doc="Conditions.", max_items=16)
+    observed_generation: int | None = fld(None, doc="Last generation reconciled.", minimum=0)
+    partitions_ready: int | None = fld(None, doc="Graph servers ready.", minimum=0)
+    num_parts: int | None = fld(None, doc="Partitions (graph servers).", minimum=0)
+    manifest_url: str | None = fld(
+        None, doc="Partition manifest served.", name="manifestURL", max_length=URL_MAX
+    )
+    attached_jobs: list[str] | None = fld(
+        None, doc="DistGNNJobs using these servers.", max_items=256, max_length=63
+    )
+    endpoints: list[str] | None = fld(
+        None, doc="host:port of each server, partition order.", max_items=1024, max_length=320
+    )
+    token_secret: str | None = fld(None, doc="Secret holding the servers' token.", max_length=253)
+
+
+# --- whole resources ----------------------------------------------------------------
+
+
+@dataclass
+class ObjectMeta:
+    """The parts of metadata DistGNN uses."""
+
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    generation: int = 0
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+@dataclass
+class DistGNNJob:
+    """A parsed, defaulted, validated DistGNNJob."""
+
+    metadata: ObjectMeta
+    spec: DistGNNJobSpec
+    KIND: ClassVar[str] = "DistGNNJob"
+
+
+@dataclass
+class GraphServer:
+    """A parsed, defaulted, validated GraphServer."""
+
+    metadata: ObjectMeta
+    spec: GraphServerSpec
+    KIND: ClassVar[str] = "GraphServer"

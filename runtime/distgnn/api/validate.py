@@ -1,0 +1,268 @@
+"""Parse and validate manifests against the API types (defaults applied).
+
+The checks mirror the CRD schema built from the same field metadata: types, enums,
+bounds, required fields, unknown fields and the rules' Python equivalents. Errors
+name the field path, e.g. ``spec.trainers.replicas: must be >= 1``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from distgnn import contract
+from distgnn.api import types as t
+from distgnn.api.fields import (
+    DNS_LABEL,
+    QUANTITY,
+    Meta,
+    Quantity,
+    default_of,
+    has_default,
+    json_name,
+    meta_of,
+)
+from distgnn.errors import ConfigError
+
+MAX_ERRORS = 8
+JOB_NAME_MAX = 40
+"""Job names are short enough for every child name (``NAME-server-1023``) to be a DNS label."""
+
+
+def unwrap(tp: Any) -> tuple[Any, bool]:
+    """(type without ``None``, whether it was optional)."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"unsupported union {tp}")
+        return args[0], True
+    return tp, False
+
+
+def hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, path: str, msg: str) -> None:
+        self.items.append(f"{path}: {msg}")
+
+
+def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
+    if tp is Quantity:
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            errs.add(path, "must be a quantity (integer or string like 500m, 2Gi)")
+            return v
+        if isinstance(v, str) and (len(v) > m.max_length or not re.match(QUANTITY, v)):
+            errs.add(path, f"{v!r} is not a quantity (like 500m, 2Gi)")
+        return v
+    if tp is str:
+        if not isinstance(v, str):
+            errs.add(path, "must be a string")
+            return v
+        if m.enum is not None and v not in m.enum:
+            errs.add(path, f"must be one of {', '.join(m.enum)} (got {v!r})")
+        if len(v) > m.max_length:
+            errs.add(path, f"must be at most {m.max_length} characters")
+        if m.min_length is not None and len(v) < m.min_length:
+            errs.add(
+                path,
+                "must not be empty"
+                if m.min_length == 1
+                else f"must be at least {m.min_length} characters",
+            )
+        if m.pattern is not None and not re.match(m.pattern, v):
+            errs.add(path, f"{v!r} does not match {m.pattern}")
+        return v
+    if tp is bool:
+        if not isinstance(v, bool):
+            errs.add(path, "must be true or false")
+        return v
+    if tp is int or tp is float:
+        ok = isinstance(v, int) if tp is int else isinstance(v, int | float)
+        if isinstance(v, bool) or not ok:
+            errs.add(path, "must be an integer" if tp is int else "must be a number")
+            return v
+        if m.minimum is not None:
+            if m.exclusive_minimum and v <= m.minimum:
+                errs.add(path, f"must be > {m.minimum:g}")
+            elif v < m.minimum:
+                errs.add(path, f"must be >= {m.minimum:g}")
+        if m.maximum is not None and v > m.maximum:
+            errs.add(path, f"must be <= {m.maximum:g}")
+        return float(v) if tp is float else v
+    raise TypeError(f"unsupported field type {tp}")
+
+
+def _item_meta(m: Meta) -> Meta:
+    return dataclasses.replace(
+        m, minimum=m.item_minimum, maximum=m.item_maximum, exclusive_minimum=False, min_length=None
+    )
+
+
+def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return load(tp, v, path, errs)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(v, list):
+            errs.add(path, "must be a list")
+            return v
+        if len(v) > m.max_items:
+            errs.add(path, f"must have at most {m.max_items} items")
+        if m.min_items is not None and len(v) < m.min_items:
+            errs.add(path, f"must have at least {m.min_items} item(s)")
+        return [_load_value(item, _item_meta(m), x, f"{path}[{i}]", errs) for i, x in enumerate(v)]
+    if origin is dict:
+        _, val = typing.get_args(tp)
+        if not isinstance(v, Mapping):
+            errs.add(path, "must be a mapping")
+            return v
+        if m.preserve_unknown:
+            return copy.deepcopy(dict(v))
+        if len(v) > m.max_items:
+            errs.add(path, f"must have at most {m.max_items} entries")
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str) or not k or len(k) > 253:
+                errs.add(path, f"key {k!r} must be a non-empty string of <= 253 characters")
+                continue
+            out[k] = _load_value(val, _item_meta(m), x, f"{path}.{k}", errs)
+        return out
+    return _check_scalar(tp, m, v, path, errs)
+
+
+def load(cls: Any, obj: Any, path: str, errs: _Errors) -> Any:
+    """Build dataclass ``cls`` from a camelCase mapping, applying defaults and checks."""
+    if not isinstance(obj, Mapping):
+        errs.add(path, "must be a mapping")
+        return None
+    fields = dataclasses.fields(cls)
+    names = {json_name(f): f for f in fields}
+    for k in obj:
+        if k not in names:
+            errs.add(f"{path}.{k}", f"unknown field (known: {', '.join(sorted(names))})")
+    th = hints(cls)
+    n_before = len(errs.items)
+    kwargs: dict[str, Any] = {}
+    for jn, f in names.items():
+        m = meta_of(f)
+        tp, _ = unwrap(th[f.name])
+        sub = f"{path}.{jn}"
+        if jn not in obj or obj[jn] is None:
+            if has_default(f):
+                kwargs[f.name] = default_of(f)
+            else:
+                errs.add(sub, "is required")
+                kwargs[f.name] = None
+            continue
+        kwargs[f.name] = _load_value(tp, m, obj[jn], sub, errs)
+    try:
+        inst = cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - all fields are passed
+        errs.add(path, str(e))
+        return None
+    if len(errs.items) == n_before:
+        for rule in getattr(cls, "RULES", ()):
+            if rule.check is not None and not rule.check(inst):
+                errs.add(f"{path}.{rule.field}" if rule.field else path, rule.message)
+    return inst
+
+
+def _metadata(obj: Mapping[str, Any], errs: _Errors) -> t.ObjectMeta:
+    md = obj.get("metadata")
+    if not isinstance(md, Mapping):
+        errs.add("metadata", "must be a mapping with a name")
+        md = {}
+    name = md.get("name")
+    if not isinstance(name, str) or not name:
+        errs.add("metadata.name", "is required")
+        name = ""
+    elif len(name) > JOB_NAME_MAX or not re.match(DNS_LABEL, name):
+        errs.add(
+            "metadata.name",
+            f"{name!r} must be a DNS label of at most {JOB_NAME_MAX} "
+            "characters (lower-case letters, digits, '-')",
+        )
+    ns = md.get("namespace") or "default"
+    gen = md.get("generation")
+    return t.ObjectMeta(
+        name=name,
+        namespace=str(ns),
+        uid=str(md.get("uid") or ""),
+        generation=gen if isinstance(gen, int) else 0,
+        labels=dict(md.get("labels") or {}),
+        annotations=dict(md.get("annotations") or {}),
+    )
+
+
+def _header(obj: Any, kind: str, errs: _Errors) -> None:
+    if not isinstance(obj, Mapping):
+        raise ConfigError(f"a {kind} manifest must be a mapping, not {type(obj).__name__}")
+    want = f"{contract.API_GROUP}/{contract.API_VERSION}"
+    if obj.get("apiVersion") != want:
+        errs.add("apiVersion", f"must be {want} (got {obj.get('apiVersion')!r})")
+    if obj.get("kind") != kind:
+        errs.add("kind", f"must be {kind} (got {obj.get('kind')!r})")
+
+
+def _raise(errs: _Errors, kind: str) -> None:
+    if errs.items:
+        more = len(errs.items) - MAX_ERRORS
+        text = "; ".join(errs.items[:MAX_ERRORS]) + (f"; and {more} more" if more > 0 else "")
+        raise ConfigError(f"invalid {kind}: {text}")
+
+
+def parse_job(obj: Any) -> t.DistGNNJob:
+    """Validate a DistGNNJob manifest and return it with defaults applied."""
+    errs = _Errors()
+    _header(obj, "DistGNNJob", errs)
+    md = _metadata(obj, errs)
+    spec = load(t.DistGNNJobSpec, obj.get("spec"), "spec", errs)
+    _raise(errs, "DistGNNJob")
+    return t.DistGNNJob(metadata=md, spec=spec)
+
+
+def parse_graphserver(obj: Any) -> t.GraphServer:
+    """Validate a GraphServer manifest and return it with defaults applied."""
+    errs = _Errors()
+    _header(obj, "GraphServer", errs)
+    md = _metadata(obj, errs)
+    spec = load(t.GraphServerSpec, obj.get("spec"), "spec", errs)
+    _raise(errs, "GraphServer")
+    return t.GraphServer(metadata=md, spec=spec)
+
+
+def parse_manifest(obj: Any) -> t.DistGNNJob | t.GraphServer:
+    """Parse a DistGNNJob or GraphServer, by its ``kind``."""
+    kind = obj.get("kind") if isinstance(obj, Mapping) else None
+    if kind == "DistGNNJob":
+        return parse_job(obj)
+    if kind == "GraphServer":
+        return parse_graphserver(obj)
+    raise ConfigError(f"kind: must be DistGNNJob or GraphServer (got {kind!r})")
+
+
+def to_dict(inst: Any) -> Any:
+    """A dataclass as its camelCase manifest form, leaving out ``None`` fields."""
+    if dataclasses.is_dataclass(inst) and not isinstance(inst, type):
+        out = {}
+        for f in dataclasses.fields(inst):
+            v = getattr(inst, f.name)
+            if v is not None:
+                out[json_name(f)] = to_dict(v)
+        return out
+    if isinstance(inst, list):
+        return [to_dict(x) for x in inst]
+    if isinstance(inst, dict):
+        return {k: to_dict(v) for k, v in inst.items()}
+    return inst

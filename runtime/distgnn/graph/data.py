@@ -1,0 +1,105 @@
+"""The validated in-memory form of an input graph (:class:`GraphData`)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_NTYPE = "_N"
+DEFAULT_ETYPE: tuple[str, str, str] = ("_N", "_E", "_N")
+
+CanonicalEtype = tuple[str, str, str]
+
+
+def etype_str(etype: CanonicalEtype) -> str:
+    """``("user", "follows", "user")`` -> ``"user:follows:user"``."""
+    return ":".join(etype)
+
+
+def parse_etype(text: str) -> CanonicalEtype:
+    """Inverse of :func:`etype_str`; raises ValueError unless there are exactly 3 parts."""
+    parts = text.split(":")
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"edge type {text!r} is not SRC:ETYPE:DST")
+    return (parts[0], parts[1], parts[2])
+
+
+@dataclass
+class GraphData:
+    """A validated graph, homogeneous or heterogeneous, in homogeneous ID space.
+
+    Node types are laid end to end in ``node_types`` order (``ntype_offsets``), edge types
+    likewise (``etype_offsets``). ``src``/``dst`` are homogeneous IDs (int64, possibly
+    memory-mapped). Node/edge data are keyed by node type / ``SRC:ETYPE:DST`` string and
+    are in type-wise ID order.
+    """
+
+    node_types: list[str]
+    edge_types: list[CanonicalEtype]
+    num_nodes_per_type: dict[str, int]
+    num_edges_per_type: dict[str, int]
+    src: np.ndarray
+    dst: np.ndarray
+    node_data: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    edge_data: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    source: str = ""
+    arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """The raw input arrays by key (for the fingerprint)."""
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return self.node_types == [DEFAULT_NTYPE] and self.edge_types == [DEFAULT_ETYPE]
+
+    @property
+    def num_nodes(self) -> int:
+        return int(sum(self.num_nodes_per_type.values()))
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def ntype_offsets(self) -> np.ndarray:
+        """(T+1,) start of each node type in homogeneous ID space."""
+        counts = [self.num_nodes_per_type[t] for t in self.node_types]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+    @property
+    def etype_offsets(self) -> np.ndarray:
+        """(R+1,) start of each edge type in homogeneous edge ID space."""
+        counts = [self.num_edges_per_type[etype_str(e)] for e in self.edge_types]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+    def node_type_ids(self) -> np.ndarray:
+        """(N,) int32 node type index of every homogeneous node ID."""
+        counts = [self.num_nodes_per_type[t] for t in self.node_types]
+        return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+
+    def edge_type_ids(self) -> np.ndarray:
+        """(E,) int32 edge type index of every homogeneous edge ID."""
+        counts = [self.num_edges_per_type[etype_str(e)] for e in self.edge_types]
+        return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+
+    def to_homogeneous_nid(self, ntype: str, ids: np.ndarray) -> np.ndarray:
+        """Type-wise node IDs of ``ntype`` -> homogeneous IDs."""
+        t = self.node_types.index(ntype)
+        return np.asarray(ids, dtype=np.int64) + self.ntype_offsets[t]
+
+    def fingerprint(self) -> str:
+        """sha256 of the input's array names, shapes, dtypes and bytes."""
+        return fingerprint_arrays(self.arrays)
+
+
+def fingerprint_arrays(arrays: dict[str, np.ndarray], chunk: int = 1 << 24) -> str:
+    """sha256 over sorted keys, each with dtype, shape and raw bytes (streamed in chunks)."""
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        a = arrays[key]
+        h.update(f"{key}|{a.dtype.str}|{list(a.shape)}\n".encode())
+        flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+        step = max(1, chunk // max(1, flat.itemsize))
+        for i in range(0, flat.shape[0], step):
+            h.update(np.ascontiguousarray(flat[i : i + step]).view(np.uint8).data)
+    return h.hexdigest()

@@ -1,0 +1,256 @@
+"""From a parsed DistGNNJob / GraphServer to a local plan, and the partitioning step.
+
+Relative paths in a manifest are resolved against the manifest's folder; object
+storage defaults to a folder under the run's work directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from distgnn import storage
+from distgnn.errors import ConfigError
+from distgnn.log import kv
+
+log = logging.getLogger("distgnn.local")
+
+
+def distgnn_argv() -> list[str]:
+    """How to start the ``distgnn`` command from this interpreter (PATH-independent)."""
+    return [sys.executable, "-m", "distgnn.cli"]
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Inputs and options of the partitioning step."""
+
+    graph_url: str
+    out_url: str
+    graph_name: str
+    num_parts: int
+    method: str
+    balance_train: bool
+    balance_edges: bool
+    halo_hops: int
+    seed: int
+
+    @property
+    def manifest_url(self) -> str:
+        return storage.join(self.out_url, f"{self.graph_name}.json")
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """What ``distgnn run`` does for one manifest, all paths resolved."""
+
+    kind: str
+    name: str
+    partitioning: PartitionPlan | None = None
+    manifest_url: str | None = None
+    graph_server: str | None = None
+    server_workers: int = 1
+    trainer_argv: list[str] | None = None
+    app: str | None = None
+    replicas: int = 1
+    num_samplers: int = 0
+    checkpoint_url: str | None = None
+    backoff_limit: int = 0
+    active_deadline: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+
+def load_yaml(path: Path) -> Any:
+    """Read one YAML document; a missing file or malformed YAML is a one-line ConfigError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the manifest ({e.strerror or e})") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ConfigError(f"{path}:{where}: malformed YAML ({problem})") from e
+
+
+def resolve(url: str, base: Path) -> str:
+    """A relative local path resolved against ``base``; URLs and absolute paths unchanged."""
+    if "://" in url:
+        if url.startswith("file://") and not url.startswith("file:///"):
+            return str((base / url[len("file://") :]).resolve())
+        return url
+    p = Path(url).expanduser()
+    return str(p if p.is_absolute() else (base / p).resolve())
+
+
+def _partition_plan(
+    spec: Any, name: str, graph_url: str, base: Path, workdir: Path
+) -> PartitionPlan:
+    from distgnn.api import graph_name
+
+    p = spec.partitioning
+    out = resolve(p.output_url, base) if p.output_url else str(workdir / "partitions")
+    return PartitionPlan(
+        graph_url=graph_url,
+        out_url=out,
+        graph_name=graph_name(name, p),
+        num_parts=p.num_parts,
+        method=p.method,
+        balance_train=p.balance_train,
+        balance_edges=p.balance_edges,
+        halo_hops=p.halo_hops,
+        seed=p.seed,
+    )
+
+
+def plan_from_manifest(
+    obj: Any, manifest_path: Path, workdir: Path | None
+) -> tuple[LocalPlan, Path]:
+    """Validate ``obj`` with distgnn.api and build the local plan; returns (plan, workdir)."""
+    from distgnn.api import storage_env, trainer_command
+    from distgnn.api.types import DistGNNJob, JobGraph
+    from distgnn.api.validate import parse_manifest
+
+    res = parse_manifest(obj)
+    base = manifest_path.resolve().parent
+    name = res.metadata.name
+    workdir = (workdir or base / ".distgnn").resolve()
+    spec = res.spec
+    graph = spec.graph
+    part: PartitionPlan | None = None
+    manifest_url: str | None = None
+    graph_server: str | None = None
+    if graph.source is not None:
+        part = _partition_plan(spec, name, resolve(graph.source.url, base), base, workdir)
+    elif graph.partitions is not None:
+        manifest_url = resolve(graph.partitions.manifest_url, base)
+    elif isinstance(graph, JobGraph) and graph.graph_server is not None:
+        graph_server = graph.graph_server.name
+    common: dict[str, Any] = dict(
+        name=name,
+        partitioning=part,
+        manifest_url=manifest_url,
+        graph_server=graph_server,
+        server_workers=spec.servers.workers,
+        cwd=str(base),
+    )
+    if not isinstance(res, DistGNNJob):
+        return LocalPlan(kind="GraphServer", env=storage_env(spec.storage), **common), workdir
+    jspec = res.spec
+    tr = jspec.trainers
+    argv = list(trainer_command(res))
+    if argv[:1] == ["distgnn"]:
+        argv = [*distgnn_argv(), *argv[1:]]
+    env = storage_env(spec.storage)
+    pt = tr.pod_template
+    if pt is not None and pt.env:
+        env.update({e.name: e.value for e in pt.env})
+    rp = jspec.run_policy
+    return (
+        LocalPlan(
+            kind="DistGNNJob",
+            trainer_argv=argv,
+            app=tr.app.name if tr.app is not None else None,
+            replicas=tr.replicas,
+            num_samplers=tr.num_samplers,
+            checkpoint_url=resolve(tr.checkpoint.url, base) if tr.checkpoint else None,
+            backoff_limit=rp.backoff_limit,
+            active_deadline=rp.active_deadline_seconds,
+            env=env,
+            **common,
+        ),
+        workdir,
+    )
+
+
+def prepare_partitions(plan: LocalPlan) -> str:
+    """The manifest URL to serve: given, reused, or freshly partitioned."""
+    if plan.manifest_url is not None:
+        if not storage.exists(plan.manifest_url):
+            raise ConfigError(
+                f"spec.graph.partitions.manifestURL: {storage.redact(plan.manifest_url)} "
+                "does not exist"
+            )
+        return plan.manifest_url
+    p = plan.partitioning
+    if p is None:
+        raise ConfigError(f"{plan.kind} {plan.name!r} has no graph to serve")
+    if not storage.exists(p.graph_url):
+        raise ConfigError(f"spec.graph.source.url: {storage.redact(p.graph_url)} does not exist")
+    from distgnn.partition.partitioner import partition_graph
+
+    reuse = _find_reusable(p)
+    if reuse is not None:
+        log.info(
+            "reusing existing partitions (same input and options)",
+            extra=kv(manifest=storage.redact(reuse)),
+        )
+        return reuse
+    log.info(
+        "partitioning",
+        extra=kv(
+            graph=storage.redact(p.graph_url),
+            num_parts=p.num_parts,
+            method=p.method,
+            out=storage.redact(p.out_url),
+        ),
+    )
+    if storage.is_local(p.out_url):
+        os.makedirs(storage.local_path(p.out_url), exist_ok=True)
+    partition_graph(
+        p.graph_url,
+        p.num_parts,
+        p.out_url,
+        p.graph_name,
+        method=p.method,
+        balance_train=p.balance_train,
+        balance_edges=p.balance_edges,
+        halo_hops=p.halo_hops,
+        seed=p.seed,
+    )
+    return p.manifest_url
+
+
+def _find_reusable(p: PartitionPlan) -> str | None:
+    """The manifest URL if partitions with the same input fingerprint and options exist."""
+    from distgnn.errors import DistGNNError
+    from distgnn.graph.io import graph_fingerprint
+    from distgnn.partition.manifest import Manifest, PartitionOptions
+
+    url = p.manifest_url
+    if not storage.exists(url):
+        return None
+    try:
+        old = Manifest.from_json(storage.read_bytes(url), storage.redact(url))
+    except DistGNNError as e:
+        log.warning("existing manifest unusable; partitioning again", extra=kv(reason=str(e)))
+        return None
+    wanted = PartitionOptions(
+        method=p.method,
+        seed=p.seed,
+        halo_hops=p.halo_hops,
+        balance_train=p.balance_train,
+        balance_edges=p.balance_edges,
+        train_mask=old.options.train_mask,
+    )
+    if old.num_parts != p.num_parts or old.options != wanted:
+        log.info(
+            "existing partitions have other options; partitioning again",
+            extra=kv(manifest=storage.redact(url)),
+        )
+        return None
+    if old.input_fingerprint != graph_fingerprint(p.graph_url):
+        log.info(
+            "the input graph changed; partitioning again", extra=kv(manifest=storage.redact(url))
+        )
+        return None
+    return url

@@ -1,0 +1,453 @@
+"""Orchestration of one local run: servers, trainers, restarts, deadline, metrics.
+
+:func:`run_job` runs a DistGNNJob plan to completion and returns its metrics;
+:func:`run_graphserver` keeps a GraphServer's servers up until interrupted. Both
+stop every process they started (process groups, SIGTERM then SIGKILL) on success,
+failure, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from distgnn import contract
+from distgnn.errors import ConfigError, JobFailed
+from distgnn.local.plan import LocalPlan, distgnn_argv
+from distgnn.local.ports import LOOPBACK, PortAllocator
+from distgnn.local.registry import GraphServerEntry, Registry, process_create_time
+from distgnn.local.supervisor import ManagedProcess, ProcessSpec, Supervisor, describe_exit
+from distgnn.log import Progress, kv
+
+log = logging.getLogger("distgnn.local")
+
+TAIL = 15
+
+
+@dataclass
+class RunContext:
+    """Everything a run needs besides the plan: where to write, how long to wait."""
+
+    workdir: Path
+    registry: Registry
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    ready_timeout: float = 300.0
+    grace: float = 10.0
+    poll_interval: float = 0.1
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Running (or attached) graph servers as trainers see them."""
+
+    addresses: list[str]
+    token_file: str
+    manifest_url: str
+
+
+class Deadline:
+    """``runPolicy.activeDeadlineSeconds`` counted from the start of the run."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.t0 = time.monotonic()
+
+    def left(self) -> float | None:
+        if self.seconds is None:
+            return None
+        return self.seconds - (time.monotonic() - self.t0)
+
+    def check(self, what: str) -> None:
+        left = self.left()
+        if left is not None and left <= 0:
+            raise JobFailed(
+                f"runPolicy.activeDeadlineSeconds={self.seconds:g} exceeded while {what}"
+            )
+
+
+def write_token(path: Path) -> Path:
+    """A fresh random token in a new 0600 file (never logged)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(secrets.token_urlsafe(32))
+    os.chmod(path, 0o600)
+    return path
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """The parent's environment, readable logs and unbuffered output, plus ``extra``."""
+    env = dict(os.environ)
+    env.setdefault(contract.ENV_LOG_FORMAT, "text")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop(contract.ENV_TOKEN, None)
+    env.update(extra)
+    return env
+
+
+def read_num_parts(manifest_url: str) -> int:
+    """``num_parts`` of a partition manifest (see docs/partition-format.md)."""
+    from distgnn import storage
+    from distgnn.errors import ManifestError
+
+    raw = storage.read_bytes(manifest_url)
+    try:
+        n = json.loads(raw)["num_parts"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ManifestError(f"{storage.redact(manifest_url)}: no valid num_parts ({e})") from e
+    if not isinstance(n, int) or n < 1:
+        raise ManifestError(f"{storage.redact(manifest_url)}: num_parts {n!r} is not >= 1")
+    return n
+
+
+# -- servers ---------------------------------------------------------------------------
+
+
+def start_servers(
+    sup: Supervisor,
+    ctx: RunContext,
+    manifest_url: str,
+    workers: int,
+    token_file: Path,
+    rundir: Path,
+    ports: PortAllocator,
+    deadline: Deadline,
+) -> Servers:
+    """Start one server per partition and wait for all of them to be ready."""
+    num_parts = read_num_parts(manifest_url)
+    health: dict[str, tuple[int, Path]] = {}
+    addresses: list[str] = []
+    for i in range(num_parts):
+        name = f"server-{i}"
+        port, hport = ports.take(), ports.take()
+        ready = rundir / f"{name}.ready"
+        ready.unlink(missing_ok=True)
+        argv = [
+            *distgnn_argv(),
+            "serve",
+            "--manifest", manifest_url,
+            "--part-id", str(i),
+            "--port", str(port),
+            "--bind", LOOPBACK,
+            "--token-file", str(token_file),
+            "--workers", str(workers),
+            "--health-port", str(hport),
+            "--ready-file", str(ready),
+        ]  # fmt: skip
+        env = child_env({contract.ENV_TOKEN_FILE: str(token_file)})
+        sup.start(ProcessSpec(name, argv, env=env, cwd=str(rundir)))
+        health[name] = (hport, ready)
+        addresses.append(f"{LOOPBACK}:{port}")
+    wait_ready(sup, ctx, health, deadline)
+    log.info("graph servers ready", extra=kv(servers=",".join(addresses), num_parts=num_parts))
+    return Servers(addresses, str(token_file), manifest_url)
+
+
+def _is_ready(hport: int, ready: Path) -> bool:
+    if ready.exists():
+        return True
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{hport}/readyz", timeout=1.0) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_ready(
+    sup: Supervisor, ctx: RunContext, health: dict[str, tuple[int, Path]], deadline: Deadline
+) -> None:
+    """Wait for every server's ready file or /readyz; name the one that failed."""
+    pending = dict(health)
+    t_end = time.monotonic() + ctx.ready_timeout
+    with Progress("waiting for graph servers", total=len(health), logger=log) as prog:
+        while pending:
+            for name, (hport, ready) in list(pending.items()):
+                proc = sup.procs[name]
+                if proc.poll() is not None:
+                    raise JobFailed(
+                        failure_text(
+                            proc,
+                            f"{name} exited before it was ready ({describe_exit(proc.poll())})",
+                        )
+                    )
+                if _is_ready(hport, ready):
+                    del pending[name]
+                    prog.update(1)
+            if not pending:
+                break
+            deadline.check("waiting for graph servers")
+            if time.monotonic() > t_end:
+                name = sorted(pending)[0]
+                raise JobFailed(
+                    failure_text(
+                        sup.procs[name],
+                        f"{name} was not ready within {ctx.ready_timeout:g}s "
+                        f"(pending: {', '.join(sorted(pending))})",
+                    )
+                )
+            time.sleep(0.2)
+
+
+def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) -> str:
+    """A multi-line failure description: headline, cause, last log lines."""
+    parts = [headline]
+    if cause:
+        parts.append(f"cause: {cause.strip()}")
+    lines = proc.last_lines(TAIL)
+    if lines:
+        parts.append(f"last {len(lines)} log lines of {proc.name}:")
+        parts.extend(f"  {proc.name} | {ln}" for ln in lines)
+    return "\n".join(parts)
+
+
+# -- trainers --------------------------------------------------------------------------
+
+
+def trainer_specs(
+    plan: LocalPlan, servers: Servers, rundir: Path, master_port: int, attempt: int
+) -> list[ProcessSpec]:
+    """One ProcessSpec per trainer replica with the contract environment."""
+    assert plan.trainer_argv is not None
+    threads = max(1, (os.cpu_count() or 1) // max(1, plan.replicas))
+    specs = []
+    for rank in range(plan.replicas):
+        extra = {
+            contract.ENV_SERVERS: ",".join(servers.addresses),
+            contract.ENV_TOKEN_FILE: servers.token_file,
+            contract.ENV_MANIFEST: servers.manifest_url,
+            contract.ENV_RANK: str(rank),
+            contract.ENV_LOCAL_RANK: str(rank),
+            contract.ENV_WORLD_SIZE: str(plan.replicas),
+            contract.ENV_MASTER_ADDR: LOOPBACK,
+            contract.ENV_MASTER_PORT: str(master_port),
+            contract.ENV_NUM_SAMPLERS: str(plan.num_samplers),
+            contract.ENV_JOB_NAME: plan.name,
+            contract.ENV_METRICS_FILE: str(rundir / "metrics.json"),
+            contract.ENV_TERMINATION_LOG: str(rundir / f"trainer-{rank}.termination-log"),
+            **plan.env,
+        }
+        if plan.checkpoint_url:
+            extra[contract.ENV_CHECKPOINT_URL] = plan.checkpoint_url
+        env = child_env(extra)
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        specs.append(ProcessSpec(f"trainer-{rank}", plan.trainer_argv, env=env, cwd=plan.cwd))
+    return specs
+
+
+def run_trainers(
+    sup: Supervisor,
+    ctx: RunContext,
+    plan: LocalPlan,
+    servers: Servers,
+    rundir: Path,
+    ports: PortAllocator,
+    deadline: Deadline,
+) -> dict[str, Any]:
+    """Run the trainer group, restarting it up to ``backoff_limit`` times; return metrics."""
+    server_names = [n for n in sup.procs if n.startswith("server-")]
+    attempt = 0
+    while True:
+        for f in rundir.glob("*.termination-log"):
+            f.unlink()
+        (rundir / "metrics.json").unlink(missing_ok=True)
+        specs = trainer_specs(plan, servers, rundir, ports.take(), attempt)
+        log.info(
+            "starting trainers",
+            extra=kv(replicas=plan.replicas, attempt=attempt + 1, samplers=plan.num_samplers),
+        )
+        for spec in specs:
+            sup.start(spec)
+        names = [s.name for s in specs]
+        failure = _watch(sup, ctx, names, server_names, rundir, deadline)
+        if failure is None:
+            return read_metrics(sup, rundir, plan)
+        sup.stop(names, grace=ctx.grace)
+        if attempt >= plan.backoff_limit:
+            suffix = f" after {attempt + 1} attempts" if attempt else ""
+            raise JobFailed(f"job {plan.name!r} failed{suffix}: {failure}")
+        attempt += 1
+        log.warning(
+            "trainer group failed; restarting (runPolicy.backoffLimit)",
+            extra=kv(
+                attempt=attempt + 1,
+                backoff_limit=plan.backoff_limit,
+                resume=bool(plan.checkpoint_url),
+            ),
+        )
+
+
+def _watch(
+    sup: Supervisor,
+    ctx: RunContext,
+    trainers: list[str],
+    servers: list[str],
+    rundir: Path,
+    deadline: Deadline,
+) -> str | None:
+    """Wait for the trainers; None when all succeeded, else the failure text."""
+    while True:
+        for name in servers:
+            proc = sup.procs[name]
+            if proc.poll() is not None:
+                raise JobFailed(
+                    failure_text(proc, f"{name} died while training ({describe_exit(proc.poll())})")
+                )
+        done = sup.exited(trainers)
+        bad = [p for p in done if p.poll() != 0]
+        if bad:
+            p = bad[0]
+            cause = _termination_log(rundir, p.name)
+            log.error(
+                "%s failed (%s); stopping the other trainers",
+                p.name,
+                describe_exit(p.poll()),
+                extra=kv(process=p.name),
+            )
+            return failure_text(p, f"{p.name} failed ({describe_exit(p.poll())})", cause)
+        if len(done) == len(trainers):
+            return None
+        left = deadline.left()
+        if left is not None and left <= 0:
+            raise JobFailed(
+                f"runPolicy.activeDeadlineSeconds={deadline.seconds:g} exceeded while training"
+            )
+        time.sleep(ctx.poll_interval)
+
+
+def _termination_log(rundir: Path, name: str) -> str | None:
+    path = rundir / f"{name}.termination-log"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return text[-4000:] or None
+
+
+def read_metrics(sup: Supervisor, rundir: Path, plan: LocalPlan) -> dict[str, Any]:
+    """Rank 0's metrics file, else its last stdout line when JSON, else a status object."""
+    candidates: list[str] = []
+    path = rundir / "metrics.json"
+    if path.exists():
+        candidates.append(path.read_text(encoding="utf-8"))
+    lines = sup.procs["trainer-0"].last_lines(1)
+    if lines:
+        candidates.append(lines[-1])
+    for text in candidates:
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    if plan.app is not None:
+        raise JobFailed(f"trainer-0 exited 0 but wrote no metrics JSON to {path}")
+    return {"job": plan.name, "status": "Succeeded"}
+
+
+# -- whole runs ------------------------------------------------------------------------
+
+
+def _rundir(ctx: RunContext, name: str) -> tempfile.TemporaryDirectory[str]:
+    """A private (0700) folder for one run's token, ready files, logs and metrics."""
+    runs = ctx.workdir / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=f"{name}-", dir=runs)
+
+
+def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) -> dict[str, Any]:
+    """Run a DistGNNJob plan; returns the final metrics or raises JobFailed."""
+    from distgnn.local.plan import prepare_partitions
+
+    deadline = deadline or Deadline(plan.active_deadline)
+    ports = PortAllocator()
+    with _rundir(ctx, plan.name) as tmp, Supervisor(ctx.stream, grace=ctx.grace) as sup:
+        rundir = Path(tmp)
+        os.chmod(rundir, 0o700)
+        if plan.graph_server:
+            entry = ctx.registry.lookup(plan.graph_server)
+            log.info(
+                "attaching to local GraphServer",
+                extra=kv(graphserver=entry.name, servers=",".join(entry.servers)),
+            )
+            servers = Servers(entry.servers, entry.token_file, entry.manifest_url)
+        else:
+            manifest_url = prepare_partitions(plan)
+            deadline.check("partitioning")
+            token = write_token(rundir / "token")
+            servers = start_servers(
+                sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, deadline
+            )
+        metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
+        if plan.graph_server and not ctx.registry.read(plan.graph_server).alive():
+            log.warning("the GraphServer stopped while the job ran")
+        log.info("job succeeded; stopping processes", extra=kv(job=plan.name))
+    return metrics
+
+
+def run_graphserver(plan: LocalPlan, ctx: RunContext) -> None:
+    """Partition if needed, start the servers, register them; serve until interrupted."""
+    from distgnn.local.plan import prepare_partitions
+
+    ports = PortAllocator()
+    registry = ctx.registry
+    try:
+        existing: GraphServerEntry | None = registry.lookup(plan.name)
+    except ConfigError:  # absent or stale: the name is free
+        existing = None
+    if existing is not None:
+        raise ConfigError(
+            f"metadata.name: GraphServer {plan.name!r} is already running (pid {existing.pid})"
+        )
+    manifest_url = prepare_partitions(plan)
+    token = write_token(registry.token_path(plan.name))
+    registered = False
+    try:
+        with _rundir(ctx, plan.name) as tmp, Supervisor(ctx.stream, grace=ctx.grace) as sup:
+            rundir = Path(tmp)
+            servers = start_servers(
+                sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, Deadline(None)
+            )
+            entry = GraphServerEntry(
+                name=plan.name,
+                servers=servers.addresses,
+                token_file=str(token),
+                manifest_url=manifest_url,
+                pid=os.getpid(),
+                create_time=process_create_time(os.getpid()),
+            )
+            path = registry.register(entry)
+            registered = True
+            log.info(
+                "GraphServer up; stop it with Ctrl-C or SIGTERM",
+                extra=kv(
+                    graphserver=plan.name, registry=str(path), servers=",".join(servers.addresses)
+                ),
+            )
+            names = list(sup.procs)
+            while True:
+                dead = sup.exited(names)
+                if dead:
+                    p = dead[0]
+                    raise JobFailed(
+                        failure_text(
+                            p,
+                            f"{p.name} of GraphServer {plan.name!r} died "
+                            f"({describe_exit(p.poll())})",
+                        )
+                    )
+                time.sleep(0.5)
+    finally:
+        if registered:
+            registry.remove(plan.name, pid=os.getpid())
+        else:
+            token.unlink(missing_ok=True)

@@ -1,0 +1,263 @@
+"""Client connections to graph servers.
+
+:class:`Connection` is one authenticated TCP connection with a per-request deadline
+and connect retries while the server starts. :class:`ServerPool` holds one connection
+per partition and keeps requests to several servers in flight at once (send all,
+then receive all). A connection whose request failed half-way is closed and
+re-opened on its next use, so a client never reads a stale answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distgnn import contract
+from distgnn.errors import (
+    AuthError,
+    ConfigError,
+    DistGNNError,
+    ProtocolError,
+    RequestTimeout,
+    ServerError,
+    ServerUnavailable,
+)
+from distgnn.log import kv
+from distgnn.rpc.protocol import (
+    FLAG_RESPONSE,
+    Frame,
+    Into,
+    Limits,
+    MsgType,
+    encode,
+    recv_frame,
+    send_frame,
+)
+
+log = logging.getLogger("distgnn.rpc")
+
+SOCK_BUF = 8 << 20
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Client timeouts in seconds (``DISTGNN_REQUEST_TIMEOUT``, ``DISTGNN_CONNECT_TIMEOUT``)."""
+
+    request: float = 60.0
+    connect: float = 120.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Timeouts:
+        e = os.environ if env is None else env
+        try:
+            return cls(
+                request=float(e.get(contract.ENV_REQUEST_TIMEOUT, "60")),
+                connect=float(e.get(contract.ENV_CONNECT_TIMEOUT, "120")),
+            )
+        except ValueError as err:
+            raise ConfigError(
+                f"{contract.ENV_REQUEST_TIMEOUT}/{contract.ENV_CONNECT_TIMEOUT}: {err}"
+            ) from err
+
+
+class Connection:
+    """One authenticated connection to a graph server."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str | None,
+        timeouts: Timeouts | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.host, self.port, self.token = host, port, token
+        self.timeouts = timeouts or Timeouts()
+        self.limits = limits or Limits()
+        self.peer = f"{host}:{port}"
+        self.sock: socket.socket | None = None
+        self.server_info: dict[str, Any] = {}
+        self._ids = itertools.count(1)
+
+    def connect(self) -> None:
+        """Connect (retrying refused connections until the connect timeout) and authenticate."""
+        deadline = time.monotonic() + self.timeouts.connect
+        delay = 0.05
+        while True:
+            try:
+                sock = socket.create_connection(
+                    (self.host, self.port), timeout=max(0.1, min(5.0, deadline - time.monotonic()))
+                )
+                break
+            except OSError as e:
+                if time.monotonic() + delay >= deadline:
+                    raise ServerUnavailable(
+                        f"graph server {self.peer} unreachable for {self.timeouts.connect:.0f}s "
+                        f"({e}); is it running? (timeout: {contract.ENV_CONNECT_TIMEOUT})"
+                    ) from e
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            sock.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF)
+        self.sock = sock
+        try:
+            reply = self._roundtrip(MsgType.HELLO, {"token": self.token or "", "pid": os.getpid()})
+        except ServerError as e:
+            self.close()
+            if "auth" in str(e):
+                raise AuthError(f"graph server {self.peer} refused the token: {e}") from e
+            raise
+        except DistGNNError:
+            self.close()
+            raise
+        self.server_info = reply.meta
+        log.debug("connected", extra=kv(peer=self.peer, part=reply.meta.get("part_id")))
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            finally:
+                self.sock = None
+
+    def send(self, mtype: MsgType, meta: dict[str, Any], bufs: Sequence[np.ndarray] = ()) -> int:
+        """Send one request; returns its id. Connects first if needed."""
+        if self.sock is None:
+            self.connect()
+        assert self.sock is not None
+        req_id = next(self._ids)
+        chunks = encode(mtype, req_id, meta, bufs, limits=self.limits)
+        self.sock.settimeout(self.timeouts.request)
+        try:
+            send_frame(self.sock, chunks)
+        except TimeoutError as e:
+            self.close()
+            raise RequestTimeout(f"{self.peer}: could not send a {mtype.name} request") from e
+        except OSError as e:
+            self.close()
+            raise ServerUnavailable(f"graph server {self.peer} is gone ({e})") from e
+        return req_id
+
+    def recv(self, req_id: int, mtype: MsgType, into: Into | None = None) -> Frame:
+        """Receive the answer to ``req_id``; server errors raise :class:`ServerError`."""
+        if self.sock is None:
+            raise ServerUnavailable(f"graph server {self.peer}: connection was closed")
+        deadline = time.monotonic() + self.timeouts.request
+        try:
+            frame = recv_frame(self.sock, self.peer, self.limits, deadline, into)
+        except RequestTimeout as e:
+            self.close()
+            raise RequestTimeout(
+                f"graph server {self.peer} did not answer {mtype.name} within "
+                f"{self.timeouts.request:g}s ({contract.ENV_REQUEST_TIMEOUT})"
+            ) from e
+        except ServerUnavailable as e:
+            self.close()
+            raise ServerUnavailable(
+                f"graph server {self.peer} went away during a {mtype.name} request ({e})"
+            ) from e
+        except ProtocolError:
+            self.close()
+            raise
+        if frame.type == MsgType.ERROR:
+            if frame.req_id == 0:
+                self.close()
+            code, msg = frame.meta.get("code", "error"), frame.meta.get("message", "")
+            raise ServerError(f"graph server {self.peer}: {mtype.name} failed ({code}): {msg}")
+        if frame.req_id != req_id or frame.type != mtype or not frame.flags & FLAG_RESPONSE:
+            self.close()
+            raise ProtocolError(f"{self.peer}: answer does not match request {req_id}")
+        return frame
+
+    def _roundtrip(
+        self, mtype: MsgType, meta: dict[str, Any], bufs: Sequence[np.ndarray] = ()
+    ) -> Frame:
+        assert self.sock is not None
+        req_id = next(self._ids)
+        self.sock.settimeout(self.timeouts.request)
+        try:
+            send_frame(self.sock, encode(mtype, req_id, meta, bufs, limits=self.limits))
+        except OSError as e:
+            raise ServerUnavailable(f"graph server {self.peer} is gone ({e})") from e
+        return self.recv(req_id, mtype)
+
+    def request(
+        self,
+        mtype: MsgType,
+        meta: dict[str, Any],
+        bufs: Sequence[np.ndarray] = (),
+        into: Into | None = None,
+    ) -> Frame:
+        """Send one request and wait for its answer."""
+        return self.recv(self.send(mtype, meta, bufs), mtype, into)
+
+
+@dataclass
+class Call:
+    """One request of a :meth:`ServerPool.call_many` batch."""
+
+    mtype: MsgType
+    meta: dict[str, Any]
+    bufs: Sequence[np.ndarray] = ()
+    into: Into | None = None
+
+
+class ServerPool:
+    """One connection per partition server, with several requests in flight at once."""
+
+    def __init__(
+        self,
+        addrs: Sequence[tuple[str, int]],
+        token: str | None,
+        timeouts: Timeouts | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.addrs = list(addrs)
+        self.conns = [Connection(h, p, token, timeouts, limits) for h, p in self.addrs]
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.conns)
+
+    def connect_all(self) -> None:
+        for c in self.conns:
+            if c.sock is None:
+                c.connect()
+
+    def call(self, part: int, call: Call) -> Frame:
+        return self.call_many({part: call})[part]
+
+    def call_many(self, calls: Mapping[int, Call]) -> dict[int, Frame]:
+        """Send every call first, then collect every answer (requests overlap on the servers)."""
+        with self._lock:
+            sent: dict[int, int] = {}
+            out: dict[int, Frame] = {}
+            first_error: DistGNNError | None = None
+            try:
+                for part, c in calls.items():
+                    sent[part] = self.conns[part].send(c.mtype, c.meta, c.bufs)
+            except DistGNNError as e:
+                first_error = e
+            for part, req_id in sent.items():
+                c = calls[part]
+                try:
+                    out[part] = self.conns[part].recv(req_id, c.mtype, c.into)
+                except DistGNNError as e:
+                    first_error = first_error or e
+            if first_error is not None:
+                raise first_error
+            return out
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()

@@ -1,0 +1,285 @@
+"""The wire protocol: versioned binary frames, no pickle.
+
+A frame is::
+
+    header   struct HEADER (24 bytes): magic b"DGNN", version u8, type u8, flags u16,
+             request id u64, metadata length u32, number of buffers u16, reserved u16
+    lengths  one u64 per buffer
+    metadata UTF-8 JSON object; its "bufs" list gives each buffer's dtype and shape
+    buffers  raw C-order array bytes, back to back
+
+Buffers are sent straight from the arrays' memory with ``sendmsg`` (no
+concatenation) and received with ``recv_into`` into preallocated NumPy arrays,
+optionally into caller-provided destinations (see :func:`recv_frame`). Every size
+is checked against :class:`Limits` before anything is allocated, and dtypes come
+from :data:`DTYPES`; anything else raises :class:`~distgnn.errors.ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from distgnn.errors import ProtocolError, RequestTimeout, ServerUnavailable
+
+MAGIC = b"DGNN"
+VERSION = 1
+HEADER = struct.Struct("<4sBBHQIHH")
+FLAG_RESPONSE = 0x1
+
+DTYPES: frozenset[str] = frozenset(
+    {
+        "bool",
+        "int8",
+        "uint8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    }
+)
+"""dtypes allowed in buffers (little-endian native on every supported platform)."""
+
+
+class MsgType(IntEnum):
+    """Every message type; a response carries the request's type and FLAG_RESPONSE."""
+
+    HELLO = 1
+    GET_META = 2
+    PULL = 3
+    PUSH = 4
+    INIT_TENSOR = 5
+    DELETE_TENSOR = 6
+    SPARSE_UPDATE = 7
+    SAMPLE_NEIGHBORS = 8
+    FIND_EDGES = 9
+    DEGREES = 10
+    PING = 11
+    LIST_TENSORS = 12
+    ERROR = 255
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds checked before allocating anything for an incoming frame."""
+
+    max_meta: int = 1 << 20
+    max_bufs: int = 64
+    max_buf_bytes: int = 8 << 30
+    max_total_bytes: int = 16 << 30
+
+
+@dataclass
+class Frame:
+    """One decoded message."""
+
+    type: MsgType
+    req_id: int
+    meta: dict[str, Any]
+    bufs: list[np.ndarray] = field(default_factory=list)
+    flags: int = 0
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flags & FLAG_RESPONSE)
+
+
+Into = Callable[[int, np.dtype, tuple[int, ...]], "np.ndarray | None"]
+"""``into(index, dtype, shape)`` may return a writable C-contiguous array to receive buffer
+``index`` directly (zero extra copy), or None to let the codec allocate one."""
+
+
+def _as_buffer(a: np.ndarray) -> np.ndarray:
+    if a.dtype.name not in DTYPES:
+        raise ProtocolError(f"dtype {a.dtype} is not allowed on the wire")
+    return np.ascontiguousarray(a)
+
+
+def encode(
+    mtype: MsgType,
+    req_id: int,
+    meta: dict[str, Any],
+    bufs: Sequence[np.ndarray] = (),
+    flags: int = 0,
+    limits: Limits | None = None,
+) -> list[memoryview | bytes]:
+    """The frame as a list of byte chunks (buffers are views of the arrays, not copies)."""
+    lim = limits or Limits()
+    arrays = [_as_buffer(b) for b in bufs]
+    if len(arrays) > lim.max_bufs:
+        raise ProtocolError(f"{len(arrays)} buffers exceed the limit of {lim.max_bufs}")
+    meta = dict(meta)
+    meta["bufs"] = [[a.dtype.name, list(a.shape)] for a in arrays]
+    mbytes = json.dumps(meta, separators=(",", ":")).encode()
+    if len(mbytes) > lim.max_meta:
+        raise ProtocolError(f"metadata of {len(mbytes)} bytes exceeds {lim.max_meta}")
+    head = HEADER.pack(MAGIC, VERSION, int(mtype), flags, req_id, len(mbytes), len(arrays), 0)
+    lens = struct.pack(f"<{len(arrays)}Q", *(a.nbytes for a in arrays))
+    chunks: list[memoryview | bytes] = [head + lens + mbytes]
+    chunks += [a.data.cast("B") for a in arrays if a.nbytes]
+    return chunks
+
+
+def encode_bytes(
+    mtype: MsgType, req_id: int, meta: dict[str, Any], bufs: Sequence[np.ndarray] = ()
+) -> bytes:
+    """The whole frame as one bytes object (tests and tiny messages)."""
+    return b"".join(bytes(c) for c in encode(mtype, req_id, meta, bufs))
+
+
+def send_frame(sock: socket.socket, chunks: list[memoryview | bytes]) -> None:
+    """Send all chunks with ``sendmsg``, resuming after partial sends."""
+    views = [memoryview(c) for c in chunks]
+    i = 0
+    while i < len(views):
+        sent = sock.sendmsg(views[i : i + 512])
+        while sent and i < len(views):
+            n = len(views[i])
+            if sent >= n:
+                sent -= n
+                i += 1
+            else:
+                views[i] = views[i][sent:]
+                sent = 0
+        while i < len(views) and len(views[i]) == 0:
+            i += 1
+
+
+def recv_exact(sock: socket.socket, view: memoryview, peer: str, deadline: float | None) -> None:
+    """Fill ``view`` from the socket; EOF -> ServerUnavailable, timeout -> RequestTimeout."""
+    pos, n = 0, len(view)
+    while pos < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimeout(f"{peer}: no complete answer within the timeout")
+            sock.settimeout(left)
+        try:
+            got = sock.recv_into(view[pos:], min(n - pos, 1 << 26))
+        except TimeoutError as e:
+            raise RequestTimeout(f"{peer}: no complete answer within the timeout") from e
+        except OSError as e:
+            raise ServerUnavailable(f"{peer}: connection failed ({e})") from e
+        if got == 0:
+            if pos == 0 and view.nbytes == HEADER.size:
+                raise ServerUnavailable(f"{peer}: connection closed")
+            raise ServerUnavailable(f"{peer}: connection closed in the middle of a frame")
+        pos += got
+
+
+def parse_header(
+    data: bytes | bytearray | memoryview, limits: Limits
+) -> tuple[int, int, int, int, int]:
+    """Validate a header; returns (type, flags, req_id, meta_len, nbufs)."""
+    magic, ver, mtype, flags, req_id, mlen, nbufs, _ = HEADER.unpack(data)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {bytes(magic)!r} (not a DistGNN frame)")
+    if ver != VERSION:
+        raise ProtocolError(f"protocol version {ver} is not supported (this side speaks {VERSION})")
+    if mtype not in MsgType._value2member_map_:
+        raise ProtocolError(f"unknown message type {mtype}")
+    if mlen > limits.max_meta:
+        raise ProtocolError(f"metadata length {mlen} exceeds the limit of {limits.max_meta}")
+    if nbufs > limits.max_bufs:
+        raise ProtocolError(f"{nbufs} buffers exceed the limit of {limits.max_bufs}")
+    return mtype, flags, req_id, mlen, nbufs
+
+
+def _parse_meta(raw: bytes, lens: Sequence[int]) -> tuple[dict[str, Any], list[Any]]:
+    try:
+        meta = json.loads(raw.decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError(f"metadata is not valid JSON ({e})") from e
+    if not isinstance(meta, dict):
+        raise ProtocolError("metadata must be a JSON object")
+    descs = meta.pop("bufs", [])
+    if not isinstance(descs, list) or len(descs) != len(lens):
+        raise ProtocolError("metadata 'bufs' does not describe every buffer")
+    out = []
+    for i, (d, n) in enumerate(zip(descs, lens, strict=True)):
+        if (
+            not isinstance(d, list)
+            or len(d) != 2
+            or d[0] not in DTYPES
+            or not isinstance(d[1], list)
+            or not all(isinstance(s, int) and s >= 0 for s in d[1])
+        ):
+            raise ProtocolError(f"buffer {i}: bad descriptor {str(d)[:80]} (dtype not allowed?)")
+        dt = np.dtype(d[0])
+        shape = tuple(d[1])
+        if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != n:
+            raise ProtocolError(f"buffer {i}: {n} bytes do not match {d[0]}{list(shape)}")
+        out.append((dt, shape))
+    return meta, out
+
+
+def recv_frame(
+    sock: socket.socket,
+    peer: str,
+    limits: Limits | None = None,
+    deadline: float | None = None,
+    into: Into | None = None,
+) -> Frame:
+    """Read one frame, checking every limit before allocating; see :data:`Into`."""
+    lim = limits or Limits()
+    head = bytearray(HEADER.size)
+    recv_exact(sock, memoryview(head), peer, deadline)
+    mtype, flags, req_id, mlen, nbufs = parse_header(head, lim)
+    rest = bytearray(8 * nbufs + mlen)
+    recv_exact(sock, memoryview(rest), peer, deadline)
+    lens = struct.unpack(f"<{nbufs}Q", rest[: 8 * nbufs])
+    if any(n > lim.max_buf_bytes for n in lens) or sum(lens) > lim.max_total_bytes:
+        raise ProtocolError(f"buffers of {sum(lens)} bytes exceed the size limits")
+    meta, descs = _parse_meta(bytes(rest[8 * nbufs :]), lens)
+    bufs = []
+    for i, (dt, shape) in enumerate(descs):
+        arr = into(i, dt, shape) if into is not None else None
+        if arr is None or arr.dtype != dt or arr.shape != shape or not arr.flags.c_contiguous:
+            arr = np.empty(shape, dtype=dt)
+        if arr.nbytes:
+            recv_exact(sock, arr.data.cast("B"), peer, deadline)
+        bufs.append(arr)
+    return Frame(MsgType(mtype), req_id, meta, bufs, flags)
+
+
+def decode_bytes(data: bytes, limits: Limits | None = None) -> Frame:
+    """Decode a complete frame held in memory (tests); truncation raises ProtocolError."""
+    lim = limits or Limits()
+    if len(data) < HEADER.size:
+        raise ProtocolError("truncated frame header")
+    mtype, flags, req_id, mlen, nbufs = parse_header(data[: HEADER.size], lim)
+    pos = HEADER.size
+    if len(data) < pos + 8 * nbufs + mlen:
+        raise ProtocolError("truncated frame metadata")
+    lens = struct.unpack_from(f"<{nbufs}Q", data, pos)
+    pos += 8 * nbufs
+    if any(n > lim.max_buf_bytes for n in lens) or sum(lens) > lim.max_total_bytes:
+        raise ProtocolError(f"buffers of {sum(lens)} bytes exceed the size limits")
+    meta, descs = _parse_meta(data[pos : pos + mlen], lens)
+    pos += mlen
+    bufs = []
+    for (dt, shape), n in zip(descs, lens, strict=True):
+        if len(data) < pos + n:
+            raise ProtocolError("truncated frame buffers")
+        bufs.append(
+            np.frombuffer(data, dtype=dt, count=n // dt.itemsize, offset=pos).reshape(shape)
+        )
+        pos += n
+    if pos != len(data):
+        raise ProtocolError(f"{len(data) - pos} trailing bytes after the frame")
+    return Frame(MsgType(mtype), req_id, meta, bufs, flags)
+
+
+def error_meta(code: str, message: str) -> dict[str, Any]:
+    """Metadata of an ERROR frame."""
+    return {"code": code, "message": message[:2000]}

@@ -1,0 +1,193 @@
+"""What one mini-batch is made of, computed from ``(epoch, batch index)`` only.
+
+A batcher is deterministic given its seed, the epoch and the batch index, so a
+batch is the same whichever process (trainer or sampler process) builds it.
+Batches travel as flat ``name -> array`` dicts (see :mod:`distgnn.sampling.wire`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn.errors import ConfigError
+from distgnn.sampling.blocks import Block, blocks_from_arrays, blocks_to_arrays
+from distgnn.sampling.negative import UniformNegativeSampler
+from distgnn.sampling.neighbor import Exclusion, NeighborSampler
+from distgnn.sampling.source import GraphSource
+
+EXCLUDE_MODES = ("none", "self", "reverse")
+
+
+@dataclass(frozen=True)
+class PairGraph:
+    """Node pairs to score, as indices into the output nodes (``blocks[-1].dst_nid``)."""
+
+    src: torch.Tensor
+    dst: torch.Tensor
+    num_nodes: int
+
+    def num_edges(self) -> int:
+        return int(self.src.shape[0])
+
+
+def _rng(seed: int, epoch: int, batch: int, stream: int) -> np.random.Generator:
+    return np.random.default_rng([seed, epoch, batch, stream])
+
+
+def _sampler_spec(s: NeighborSampler) -> dict[str, Any]:
+    fan = [dict(f) if not isinstance(f, int) else f for f in s.fanouts]
+    return {"fanouts": fan, "replace": s.replace, "prob": s.prob, "edge_dir": s.edge_dir}
+
+
+class Batcher:
+    """Common part: seeds, batch size, shuffling, the neighbour sampler."""
+
+    kind = ""
+
+    def __init__(
+        self,
+        seeds: np.ndarray,
+        sampler: NeighborSampler,
+        batch_size: int,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size: {batch_size} must be >= 1")
+        self.seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
+        self.sampler, self.batch_size = sampler, batch_size
+        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+
+    def __len__(self) -> int:
+        n = self.seeds.size
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def batch_seeds(self, epoch: int, b: int) -> np.ndarray:
+        ids = self.seeds
+        if self.shuffle:
+            ids = ids[np.random.default_rng([self.seed, epoch]).permutation(ids.size)]
+        return ids[b * self.batch_size : (b + 1) * self.batch_size]
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "sampler": _sampler_spec(self.sampler),
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "seed": self.seed,
+        }
+
+    def make(self, src: GraphSource, epoch: int, b: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def decode(self, arrays: dict[str, np.ndarray]) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+
+class NodeBatcher(Batcher):
+    """Node classification: ``(input_nodes, output_nodes, blocks)``."""
+
+    kind = "node"
+
+    def make(self, src: GraphSource, epoch: int, b: int) -> dict[str, np.ndarray]:
+        seeds = self.batch_seeds(epoch, b)
+        inp, out, blocks = self.sampler.sample_blocks(src.one_hop(_rng(self.seed, epoch, b, 0)), seeds)
+        arrays = blocks_to_arrays(blocks)
+        arrays.update(input_nodes=inp, output_nodes=out)
+        return arrays
+
+    def decode(self, arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, list[Block]]:
+        return (
+            torch.from_numpy(arrays["input_nodes"]),
+            torch.from_numpy(arrays["output_nodes"]),
+            blocks_from_arrays(arrays),
+        )
+
+
+class EdgeBatcher(Batcher):
+    """Link prediction: ``(input_nodes, pos_pair_graph, neg_pair_graph, blocks)``.
+
+    Seeds are edge IDs. ``exclude`` drops the seed edges (``"self"``) and also
+    their reverses ``(v, u)`` (``"reverse"``) from the sampled neighbourhoods.
+    """
+
+    kind = "edge"
+
+    def __init__(
+        self,
+        seeds: np.ndarray,
+        sampler: NeighborSampler,
+        batch_size: int,
+        num_negs: int = 1,
+        exclude: str = "none",
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(seeds, sampler, batch_size, shuffle, drop_last, seed)
+        if exclude not in EXCLUDE_MODES:
+            raise ConfigError(f"exclude: {exclude!r} is not one of {', '.join(EXCLUDE_MODES)}")
+        self.neg = UniformNegativeSampler(num_negs)
+        self.exclude = exclude
+
+    def spec(self) -> dict[str, Any]:
+        return {**super().spec(), "num_negs": self.neg.k, "exclude": self.exclude}
+
+    def make(self, src: GraphSource, epoch: int, b: int) -> dict[str, np.ndarray]:
+        eids = self.batch_seeds(epoch, b)
+        u, v = src.find_edges(eids)
+        nu, nv = self.neg(u, src.num_nodes(), _rng(self.seed, epoch, b, 1))
+        nodes, inv = np.unique(np.concatenate([u, v, nu, nv]), return_inverse=True)
+        inv = inv.reshape(-1)
+        p, q = u.size, nu.size
+        excl = None
+        if self.exclude == "self":
+            excl = Exclusion(eids=eids)
+        elif self.exclude == "reverse":
+            excl = Exclusion(eids=eids, pairs=(np.concatenate([u, v]), np.concatenate([v, u])))
+        one_hop = src.one_hop(_rng(self.seed, epoch, b, 0))
+        inp, _, blocks = self.sampler.sample_blocks(one_hop, nodes, excl)
+        arrays = blocks_to_arrays(blocks)
+        arrays.update(
+            input_nodes=inp,
+            output_nodes=nodes,
+            pos_eid=eids,
+            pos_src=inv[:p],
+            pos_dst=inv[p : 2 * p],
+            neg_src=inv[2 * p : 2 * p + q],
+            neg_dst=inv[2 * p + q :],
+        )
+        return arrays
+
+    def decode(
+        self, arrays: dict[str, np.ndarray]
+    ) -> tuple[torch.Tensor, PairGraph, PairGraph, list[Block]]:
+        n = int(arrays["output_nodes"].size)
+        t = torch.from_numpy
+        pos = PairGraph(t(arrays["pos_src"]), t(arrays["pos_dst"]), n)
+        neg = PairGraph(t(arrays["neg_src"]), t(arrays["neg_dst"]), n)
+        return t(arrays["input_nodes"]), pos, neg, blocks_from_arrays(arrays)
+
+
+def batcher_from_spec(spec: dict[str, Any], seeds: np.ndarray) -> Batcher:
+    """Rebuild a batcher in a sampler process (seeds travel separately as raw bytes)."""
+    s = spec["sampler"]
+    sampler = NeighborSampler(s["fanouts"], s["replace"], s["prob"], s["edge_dir"])
+    common = {
+        "shuffle": spec["shuffle"],
+        "drop_last": spec["drop_last"],
+        "seed": spec["seed"],
+    }
+    if spec["kind"] == "node":
+        return NodeBatcher(seeds, sampler, spec["batch_size"], **common)
+    if spec["kind"] == "edge":
+        return EdgeBatcher(
+            seeds, sampler, spec["batch_size"], spec["num_negs"], spec["exclude"], **common
+        )
+    raise ConfigError(f"batcher: unknown kind {spec['kind']!r}")

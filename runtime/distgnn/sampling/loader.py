@@ -1,0 +1,243 @@
+"""Data loaders: mini-batches sampled in the trainer or in sampler processes.
+
+:class:`DistDataLoader` iterates one epoch per ``iter()``. With
+``num_samplers=0`` it samples in the calling process; otherwise it starts that
+many sampler processes (``spawn``), each opening its own graph source (its own
+server connections) and sampling batches ``w, w+N, w+2N, ...`` ahead of the
+trainer. Batches come back over pipes as pickle-free array messages; a batch
+depends only on ``(seed, epoch, index)``, so results are the same whichever
+process builds them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import time
+import traceback
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import numpy as np
+
+from distgnn.errors import ConfigError, DistGNNError, RequestTimeout
+from distgnn.log import kv
+from distgnn.sampling import wire
+from distgnn.sampling.batches import Batcher, EdgeBatcher, NodeBatcher, batcher_from_spec
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import GraphSource, open_source, source_for
+
+log = logging.getLogger("distgnn.sampling")
+
+_END = b"E"
+_ERR = b"X"
+_BATCH = b"B"
+
+
+class SamplerError(DistGNNError, RuntimeError):
+    """A sampler process failed or died; the message carries its root cause."""
+
+
+def _sampler_main(
+    source_spec: str, batch_spec: str, seeds: bytes, worker: int, workers: int, conn: Connection
+) -> None:
+    """Entry point of a sampler process: wait for an epoch number, sample its share, repeat."""
+    import torch
+
+    torch.set_num_threads(1)
+    src: GraphSource | None = None
+    try:
+        src = open_source(json.loads(source_spec))
+        batcher = batcher_from_spec(json.loads(batch_spec), np.frombuffer(seeds, dtype=np.int64))
+        while True:
+            try:
+                cmd = json.loads(conn.recv_bytes())
+            except EOFError:
+                return
+            if cmd.get("stop"):
+                return
+            epoch = int(cmd["epoch"])
+            for b in range(worker, len(batcher), workers):
+                conn.send_bytes(_BATCH + wire.encode(batcher.make(src, epoch, b)))
+            conn.send_bytes(_END)
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        return
+    except Exception as e:
+        msg = f"sampler {worker}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+        try:
+            conn.send_bytes(_ERR + msg.encode())
+        except OSError:
+            pass
+    finally:
+        if src is not None:
+            src.close()
+        conn.close()
+
+
+class DistDataLoader:
+    """Iterate mini-batches of ``batcher`` over ``source``; one epoch per ``iter()``."""
+
+    def __init__(
+        self,
+        source: GraphSource,
+        batcher: Batcher,
+        num_samplers: int = 0,
+        timeout: float = 300.0,
+    ) -> None:
+        if num_samplers < 0:
+            raise ConfigError(f"num_samplers: {num_samplers} must be >= 0")
+        self.source, self.batcher = source, batcher
+        self.num_samplers, self.timeout = num_samplers, timeout
+        self.epoch = 0
+        self._procs: list[BaseProcess] = []
+        self._conns: list[Connection] = []
+        self._pending: list[bool] = []  # worker still owes an end marker
+        if num_samplers:
+            spec = source.spec()
+            if spec is None:
+                raise ConfigError(
+                    "num_samplers: this graph cannot be re-opened by a sampler process "
+                    "(load it from a file or the servers, or use num_samplers=0)"
+                )
+            self._start(spec)
+
+    def __len__(self) -> int:
+        return len(self.batcher)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next ``iter()`` samples (for resuming)."""
+        self.epoch = epoch
+
+    def _start(self, spec: dict[str, Any]) -> None:
+        ctx = mp.get_context("spawn")
+        seeds = self.batcher.seeds.tobytes()
+        for w in range(self.num_samplers):
+            parent, child = ctx.Pipe(duplex=True)
+            p = ctx.Process(
+                target=_sampler_main,
+                args=(json.dumps(spec), json.dumps(self.batcher.spec()), seeds, w,
+                      self.num_samplers, child),
+                name=f"distgnn-sampler-{w}",
+                daemon=True,
+            )
+            p.start()
+            child.close()
+            self._procs.append(p)
+            self._conns.append(parent)
+            self._pending.append(False)
+        log.info("sampler processes started", extra=kv(num_samplers=self.num_samplers))
+
+    def _recv(self, w: int) -> bytes:
+        conn, proc = self._conns[w], self._procs[w]
+        deadline = time.monotonic() + self.timeout
+        while not conn.poll(0.5):
+            if not proc.is_alive() and not conn.poll(0):
+                raise SamplerError(f"sampler {w} exited with code {proc.exitcode}")
+            if time.monotonic() > deadline:
+                raise RequestTimeout(f"sampler {w}: no batch within {self.timeout:.0f}s")
+        try:
+            msg = conn.recv_bytes()
+        except EOFError as e:
+            raise SamplerError(f"sampler {w} closed its pipe (exit code {proc.exitcode})") from e
+        if msg[:1] == _ERR:
+            raise SamplerError(msg[1:].decode(errors="replace"))
+        return msg
+
+    def _drain(self) -> None:
+        for w, pending in enumerate(self._pending):
+            while pending:
+                pending = self._recv(w)[:1] != _END
+            self._pending[w] = False
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        epoch = self.epoch
+        self.epoch += 1
+        n = len(self.batcher)
+        if not self.num_samplers:
+            for b in range(n):
+                yield self.batcher.decode(self.batcher.make(self.source, epoch, b))
+            return
+        self._drain()
+        for w, conn in enumerate(self._conns):
+            conn.send_bytes(json.dumps({"epoch": epoch}).encode())
+            self._pending[w] = True
+        for b in range(n):
+            msg = self._recv(b % self.num_samplers)
+            yield self.batcher.decode(wire.decode(msg[1:]))
+        for w in range(self.num_samplers):
+            if self._recv(w)[:1] != _END:
+                raise SamplerError(f"sampler {w}: more batches than expected")
+            self._pending[w] = False
+
+    def close(self) -> None:
+        """Stop the sampler processes (idempotent)."""
+        for conn in self._conns:
+            try:
+                conn.send_bytes(b'{"stop": true}')
+            except OSError:
+                pass
+            conn.close()
+        for p in self._procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+            p.close()
+        self._procs, self._conns, self._pending = [], [], []
+
+    def __enter__(self) -> DistDataLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if self._procs:
+            self.close()
+
+
+def NodeDataLoader(
+    g: Any,
+    nids: Any,
+    sampler: NeighborSampler,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    num_samplers: int = 0,
+    seed: int = 0,
+    source: GraphSource | None = None,
+) -> DistDataLoader:
+    """Node-classification loader over ``nids``: ``(input_nodes, output_nodes, blocks)``."""
+    src = source or source_for(g)
+    batcher = NodeBatcher(np.asarray(nids), sampler, batch_size, shuffle, drop_last, seed)
+    return DistDataLoader(src, batcher, num_samplers)
+
+
+def EdgeDataLoader(
+    g: Any,
+    eids: Any,
+    sampler: NeighborSampler,
+    batch_size: int,
+    *,
+    num_negs: int = 1,
+    exclude: str = "none",
+    shuffle: bool = True,
+    drop_last: bool = False,
+    num_samplers: int = 0,
+    seed: int = 0,
+    source: GraphSource | None = None,
+) -> DistDataLoader:
+    """Link-prediction loader: ``(input_nodes, pos_pair_graph, neg_pair_graph, blocks)``."""
+    src = source or source_for(g)
+    batcher = EdgeBatcher(
+        np.asarray(eids), sampler, batch_size, num_negs, exclude, shuffle, drop_last, seed
+    )
+    return DistDataLoader(src, batcher, num_samplers)
+
+
+DistNodeDataLoader = NodeDataLoader
+DistEdgeDataLoader = EdgeDataLoader

@@ -1,0 +1,113 @@
+"""Multi-layer neighbour sampling on top of any one-hop sampler.
+
+:class:`NeighborSampler` calls a one-hop sampler (``seeds -> SampledEdges``)
+once per layer, from the output layer down to the input layer, and compacts
+each hop into a :class:`~distgnn.sampling.blocks.Block`. Where one-hop samples
+come from (an in-memory graph, the graph servers) is the caller's choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from distgnn.errors import ConfigError
+from distgnn.sampling.blocks import Block, to_block
+
+Fanout = int | Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Hop:
+    """The edges of one sampled hop, global IDs, messages flow ``src -> dst``."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    eid: np.ndarray
+    etype: np.ndarray | None = None
+
+
+class OneHop(Protocol):
+    """Samples at most ``fanout`` in-edges (or out-edges) of every seed."""
+
+    def __call__(
+        self, seeds: np.ndarray, fanout: Fanout, *, replace: bool, prob: str | None, edge_dir: str
+    ) -> Hop: ...
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Edges to drop from every sampled hop: by edge ID and/or by ``(src, dst)`` pair."""
+
+    eids: np.ndarray | None = None
+    pairs: tuple[np.ndarray, np.ndarray] | None = None
+
+    def keep_mask(self, hop: Hop) -> np.ndarray:
+        keep = np.ones(hop.eid.shape[0], dtype=bool)
+        if self.eids is not None and self.eids.size:
+            keep &= ~np.isin(hop.eid, self.eids)
+        if self.pairs is not None and self.pairs[0].size:
+            ps, pd = self.pairs
+            width = int(max(hop.src.max(initial=0), hop.dst.max(initial=0), ps.max(), pd.max())) + 1
+            keys = ps.astype(np.int64) * width + pd.astype(np.int64)
+            keep &= ~np.isin(hop.src.astype(np.int64) * width + hop.dst, keys)
+        return keep
+
+
+class NeighborSampler:
+    """DGL-style multi-layer sampler: ``fanouts[0]`` is the input layer's fanout.
+
+    A fanout is an int (``-1`` = all neighbours) or, for heterogeneous graphs,
+    a dict ``"SRC:ETYPE:DST" -> int``. ``prob`` names an edge-data field of
+    non-negative sampling weights.
+    """
+
+    def __init__(
+        self,
+        fanouts: Sequence[Fanout],
+        replace: bool = False,
+        prob: str | None = None,
+        edge_dir: str = "in",
+    ) -> None:
+        if not fanouts:
+            raise ConfigError("fanouts: at least one layer is needed")
+        for f in fanouts:
+            vals = list(f.values()) if isinstance(f, Mapping) else [f]
+            if any(not isinstance(v, int) or (v < 1 and v != -1) for v in vals):
+                raise ConfigError(f"fanouts: {f!r} is not a positive int or -1")
+        if edge_dir not in ("in", "out"):
+            raise ConfigError(f"edge_dir: {edge_dir!r} is not 'in' or 'out'")
+        self.fanouts = list(fanouts)
+        self.replace = replace
+        self.prob = prob
+        self.edge_dir = edge_dir
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def sample_blocks(
+        self, one_hop: OneHop, seeds: np.ndarray, exclude: Exclusion | None = None
+    ) -> tuple[np.ndarray, np.ndarray, list[Block]]:
+        """``(input_nodes, output_nodes, blocks)``; ``blocks[0]`` is the input layer."""
+        output = np.asarray(seeds, dtype=np.int64)
+        frontier = output
+        blocks: list[Block] = []
+        for fanout in reversed(self.fanouts):
+            hop = one_hop(
+                frontier, fanout, replace=self.replace, prob=self.prob, edge_dir=self.edge_dir
+            )
+            if self.edge_dir == "out":  # sampled seed -> nbr; messages flow nbr -> seed
+                hop = Hop(hop.dst, hop.src, hop.eid, hop.etype)
+            if exclude is not None:
+                keep = exclude.keep_mask(hop)
+                if not keep.all():
+                    et = None if hop.etype is None else hop.etype[keep]
+                    hop = Hop(hop.src[keep], hop.dst[keep], hop.eid[keep], et)
+            block = to_block(frontier, hop.src, hop.dst, hop.eid, hop.etype)
+            blocks.insert(0, block)
+            frontier = block.src_nid
+        return frontier, output, blocks

@@ -1,0 +1,126 @@
+"""Where one-hop samples come from: an in-memory graph or the distributed graph.
+
+A :class:`GraphSource` offers what the loaders need (one-hop sampling, edge
+endpoints, node count) plus a JSON ``spec`` from which a sampler process
+re-opens its own source (its own server connections).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from distgnn.errors import ConfigError
+from distgnn.sampling.local import LocalGraph
+from distgnn.sampling.neighbor import Fanout, Hop, OneHop
+
+
+class GraphSource(Protocol):
+    def one_hop(self, rng: np.random.Generator) -> OneHop: ...
+    def num_nodes(self) -> int: ...
+    def find_edges(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+    def spec(self) -> dict[str, Any] | None: ...
+    def close(self) -> None: ...
+
+
+def _np(x: Any) -> np.ndarray:
+    if hasattr(x, "numpy"):
+        return np.asarray(x.numpy())
+    return np.asarray(x)
+
+
+class LocalSource:
+    """A :class:`LocalGraph` (from a file when ``path`` is given, so sampler processes can open it)."""
+
+    def __init__(self, g: LocalGraph, path: str | None = None) -> None:
+        self.g, self.path = g, path
+
+    def one_hop(self, rng: np.random.Generator) -> OneHop:
+        return self.g.one_hop(rng)
+
+    def num_nodes(self) -> int:
+        return self.g.num_nodes()
+
+    def find_edges(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.g.find_edges(eids)
+
+    def spec(self) -> dict[str, Any] | None:
+        return None if self.path is None else {"kind": "local", "path": self.path}
+
+    def close(self) -> None:
+        return None
+
+
+class _DistOneHop:
+    def __init__(self, g: Any) -> None:
+        from distgnn.dist.sampling import sample_neighbors
+
+        self.g, self._sample = g, sample_neighbors
+
+    def __call__(
+        self, seeds: np.ndarray, fanout: Fanout, *, replace: bool, prob: str | None, edge_dir: str
+    ) -> Hop:
+        if edge_dir != "in":
+            raise ConfigError("edge_dir: the distributed graph samples in-edges only")
+        fan: Any = dict(fanout) if not isinstance(fanout, int) else fanout
+        s = self._sample(self.g, np.asarray(seeds, dtype=np.int64), fan, replace=replace, prob=prob)
+        et = getattr(s, "etype", None)
+        return Hop(
+            _np(s.src).astype(np.int64, copy=False),
+            _np(s.dst).astype(np.int64, copy=False),
+            _np(s.eid).astype(np.int64, copy=False),
+            None if et is None else _np(et),
+        )
+
+
+class DistSource:
+    """A ``distgnn.dist.DistGraph``; ``reopen`` is the spec a sampler process opens again."""
+
+    def __init__(self, g: Any, reopen: dict[str, Any] | None, owner: Any = None) -> None:
+        self.g, self._spec, self._owner = g, reopen, owner
+
+    def one_hop(self, rng: np.random.Generator) -> OneHop:
+        return _DistOneHop(self.g)
+
+    def num_nodes(self) -> int:
+        return int(self.g.num_nodes())
+
+    def find_edges(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        src, dst = self.g.find_edges(np.asarray(eids, dtype=np.int64))
+        return _np(src).astype(np.int64), _np(dst).astype(np.int64)
+
+    def spec(self) -> dict[str, Any] | None:
+        return self._spec
+
+    def close(self) -> None:
+        for obj in (self._owner, self.g):
+            fn: Callable[[], Any] | None = getattr(obj, "close", None) if obj is not None else None
+            if fn is not None:
+                fn()
+                break
+
+
+def source_for(g: Any, reopen: dict[str, Any] | None = None) -> GraphSource:
+    """Wrap a graph object (LocalGraph or DistGraph) as a source."""
+    if isinstance(g, LocalGraph):
+        return LocalSource(g, reopen.get("path") if reopen else None)
+    return DistSource(g, reopen)
+
+
+def open_source(spec: dict[str, Any]) -> GraphSource:
+    """Open a source from its spec (in a sampler process)."""
+    kind = spec.get("kind")
+    if kind == "local":
+        return LocalSource(LocalGraph.from_npz(str(spec["path"])), str(spec["path"]))
+    if kind == "standalone":
+        from distgnn.dist.graph import DistGraph
+
+        return DistSource(DistGraph.standalone(str(spec["manifest"])), spec)
+    if kind == "dist":
+        from distgnn.train.graph import open_dist_graph
+
+        g, owner = open_dist_graph(spec)
+        return DistSource(g, spec, owner)
+    raise ConfigError(f"sampler source: unknown kind {kind!r}")

@@ -1,0 +1,140 @@
+"""Vectorised one-hop in-neighbour sampling on a CSC partition (NumPy, no per-seed loops).
+
+All functions return edge *positions* (into the partition's ``indices``/``eid``) and,
+for each, the index of its seed. Without replacement a seed keeps all its in-edges
+when it has at most ``fanout`` of them; otherwise ``fanout`` distinct positions are
+drawn uniformly (rejection with batched re-draws for high degrees, random sort keys
+otherwise). With replacement ``fanout`` independent draws are made. Edge weights
+(``prob``) use inverse-CDF draws (with replacement) or Efraimidis-Spirakis keys
+(without); zero-weight edges are never picked. ``fanout < 0`` keeps every in-edge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+IntArr = np.ndarray
+
+
+def ranges(starts: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:
+    """Concatenate ``arange(s, s+c)`` for each pair; returns (positions, segment ids)."""
+    counts = counts.astype(np.int64, copy=False)
+    total = int(counts.sum())
+    seg = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    if total == 0:
+        return np.empty(0, np.int64), seg
+    base = np.repeat(starts.astype(np.int64) - (np.cumsum(counts) - counts), counts)
+    return base + np.arange(total, dtype=np.int64), seg
+
+
+def _topk_by_key(
+    cand: IntArr, seg: IntArr, keys: np.ndarray, k: IntArr, valid: np.ndarray | None = None
+) -> tuple[IntArr, IntArr]:
+    """Keep, per segment, the ``k[seg]`` candidates with the smallest keys."""
+    if valid is not None:
+        cand, seg, keys = cand[valid], seg[valid], keys[valid]
+    if len(cand) == 0:
+        return cand, seg
+    order = np.lexsort((keys, seg))
+    s = seg[order]
+    first = np.r_[0, np.flatnonzero(s[1:] != s[:-1]) + 1]
+    counts = np.diff(np.r_[first, len(s)])
+    rank = np.arange(len(s)) - np.repeat(first, counts)
+    keep = order[rank < k[s]]
+    keep.sort()
+    return cand[keep], seg[keep]
+
+
+def _distinct_draws(deg: IntArr, f: int, rng: np.random.Generator) -> IntArr:
+    """(n, f) distinct offsets in ``[0, deg)`` per row (deg > 2f), by batched rejection."""
+    d = deg[:, None].astype(np.float64)
+    picks = np.floor(rng.random((len(deg), f)) * d).astype(np.int64)
+    while True:
+        picks.sort(axis=1)
+        dup = np.zeros(picks.shape, dtype=bool)
+        dup[:, 1:] = picks[:, 1:] == picks[:, :-1]
+        n = int(dup.sum())
+        if n == 0:
+            return picks
+        rows = np.nonzero(dup)[0]
+        picks[dup] = np.floor(rng.random(n) * deg[rows]).astype(np.int64)
+
+
+def sample_uniform(
+    indptr: IntArr, seeds: IntArr, fanout: int, replace: bool, rng: np.random.Generator
+) -> tuple[IntArr, IntArr]:
+    """Uniform sampling over all in-edges of ``seeds`` (local node IDs)."""
+    start = indptr[seeds]
+    deg = indptr[seeds + 1] - start
+    if fanout < 0:
+        return ranges(start, deg)
+    if fanout == 0 or len(seeds) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if replace:
+        idx = np.flatnonzero(deg > 0)
+        off = np.floor(rng.random((len(idx), fanout)) * deg[idx, None]).astype(np.int64)
+        pos = (start[idx, None] + off).ravel()
+        return pos, np.repeat(idx, fanout)
+    small = deg <= fanout
+    mid = ~small & (deg <= 2 * fanout)
+    big = deg > 2 * fanout
+    parts_pos, parts_seg = [], []
+    idx = np.flatnonzero(small)
+    p, s = ranges(start[idx], deg[idx])
+    parts_pos.append(p)
+    parts_seg.append(idx[s])
+    idx = np.flatnonzero(mid)
+    if len(idx):
+        p, s = ranges(start[idx], deg[idx])
+        k = np.full(len(idx), fanout, dtype=np.int64)
+        p, s = _topk_by_key(p, s, rng.random(len(p)), k)
+        parts_pos.append(p)
+        parts_seg.append(idx[s])
+    idx = np.flatnonzero(big)
+    if len(idx):
+        off = _distinct_draws(deg[idx], fanout, rng)
+        parts_pos.append((start[idx, None] + off).ravel())
+        parts_seg.append(np.repeat(idx, fanout))
+    pos, seg = np.concatenate(parts_pos), np.concatenate(parts_seg)
+    order = np.argsort(seg, kind="stable")
+    return pos[order], seg[order]
+
+
+def sample_candidates(
+    cand: IntArr,
+    seg: IntArr,
+    nseeds: int,
+    fanout: int,
+    replace: bool,
+    rng: np.random.Generator,
+    weights: np.ndarray | None = None,
+) -> tuple[IntArr, IntArr]:
+    """Sample among explicit candidate positions grouped by seed (``seg`` ascending)."""
+    if fanout < 0 or len(cand) == 0:
+        return cand, seg
+    if fanout == 0:
+        return cand[:0], seg[:0]
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if replace:
+        if w is None:
+            w = np.ones(len(cand))
+        total = np.bincount(seg, weights=w, minlength=nseeds)
+        cw = np.cumsum(w)
+        before = np.r_[0.0, np.cumsum(total)][:-1]
+        idx = np.flatnonzero(total > 0)
+        target = before[idx, None] + rng.random((len(idx), fanout)) * total[idx, None]
+        hit = np.searchsorted(cw, target.ravel(), side="right")
+        hit = np.minimum(hit, len(cand) - 1)
+        # never land on a zero-weight edge or another seed's edge (float round-off)
+        segs = np.repeat(idx, fanout)
+        ok = (seg[hit] == segs) & (w[hit] > 0)
+        return cand[hit[ok]], segs[ok]
+    if w is None:
+        keys = rng.random(len(cand))
+        valid = None
+    else:
+        valid = w > 0
+        with np.errstate(divide="ignore"):
+            keys = -np.log(rng.random(len(cand))) / np.where(valid, w, 1.0)
+    k = np.full(nseeds, fanout, dtype=np.int64)
+    return _topk_by_key(cand, seg, keys, k, valid)

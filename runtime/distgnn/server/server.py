@@ -1,0 +1,202 @@
+"""The graph server's parent process: load, spawn workers, report readiness, drain.
+
+Order of a server's life:
+
+1. the health endpoint starts (``/healthz`` 200, ``/readyz`` 503);
+2. the protocol port is bound (once, here; workers inherit the socket);
+3. partition ``I`` is loaded from object storage into shared memory (checksums verified);
+4. ``N`` worker processes start, attach to the shared memory and accept connections;
+5. ``/readyz`` turns 200 and the ready file (JSON: ports, pid) is written;
+6. on SIGTERM/SIGINT the workers are asked to drain, the shared memory is removed,
+   and the process exits 0. A worker that dies unexpectedly is restarted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from distgnn import log as dlog
+from distgnn import storage
+from distgnn.errors import ConfigError, DistGNNError
+from distgnn.log import kv
+from distgnn.server.health import HealthServer
+from distgnn.server.state import load_into_store
+from distgnn.server.store import ShmStore, default_shm_root
+
+log = logging.getLogger("distgnn.server")
+
+
+class ServerStartError(DistGNNError, RuntimeError):
+    """A graph server could not start (port in use, worker failed to attach)."""
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything ``distgnn serve`` needs; logged once at start (without the token)."""
+
+    manifest: str
+    part_id: int
+    port: int
+    bind: str
+    health_port: int
+    workers: int
+    token: str | None
+    insecure: bool = False
+    ready_file: str | None = None
+    shm_dir: str = field(default_factory=default_shm_root)
+    drain_timeout: float = 30.0
+    storage_options: Mapping[str, Any] | None = None
+
+    def validate(self) -> None:
+        if not self.token and not self.insecure:
+            raise ConfigError(
+                "a token is required: pass --token-file or set DISTGNN_TOKEN_FILE/DISTGNN_TOKEN "
+                "(or --insecure-no-token for development)"
+            )
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
+        if self.part_id < 0:
+            raise ConfigError(f"--part-id must be >= 0, got {self.part_id}")
+        for name, port in (("--port", self.port), ("--health-port", self.health_port)):
+            if not 0 <= port < 65536:
+                raise ConfigError(f"{name} {port} is not a port number")
+
+
+class GraphServer:
+    """The parent: owns the listening socket, the shared memory and the workers."""
+
+    def __init__(self, cfg: ServeConfig) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.stop = threading.Event()
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def request_stop(self, *_: object) -> None:
+        self.stop.set()
+
+    def _spawn(self, listener: socket.socket, store: ShmStore) -> subprocess.Popen[bytes]:
+        rfd, wfd = os.pipe()
+        env = dict(os.environ)
+        env["DISTGNN_WORKER_TOKEN"] = self.cfg.token or ""
+        cmd = [
+            sys.executable,
+            "-m",
+            "distgnn.server.worker",
+            "--shm-dir",
+            store.root,
+            "--listen-fd",
+            str(listener.fileno()),
+            "--ready-fd",
+            str(wfd),
+            "--drain-timeout",
+            str(self.cfg.drain_timeout),
+        ]
+        if self.cfg.insecure:
+            cmd.append("--insecure-no-token")
+        proc = subprocess.Popen(cmd, pass_fds=(listener.fileno(), wfd), env=env)
+        os.close(wfd)
+        try:
+            ready, _, _ = select.select([rfd], [], [], 120.0)
+            if not ready or os.read(rfd, 1) != b"R":
+                proc.kill()
+                proc.wait(10)
+                raise ServerStartError(f"server worker pid {proc.pid} failed to start")
+        finally:
+            os.close(rfd)
+        return proc
+
+    def run(self) -> int:
+        cfg = self.cfg
+        log.info(
+            "graph server starting",
+            extra=kv(
+                manifest=storage.redact(cfg.manifest),
+                part=cfg.part_id,
+                bind=cfg.bind,
+                port=cfg.port,
+                health_port=cfg.health_port,
+                workers=cfg.workers,
+                auth=not cfg.insecure,
+            ),
+        )
+        try:
+            health = HealthServer(cfg.bind, cfg.health_port)
+        except OSError as e:
+            raise ServerStartError(f"cannot bind health port {cfg.health_port}: {e}") from e
+        health.start()
+        listener = socket.socket(socket.AF_INET6 if ":" in cfg.bind else socket.AF_INET)
+        store: ShmStore | None = None
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                listener.bind((cfg.bind, cfg.port))
+            except OSError as e:
+                raise ServerStartError(f"cannot bind {cfg.bind}:{cfg.port}: {e}") from e
+            listener.listen(1024)
+            port = int(listener.getsockname()[1])
+            store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
+            with dlog.step("load partition", log, part=cfg.part_id):
+                info = load_into_store(cfg.manifest, cfg.part_id, store, cfg.storage_options)
+            if self.stop.is_set():
+                return 0
+            for _ in range(cfg.workers):
+                self.workers.append(self._spawn(listener, store))
+            details = {
+                "part_id": cfg.part_id,
+                "port": port,
+                "health_port": health.port,
+                "pid": os.getpid(),
+                "workers": [w.pid for w in self.workers],
+                "shm_dir": store.root,
+                "owned_nodes": info["num_owned_nodes"],
+            }
+            health.details = details
+            health.ready.set()
+            if cfg.ready_file:
+                tmp = cfg.ready_file + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(details, f)
+                os.replace(tmp, cfg.ready_file)
+            log.info("graph server ready", extra=kv(**{k: details[k] for k in ("port", "pid")}))
+            while not self.stop.wait(0.5):
+                for i, w in enumerate(self.workers):
+                    if w.poll() is not None:
+                        log.warning("worker died; restarting", extra=kv(pid=w.pid, rc=w.returncode))
+                        self.workers[i] = self._spawn(listener, store)
+            log.info("graph server draining", extra=kv(workers=len(self.workers)))
+            return 0
+        finally:
+            health.ready.clear()
+            self._stop_workers()
+            listener.close()
+            health.close()
+            if store is not None:
+                store.close()
+            log.info("graph server stopped")
+
+    def _stop_workers(self) -> None:
+        for w in self.workers:
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.cfg.drain_timeout + 5
+        for w in self.workers:
+            try:
+                w.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker did not drain in time; killing", extra=kv(pid=w.pid))
+                w.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    w.wait(5)

@@ -1,0 +1,1 @@
+"""DDP training: the built-in apps, checkpoints, metrics and ``distgnn train``."""

@@ -1,0 +1,121 @@
+"""``distgnn train``: the built-in training apps, run as one DDP trainer process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import traceback
+
+from distgnn import contract
+
+HELP = "train a GNN (node classification or link prediction) as one DDP trainer"
+APPS = ("node-classification", "link-prediction")
+
+log = logging.getLogger("distgnn.train")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    p.add_argument("app", choices=APPS, help="the built-in app")
+    p.add_argument("--model", choices=["sage", "gat"], default="sage",
+                   help="GNN (default sage; link prediction uses sage)")
+    p.add_argument("--epochs", type=int, default=10, help="epochs (default 10)")
+    p.add_argument("--num-layers", type=int, default=2, help="GNN layers (default 2)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden size (default 128)")
+    p.add_argument("--fanouts", default="10,25",
+                   help="CSV, one per layer, first = input layer (default 10,25)")
+    p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch (default 1024)")
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
+    p.add_argument("--weight-decay", type=float, default=5e-4,
+                   help="Adam weight decay (default 5e-4)")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
+    p.add_argument("--feat", default="feat", help="node feature field (default feat)")
+    p.add_argument("--label", default="label", help="node label field (default label)")
+    p.add_argument("--train-mask", default="train_mask")
+    p.add_argument("--val-mask", default="val_mask")
+    p.add_argument("--test-mask", default="test_mask")
+    p.add_argument("--num-negs", type=int, default=1,
+                   help="negatives per positive edge (link prediction, default 1)")
+    p.add_argument("--exclude", choices=["none", "self", "reverse"], default="reverse",
+                   help="drop seed edges / and reverses from the sampled graph (default reverse)")
+    p.add_argument("--num-samplers", type=int, default=None,
+                   help=f"sampler processes per trainer (default ${contract.ENV_NUM_SAMPLERS} or 0)")
+    p.add_argument("--checkpoint-url", default=None,
+                   help=f"save/resume checkpoints here (default ${contract.ENV_CHECKPOINT_URL})")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--metrics-file", default=None,
+                   help=f"final metrics JSON (default ${contract.ENV_METRICS_FILE})")
+    del env
+
+
+def _config(args: argparse.Namespace) -> object:
+    from distgnn.train.config import TrainConfig, default_num_samplers, env_default, parse_fanouts
+
+    return TrainConfig(
+        app=args.app,
+        model="sage" if args.app == "link-prediction" else args.model,
+        epochs=args.epochs,
+        num_layers=args.num_layers,
+        hidden=args.hidden,
+        fanouts=parse_fanouts(args.fanouts),
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        dropout=args.dropout,
+        feat=args.feat,
+        label=args.label,
+        train_mask=args.train_mask,
+        val_mask=args.val_mask,
+        test_mask=args.test_mask,
+        num_negs=args.num_negs,
+        exclude=args.exclude,
+        num_samplers=default_num_samplers() if args.num_samplers is None else args.num_samplers,
+        checkpoint_url=args.checkpoint_url or env_default(contract.ENV_CHECKPOINT_URL),
+        seed=args.seed,
+        metrics_file=args.metrics_file or env_default(contract.ENV_METRICS_FILE),
+    ).validate()
+
+
+def main(args: argparse.Namespace) -> int:
+    from distgnn.train.metrics import write_termination_log
+
+    rank = os.environ.get(contract.ENV_RANK, "0")
+    try:
+        return _run(args)
+    except BaseException as e:
+        term = os.environ.get(contract.ENV_TERMINATION_LOG)
+        if term and not isinstance(e, SystemExit):
+            root = {
+                "error": type(e).__name__,
+                "message": str(e),
+                "rank": rank,
+                "traceback": traceback.format_exc(limit=8)[-2000:],
+            }
+            write_termination_log(term, json.dumps(root))
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
+    from distgnn.train import link_prediction, node_classification
+    from distgnn.train.config import TrainConfig
+    from distgnn.train.ddp import init_ddp, shutdown
+    from distgnn.train.graph import open_train_graph
+    from distgnn.train.metrics import publish
+
+    cfg = _config(args)
+    assert isinstance(cfg, TrainConfig)
+    ctx = init_ddp()
+    try:
+        tg = open_train_graph()
+        try:
+            app = node_classification if cfg.app == "node-classification" else link_prediction
+            metrics = app.run(cfg, tg, ctx)
+        finally:
+            tg.close()
+        if ctx.is_main:
+            publish(metrics, cfg.metrics_file)
+    finally:
+        shutdown(ctx)
+    return 0

@@ -1,0 +1,79 @@
+"""The training configuration: one dataclass, filled from ``distgnn train`` options."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from distgnn import contract
+from distgnn.errors import ConfigError
+
+
+@dataclass
+class TrainConfig:
+    app: str = "node-classification"
+    model: str = "sage"
+    epochs: int = 10
+    num_layers: int = 2
+    hidden: int = 128
+    fanouts: list[int] = field(default_factory=lambda: [10, 25])
+    batch_size: int = 1024
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    dropout: float = 0.5
+    feat: str = "feat"
+    label: str = "label"
+    train_mask: str = "train_mask"
+    val_mask: str = "val_mask"
+    test_mask: str = "test_mask"
+    num_negs: int = 1
+    exclude: str = "reverse"
+    num_samplers: int = 0
+    checkpoint_url: str | None = None
+    seed: int = 0
+    metrics_file: str | None = None
+    eval_every: int = 1
+
+    def validate(self) -> TrainConfig:
+        if self.model not in ("sage", "gat"):
+            raise ConfigError(f"--model: {self.model!r} is not sage or gat")
+        if len(self.fanouts) != self.num_layers:
+            raise ConfigError(
+                f"--fanouts: {len(self.fanouts)} values for --num-layers {self.num_layers}"
+            )
+        for name in ("epochs", "num_layers", "hidden", "batch_size", "num_negs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1")
+        if any(f < 1 and f != -1 for f in self.fanouts):
+            raise ConfigError("--fanouts: each must be >= 1 or -1 (all neighbours)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"--dropout: {self.dropout} is not in [0, 1)")
+        if self.lr <= 0 or self.weight_decay < 0:
+            raise ConfigError("--lr must be > 0 and --weight-decay >= 0")
+        if self.num_samplers < 0:
+            raise ConfigError("--num-samplers: must be >= 0")
+        if self.exclude not in ("none", "self", "reverse"):
+            raise ConfigError(f"--exclude: {self.exclude!r} is not none, self or reverse")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_fanouts(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise ConfigError(f"--fanouts: {text!r} is not a comma-separated list of ints") from e
+
+
+def env_default(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def default_num_samplers() -> int:
+    v = os.environ.get(contract.ENV_NUM_SAMPLERS, "0") or "0"
+    if not v.isdigit():
+        raise ConfigError(f"{contract.ENV_NUM_SAMPLERS}: {v!r} is not a non-negative int")
+    return int(v)

@@ -1,0 +1,101 @@
+"""The graph a trainer trains on: the servers, a standalone manifest, or a local file.
+
+* ``DISTGNN_SERVERS`` set: ``distgnn.dist.initialize()`` + ``DistGraph`` (servers);
+  sampler processes re-open their own connections from the same environment.
+* otherwise ``DISTGNN_MANIFEST``: ``DistGraph.standalone(manifest)`` (all partitions
+  in-process), or, for a ``.npz`` graph file, an in-memory :class:`LocalGraph`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn import contract
+from distgnn.errors import ConfigError
+from distgnn.sampling.local import LocalGraph
+from distgnn.sampling.source import GraphSource, LocalSource, source_for
+from distgnn.train.ddp import DDPContext
+
+_CHUNK = 1 << 18
+
+
+@dataclass
+class TrainGraph:
+    """A graph plus the source its loaders sample from."""
+
+    g: Any
+    source: GraphSource
+    owner: Any = None
+
+    def num_nodes(self) -> int:
+        return self.source.num_nodes()
+
+    def num_edges(self) -> int:
+        return int(self.g.num_edges())
+
+    def read(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        if name not in self.g.ndata:
+            raise ConfigError(f"node data {name!r} not found in the graph")
+        out = self.g.ndata[name][ids]
+        return out if isinstance(out, torch.Tensor) else torch.as_tensor(np.asarray(out))
+
+    def read_all(self, name: str) -> np.ndarray:
+        """All rows of a (small) node field, read in chunks."""
+        n = self.num_nodes()
+        parts = [
+            self.read(name, torch.arange(i, min(i + _CHUNK, n))).numpy() for i in range(0, n, _CHUNK)
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def mask_ids(self, name: str) -> np.ndarray:
+        return np.flatnonzero(self.read_all(name).astype(bool)).astype(np.int64)
+
+    def split_nodes(self, name: str, ctx: DDPContext) -> np.ndarray:
+        """This trainer's share of the nodes in mask ``name`` (locality-aware when possible)."""
+        if ctx.world_size > 1 and not isinstance(self.g, LocalGraph):
+            from distgnn.dist.split import node_split
+
+            mask = torch.from_numpy(self.read_all(name).astype(bool))
+            out = node_split(
+                mask, self.g.get_partition_book(), rank=ctx.rank, world_size=ctx.world_size
+            )
+            return np.asarray(out, dtype=np.int64)
+        return np.array_split(self.mask_ids(name), ctx.world_size)[ctx.rank]
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def open_dist_graph(spec: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``(DistGraph, context)`` connected to the servers named by the environment."""
+    from distgnn.dist.context import initialize
+    from distgnn.dist.graph import DistGraph
+
+    return DistGraph(initialize(), own=True), None
+
+
+def open_train_graph(env: Mapping[str, str] | None = None) -> TrainGraph:
+    """Open the graph described by the contract environment."""
+    e = os.environ if env is None else env
+    if e.get(contract.ENV_SERVERS):
+        spec = {"kind": "dist"}
+        g, owner = open_dist_graph(spec)
+        return TrainGraph(g, source_for(g, spec), owner)
+    manifest = e.get(contract.ENV_MANIFEST)
+    if not manifest:
+        raise ConfigError(
+            f"{contract.ENV_SERVERS} or {contract.ENV_MANIFEST} must name the graph to train on"
+        )
+    if manifest.endswith(".npz"):
+        lg = LocalGraph.from_npz(manifest)
+        return TrainGraph(lg, LocalSource(lg, manifest))
+    from distgnn.dist.graph import DistGraph
+
+    dg = DistGraph.standalone(manifest)
+    return TrainGraph(dg, source_for(dg, {"kind": "standalone", "manifest": manifest}))

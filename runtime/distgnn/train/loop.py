@@ -1,0 +1,84 @@
+"""Pieces shared by the built-in apps: models, epochs with padded steps, checkpoints."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from distgnn.errors import ConfigError
+from distgnn.log import kv
+from distgnn.nn import GAT, GraphSAGE
+from distgnn.train import checkpoint
+from distgnn.train.config import TrainConfig
+from distgnn.train.ddp import DDPContext, broadcast_int, unwrap
+
+log = logging.getLogger("distgnn.train")
+
+
+def build_model(cfg: TrainConfig, in_feats: int, out_feats: int) -> nn.Module:
+    if cfg.model == "sage":
+        return GraphSAGE(in_feats, cfg.hidden, out_feats, cfg.num_layers, cfg.dropout)
+    if cfg.model == "gat":
+        return GAT(in_feats, cfg.hidden, out_feats, cfg.num_layers, dropout=cfg.dropout)
+    raise ConfigError(f"--model: {cfg.model!r} is not sage or gat")
+
+
+def padded(batches: Iterator[Any], steps: int) -> Iterator[tuple[Any, float]]:
+    """``steps`` items of ``(batch, weight)``: when this trainer runs out of batches, its
+    last batch is repeated with weight 0 so every trainer joins every all-reduce."""
+    last: Any = None
+    for _ in range(steps):
+        b = next(batches, None)
+        if b is None:
+            if last is None:
+                raise ConfigError("this trainer has no training seeds (empty split)")
+            yield last, 0.0
+        else:
+            last = b
+            yield b, 1.0
+
+
+def resume(
+    cfg: TrainConfig, ctx: DDPContext, model: nn.Module, opt: torch.optim.Optimizer
+) -> int:
+    """Load the latest checkpoint (if any); returns the first epoch to run."""
+    if not cfg.checkpoint_url:
+        return 0
+    url = checkpoint.latest(cfg.checkpoint_url) if ctx.is_main else None
+    # every rank loads the same file rank 0 found
+    found = broadcast_int(ctx, -1 if url is None else checkpoint_epoch(url))
+    if found < 0:
+        return 0
+    ck = checkpoint.load(checkpoint.checkpoint_url(cfg.checkpoint_url, found))
+    unwrap(model).load_state_dict(ck.model)
+    opt.load_state_dict(ck.optimizer)
+    log.info("resumed from checkpoint", extra=kv(epoch=ck.epoch, next_epoch=ck.epoch + 1))
+    return ck.epoch + 1
+
+
+def checkpoint_epoch(url: str) -> int:
+    return int(url.rsplit("ckpt-epoch-", 1)[1].split(".", 1)[0])
+
+
+def save_epoch(
+    cfg: TrainConfig,
+    ctx: DDPContext,
+    epoch: int,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    extra: Callable[[], dict[str, Any]] | None = None,
+) -> None:
+    if cfg.checkpoint_url and ctx.is_main:
+        checkpoint.save(
+            cfg.checkpoint_url,
+            checkpoint.Checkpoint(
+                epoch=epoch,
+                model=unwrap(model).state_dict(),
+                optimizer=opt.state_dict(),
+                extra={"app": cfg.app, "model": cfg.model} | (extra() if extra else {}),
+            ),
+        )

@@ -1,0 +1,1 @@
+"""Reusable test helpers (no fixtures): checkers shared by several test modules."""

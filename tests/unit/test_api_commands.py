@@ -1,0 +1,161 @@
+"""trainer_command / partition_command / contract environments built from a job."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from distgnn import contract
+from distgnn.api import (
+    manifest_url,
+    parse_job,
+    partition_command,
+    server_env,
+    trainer_command,
+    trainer_env,
+)
+from distgnn.errors import ConfigError
+
+BASE: dict[str, Any] = {
+    "apiVersion": "distgnn.dev/v1alpha1",
+    "kind": "DistGNNJob",
+    "metadata": {"name": "cora"},
+    "spec": {
+        "graph": {"source": {"url": "s3://g/cora.npz"}},
+        "partitioning": {"numParts": 3, "method": "random", "seed": 7, "balanceEdges": True},
+        "storage": {"endpoint": "http://s3:8333", "region": "eu-1"},
+        "trainers": {
+            "replicas": 4,
+            "numSamplers": 2,
+            "checkpoint": {"url": "s3://g/ckpt"},
+            "app": {
+                "name": "link-prediction",
+                "epochs": 5,
+                "numLayers": 3,
+                "fanouts": [5, 10, 15],
+                "lr": 0.003,
+                "weightDecay": 0.0005,
+                "numNegs": 4,
+                "exclude": "self",
+                "hidden": 64,
+            },
+        },
+    },
+}
+
+
+def _job(**trainers: Any) -> Any:
+    obj = copy.deepcopy(BASE)
+    obj["spec"]["trainers"].update(trainers)
+    return parse_job(obj)
+
+
+def _flags(cmd: list[str]) -> dict[str, str]:
+    out = {}
+    for i, tok in enumerate(cmd):
+        if tok.startswith("--"):
+            nxt = cmd[i + 1] if i + 1 < len(cmd) and not cmd[i + 1].startswith("--") else ""
+            out[tok[2:]] = nxt
+    return out
+
+
+def test_trainer_command_maps_every_app_field() -> None:
+    job = _job()
+    app = job.spec.trainers.app
+    cmd = trainer_command(job)
+    assert cmd[:3] == ["distgnn", "train", "link-prediction"]
+    flags = _flags(cmd)
+    assert flags["fanouts"] == ",".join(map(str, app.fanouts))
+    for name in (
+        "model",
+        "epochs",
+        "hidden",
+        "batch_size",
+        "num_layers",
+        "feat",
+        "label",
+        "train_mask",
+        "val_mask",
+        "test_mask",
+        "seed",
+        "num_negs",
+        "exclude",
+    ):
+        assert flags[name.replace("_", "-")] == str(getattr(app, name)), name
+    for name in ("lr", "dropout", "weight_decay"):
+        assert float(flags[name.replace("_", "-")]) == getattr(app, name), name
+    assert trainer_command(job.spec) == cmd
+
+
+def test_node_classification_omits_link_prediction_flags() -> None:
+    obj = copy.deepcopy(BASE)
+    obj["spec"]["trainers"]["app"] = {"name": "node-classification"}
+    flags = _flags(trainer_command(parse_job(obj)))
+    assert "num-negs" not in flags and "exclude" not in flags
+    assert flags["fanouts"] == "10,25"
+
+
+def test_user_command_and_args() -> None:
+    obj = copy.deepcopy(BASE)
+    obj["spec"]["trainers"].pop("app")
+    obj["spec"]["trainers"].update(command=["python", "-m", "mytrain"], args=["--x", "1"])
+    assert trainer_command(parse_job(obj)) == ["python", "-m", "mytrain", "--x", "1"]
+
+
+def test_trainer_env() -> None:
+    job = _job()
+    env = trainer_env(
+        job,
+        servers=[("a", 1), ("b", 2)],
+        manifest="s3://g/p/cora.json",
+        world_size=4,
+        master_addr="cora-trainers-0.cora-trainers",
+        rank=1,
+        token="t0k",
+        metrics_file="/tmp/m.json",
+    )
+    assert contract.parse_servers(env[contract.ENV_SERVERS]) == [("a", 1), ("b", 2)]
+    assert env[contract.ENV_RANK] == "1" and env[contract.ENV_WORLD_SIZE] == "4"
+    assert env[contract.ENV_NUM_SAMPLERS] == "2"
+    assert env[contract.ENV_CHECKPOINT_URL] == "s3://g/ckpt"
+    assert env[contract.ENV_S3_ENDPOINT] == "http://s3:8333"
+    assert env[contract.ENV_S3_REGION] == "eu-1"
+    assert env[contract.ENV_TOKEN] == "t0k" and contract.ENV_TOKEN_FILE not in env
+    assert env[contract.ENV_MASTER_PORT] == str(contract.RENDEZVOUS_PORT)
+    k8s = trainer_env(
+        job, servers="a:1", manifest="m", world_size=4, master_addr="x", token_file="/var/run/t"
+    )
+    assert contract.ENV_RANK not in k8s and contract.ENV_TOKEN not in k8s
+    assert k8s[contract.ENV_TOKEN_FILE] == "/var/run/t"
+
+
+def test_server_env() -> None:
+    job = _job()
+    env = server_env(
+        job.spec.servers,
+        job.spec.storage,
+        manifest="m.json",
+        part_id=2,
+        port=1234,
+        token="x",
+        ready_file="/tmp/r",
+    )
+    assert env[contract.ENV_PART_ID] == "2" and env[contract.ENV_SERVER_PORT] == "1234"
+    assert env[contract.ENV_SERVER_WORKERS] == "1" and env[contract.ENV_READY_FILE] == "/tmp/r"
+    assert contract.ENV_PART_ID not in server_env(job.spec.servers, job.spec.storage, manifest="m")
+
+
+def test_partition_command_and_manifest_url() -> None:
+    job = _job()
+    sp = job.spec
+    with pytest.raises(ConfigError, match=r"spec\.partitioning\.outputURL"):
+        partition_command("cora", sp.graph, sp.partitioning)
+    cmd = partition_command("cora", sp.graph, sp.partitioning, "s3://out")
+    assert cmd[:3] == ["distgnn", "partition", "s3://g/cora.npz"]
+    flags = _flags(cmd)
+    assert flags["output"] == "s3://out" and flags["num-parts"] == "3"
+    assert flags["method"] == "random" and flags["seed"] == "7"
+    assert "balance-edges" in flags and "balance-train" in flags
+    assert manifest_url("cora", sp.graph, sp.partitioning, "s3://out") == "s3://out/cora.json"

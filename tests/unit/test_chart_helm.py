@@ -1,0 +1,522 @@
+"""The Helm chart, rendered by the real ``helm`` binary and checked offline.
+
+Built-in kinds are validated by ``kubernetes-validate --strict`` (Kubernetes 1.30 schemas),
+pods by the "restricted" Pod Security checker, RBAC by the exact rules the operator needs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.support import pod_security
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "distgnn"
+KUBE_VERSION = "1.30.0"
+RELEASE = "dg"
+NAMESPACE = "distgnn-system"
+CRD_GROUP = "distgnn.dev"
+
+Obj = dict[str, Any]
+
+# Values that change every part of the chart at once (everything non-default).
+NON_DEFAULT: Obj = {
+    "ha": {"enabled": True, "replicas": 3},
+    "watchNamespaces": ["team-a", "team-b"],
+    "crds": {"enabled": False},
+    "gangScheduling": {"enabled": True},
+    "extraEnv": [
+        {"name": "EXTRA_LITERAL", "value": "on"},
+        {
+            "name": "EXTRA_FROM_SECRET",
+            "valueFrom": {"secretKeyRef": {"name": "extra", "key": "value"}},
+        },
+    ],
+    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+    "nodeSelector": {"kubernetes.io/os": "linux", "pool": "system"},
+    "tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}
+    ],
+    "affinity": {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {
+                            "matchLabels": {"app.kubernetes.io/component": "operator"}
+                        },
+                    },
+                }
+            ]
+        }
+    },
+    "podLabels": {"team": "ml-platform"},
+    "podAnnotations": {"prometheus.io/scrape": "false"},
+    "image": {"tag": "9.9.9", "pullSecrets": ["regcred"], "pullPolicy": "Always"},
+    "runtimeImage": {"repository": "registry.example.com/distgnn-runtime", "tag": "cuda-1"},
+    "logFormat": "text",
+    "logLevel": "DEBUG",
+    "health": {"port": 9090},
+    "priorityClassName": "system-cluster-critical",
+    "serviceAccount": {"name": "distgnn-op", "annotations": {"iam.example.com/role": "x"}},
+}
+
+SCENARIOS: dict[str, Obj] = {
+    "default": {},
+    "non-default": NON_DEFAULT,
+    "ha-cluster-wide": {"ha": {"enabled": True}},
+    "namespaced": {"watchNamespaces": ["team-a"]},
+    "no-rbac-no-sa": {"rbac": {"create": False}, "serviceAccount": {"create": False}},
+}
+
+
+def helm_binary() -> str:
+    found = shutil.which("helm") or str(REPO / ".tools" / "bin" / "helm")
+    if not os.access(found, os.X_OK):
+        pytest.fail(
+            "the helm binary is missing: run `make install` (it puts helm in .tools/bin) "
+            "or put helm v3/v4 on PATH"
+        )
+    return found
+
+
+def run_helm(*args: str, values: Obj | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [helm_binary(), *args]
+    stdin = None
+    if values is not None:
+        cmd += ["-f", "-"]
+        stdin = yaml.safe_dump(values)
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60, check=False)
+
+
+@functools.cache
+def _render_text(values_json: str) -> str:
+    res = run_helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        KUBE_VERSION,
+        values=json.loads(values_json),
+    )
+    assert res.returncode == 0, f"helm template failed:\n{res.stderr}"
+    return res.stdout
+
+
+def render_text(values: Obj) -> str:
+    return _render_text(json.dumps(values, sort_keys=True))
+
+
+def render(values: Obj) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(render_text(values)) if d]
+
+
+def of_kind(objs: list[Obj], kind: str) -> list[Obj]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs: list[Obj], kind: str) -> Obj:
+    found = of_kind(objs, kind)
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def env_of(container: Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def app_version() -> str:
+    return str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
+
+
+# --- lint, schema, built-in kinds ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["default", "non-default"])
+def test_helm_lint_strict(scenario: str) -> None:
+    res = run_helm("lint", "--strict", str(CHART), values=SCENARIOS[scenario])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 chart(s) failed" in res.stdout
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_rendered_built_in_kinds_validate_strict(scenario: str, tmp_path: Path) -> None:
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(render_text(SCENARIOS[scenario]))
+    exe = shutil.which("kubernetes-validate")
+    assert exe, "kubernetes-validate is not installed (pip install -e .[test])"
+    res = subprocess.run(
+        [exe, "--strict", "-k", KUBE_VERSION, str(rendered)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "ERROR" not in res.stdout + res.stderr
+    passed = (res.stdout + res.stderr).count(" passed for resource ")
+    built_in = [o for o in render(SCENARIOS[scenario]) if "kopf.dev" not in o["apiVersion"]]
+    assert passed == len(built_in)
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        ({"imagee": {"repository": "x"}}, "imagee"),
+        ({"image": {"tga": "1.0"}}, "tga"),
+        ({"ha": {"enabled": True, "replicas": "two"}}, "replicas"),
+        ({"ha": {"replicas": 1}}, "replicas"),
+        ({"logLevel": "LOUD"}, "logLevel"),
+        ({"health": {"port": "8080"}}, "port"),
+        ({"watchNamespaces": "team-a"}, "watchNamespaces"),
+        ({"crds": {"enabled": "yes"}}, "enabled"),
+        ({"securityContext": {"runAsUsr": 1000}}, "runAsUsr"),
+        ({"tolerations": [{"key": "a", "operator": "Maybe"}]}, "operator"),
+    ],
+)
+def test_schema_rejects_bad_values(values: Obj, needle: str) -> None:
+    res = run_helm("template", RELEASE, str(CHART), values=values)
+    assert res.returncode != 0, f"helm template accepted {values}"
+    assert needle in res.stderr, res.stderr
+
+
+# --- pod security ---------------------------------------------------------------------------
+
+
+def pod_carriers(objs: list[Obj]) -> Iterator[Obj]:
+    for o in objs:
+        if o["kind"] in {"Pod", "Deployment", "StatefulSet", "Job", "DaemonSet", "CronJob"}:
+            yield o
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_rendered_pod_passes_restricted(scenario: str) -> None:
+    carriers = list(pod_carriers(render(SCENARIOS[scenario])))
+    assert {o["kind"] for o in carriers} == {"Deployment", "Pod"}
+    for o in carriers:
+        assert pod_security.violations(o) == [], o["metadata"]["name"]
+
+
+# --- the operator Deployment, Service and test hook ------------------------------------------
+
+
+def test_default_deployment() -> None:
+    objs = render({})
+    dep = one(objs, "Deployment")
+    assert dep["metadata"]["namespace"] == NAMESPACE
+    spec = dep["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == f"ghcr.io/distgnn/distgnn-operator:{app_version()}"
+    assert c["command"] == ["distgnn-operator"]
+    env = env_of(c)
+    assert env["DISTGNN_RUNTIME_IMAGE"] == f"ghcr.io/distgnn/distgnn-runtime:{app_version()}"
+    assert env["DISTGNN_WATCH_NAMESPACES"] == ""
+    assert env["DISTGNN_LOG_FORMAT"] == "json"
+    assert env["DISTGNN_LOG_LEVEL"] == "INFO"
+    assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert "DISTGNN_PEERING_NAME" not in env
+    assert c["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert pod["serviceAccountName"] == f"{RELEASE}-distgnn"
+    labels = spec["template"]["metadata"]["labels"]
+    for key in ("name", "instance", "version", "managed-by", "component", "part-of"):
+        assert f"app.kubernetes.io/{key}" in labels
+    selector = spec["selector"]["matchLabels"]
+    assert selector.items() <= labels.items()
+    assert "app.kubernetes.io/version" not in selector  # selectors must survive upgrades
+
+
+def test_health_service_and_test_hook_reach_the_operator() -> None:
+    objs = render({"health": {"port": 9090}})
+    dep = one(objs, "Deployment")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["ports"][0]["containerPort"] == 9090
+    svc = one(objs, "Service")
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["ports"] == [
+        {"name": "health", "port": 9090, "targetPort": "health", "protocol": "TCP"}
+    ]
+    test_pod = one(objs, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = " ".join(test_pod["spec"]["containers"][0]["command"])
+    url = f"http://{svc['metadata']['name']}.{NAMESPACE}.svc:9090/healthz"
+    assert url in script
+    assert test_pod["spec"]["restartPolicy"] == "Never"
+    assert test_pod["spec"]["automountServiceAccountToken"] is False
+
+
+def test_test_hook_script_is_valid_python() -> None:
+    test_pod = one(render({}), "Pod")
+    cmd = test_pod["spec"]["containers"][0]["command"]
+    assert cmd[:2] == ["python", "-c"]
+    compile(cmd[2], "helm-test", "exec")
+
+
+def test_non_default_values_reach_the_deployment() -> None:
+    objs = render(NON_DEFAULT)
+    dep = one(objs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert c["image"] == "ghcr.io/distgnn/distgnn-operator:9.9.9"
+    assert c["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    env = env_of(c)
+    assert env["DISTGNN_RUNTIME_IMAGE"] == "registry.example.com/distgnn-runtime:cuda-1"
+    assert env["DISTGNN_WATCH_NAMESPACES"] == "team-a,team-b"
+    assert env["DISTGNN_LOG_FORMAT"] == "text"
+    assert env["DISTGNN_LOG_LEVEL"] == "DEBUG"
+    assert env["DISTGNN_PEERING_NAME"] == f"{RELEASE}-distgnn"
+    assert env["EXTRA_LITERAL"] == "on"
+    assert env["EXTRA_FROM_SECRET"] == {"secretKeyRef": {"name": "extra", "key": "value"}}
+    assert c["resources"] == NON_DEFAULT["resources"]
+    assert pod["nodeSelector"] == NON_DEFAULT["nodeSelector"]
+    assert pod["tolerations"] == NON_DEFAULT["tolerations"]
+    assert pod["affinity"] == NON_DEFAULT["affinity"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["serviceAccountName"] == "distgnn-op"
+    assert dep["spec"]["template"]["metadata"]["labels"]["team"] == "ml-platform"
+    assert dep["spec"]["template"]["metadata"]["annotations"] == NON_DEFAULT["podAnnotations"]
+    sa = one(objs, "ServiceAccount")
+    assert sa["metadata"]["name"] == "distgnn-op"
+    assert sa["metadata"]["annotations"] == {"iam.example.com/role": "x"}
+
+
+# --- RBAC -----------------------------------------------------------------------------------
+
+CR_RULES = {
+    (CRD_GROUP, "distgnnjobs"): {"get", "list", "watch", "patch"},
+    (CRD_GROUP, "graphservers"): {"get", "list", "watch", "patch"},
+    (CRD_GROUP, "distgnnjobs/status"): {"get", "patch"},
+    (CRD_GROUP, "graphservers/status"): {"get", "patch"},
+}
+CHILD_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+NAMESPACED_RULES = {
+    **CR_RULES,
+    ("", "pods"): {"get", "list", "watch", "delete"},
+    ("", "services"): CHILD_VERBS,
+    ("", "secrets"): CHILD_VERBS,
+    ("apps", "statefulsets"): CHILD_VERBS,
+    ("batch", "jobs"): CHILD_VERBS,
+    ("networking.k8s.io", "networkpolicies"): CHILD_VERBS,
+    ("", "events"): {"create", "patch"},
+}
+KOPF_CLUSTER_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CHILD_VERBS}
+
+
+def rules_of(role: Obj) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs; fails on wildcards and duplicate grants."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        assert "*" not in rule["apiGroups"], rule
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                assert (group, res) not in out, f"{group}/{res} granted twice"
+                out[group, res] = set(rule["verbs"])
+    return out
+
+
+def test_rbac_cluster_wide_is_exactly_what_the_operator_needs() -> None:
+    objs = render({})
+    assert of_kind(objs, "Role") == [] and of_kind(objs, "RoleBinding") == []
+    role = one(objs, "ClusterRole")
+    assert rules_of(role) == {**NAMESPACED_RULES, **KOPF_CLUSTER_RULES}
+    binding = one(objs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    sa = one(objs, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+
+
+def test_rbac_gang_scheduling_adds_podgroups_only_when_enabled() -> None:
+    role = one(render({"gangScheduling": {"enabled": True}}), "ClusterRole")
+    assert rules_of(role) == {**NAMESPACED_RULES, **KOPF_CLUSTER_RULES, **PODGROUPS}
+
+
+def test_rbac_watch_namespaces_uses_a_role_per_namespace() -> None:
+    objs = render({"watchNamespaces": ["team-a", "team-b"]})
+    cluster = rules_of(one(objs, "ClusterRole"))
+    assert cluster == {**KOPF_CLUSTER_RULES, ("", "namespaces"): {"list", "watch"}}
+    roles = of_kind(objs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert rules_of(role) == NAMESPACED_RULES
+    bindings = of_kind(objs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for b in bindings:
+        assert b["roleRef"]["kind"] == "Role"
+        assert b["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_rbac_and_service_account_can_be_disabled() -> None:
+    objs = render(SCENARIOS["no-rbac-no-sa"])
+    kinds = {o["kind"] for o in objs}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    assert "ServiceAccount" not in kinds
+    dep = one(objs, "Deployment")
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "default"
+
+
+# --- HA: kopf peering -------------------------------------------------------------------------
+
+PEERING_VERBS = {"get", "list", "watch", "patch"}
+
+
+def test_ha_cluster_wide_ships_cluster_peering() -> None:
+    objs = render({"ha": {"enabled": True}})
+    dep = one(objs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    peering_name = env_of(dep["spec"]["template"]["spec"]["containers"][0])["DISTGNN_PEERING_NAME"]
+    crd = next(o for o in of_kind(objs, "CustomResourceDefinition") if "kopf" in o["spec"]["group"])
+    assert crd["metadata"]["name"] == "clusterkopfpeerings.kopf.dev"
+    assert crd["spec"]["scope"] == "Cluster"
+    peering = one(objs, "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1"
+    assert peering["metadata"]["name"] == peering_name
+    # A custom resource of a CRD from the same release must be a post-install hook.
+    assert "post-install" in peering["metadata"]["annotations"]["helm.sh/hook"]
+    rules = rules_of(one(objs, "ClusterRole"))
+    assert rules[("kopf.dev", "clusterkopfpeerings")] == PEERING_VERBS
+    assert ("kopf.dev", "kopfpeerings") not in rules
+
+
+def test_ha_namespaced_ships_a_peering_per_namespace() -> None:
+    objs = render({"ha": {"enabled": True}, "watchNamespaces": ["team-a", "team-b"]})
+    crd = next(o for o in of_kind(objs, "CustomResourceDefinition") if "kopf" in o["spec"]["group"])
+    assert crd["metadata"]["name"] == "kopfpeerings.kopf.dev"
+    assert crd["spec"]["scope"] == "Namespaced"
+    peerings = of_kind(objs, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+    assert of_kind(objs, "ClusterKopfPeering") == []
+    for role in of_kind(objs, "Role"):
+        assert rules_of(role)[("kopf.dev", "kopfpeerings")] == PEERING_VERBS
+    assert ("kopf.dev", "clusterkopfpeerings") not in rules_of(one(objs, "ClusterRole"))
+
+
+def test_ha_peering_crd_can_be_left_to_another_operator() -> None:
+    objs = render({"ha": {"enabled": True, "createPeeringCRD": False}})
+    assert of_kind(objs, "CustomResourceDefinition") == [
+        o for o in of_kind(objs, "CustomResourceDefinition") if o["spec"]["group"] == CRD_GROUP
+    ]
+    assert len(of_kind(objs, "ClusterKopfPeering")) == 1
+
+
+def test_no_kopf_peering_without_ha() -> None:
+    for scenario in ("default", "namespaced"):
+        objs = render(SCENARIOS[scenario])
+        assert not [o for o in objs if "kopf.dev" in json.dumps(o)], scenario
+
+
+# --- CRDs -------------------------------------------------------------------------------------
+
+
+def source_crds() -> dict[str, Obj]:
+    files = sorted((REPO / "crds").glob("*.yaml"))
+    if not files:
+        pytest.fail("crds/ is empty: run `make generate` (python -m distgnn.api.generate)")
+    return {f.name: yaml.safe_load(f.read_text()) for f in files}
+
+
+def test_chart_crd_files_equal_crds_folder() -> None:
+    expected = source_crds()
+    chart = {
+        f.name: yaml.safe_load(f.read_text()) for f in (CHART / "files" / "crds").glob("*.yaml")
+    }
+    assert chart == expected
+
+
+def _distgnn_crds(objs: list[Obj]) -> dict[str, Obj]:
+    return {
+        o["metadata"]["name"]: o
+        for o in of_kind(objs, "CustomResourceDefinition")
+        if o["spec"]["group"] == CRD_GROUP
+    }
+
+
+def _ints(x: Any) -> Any:
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, dict):
+        return {k: _ints(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_ints(v) for v in x]
+    return x
+
+
+def test_rendered_crds_equal_crds_folder_and_are_kept() -> None:
+    text = render_text({})
+    assert not re.search(r":\s*-?[0-9.]+e[+-]?[0-9]+\s*$", text, re.M), "exponent numbers"
+    expected = {c["metadata"]["name"]: c for c in source_crds().values()}
+    rendered = _distgnn_crds(render({}))
+    assert sorted(rendered) == sorted(expected)
+    for name, crd in rendered.items():
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        # fromYaml/toYaml turns every number into a float64 and writes integral ones as
+        # integers (0.0 -> 0); the API server reads both alike. Compare modulo that only.
+        assert _ints(crd["spec"]) == _ints(expected[name]["spec"])
+        assert (
+            crd["metadata"]["labels"].items()
+            >= (expected[name]["metadata"].get("labels") or {}).items()
+        )
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_crds_keep_false_drops_the_annotation() -> None:
+    source_crds()
+    rendered = _distgnn_crds(render({"crds": {"keep": False}}))
+    assert rendered
+    for crd in rendered.values():
+        assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
+
+
+def test_crds_disabled_renders_none() -> None:
+    assert _distgnn_crds(render({"crds": {"enabled": False}})) == {}
+    assert _distgnn_crds(render(NON_DEFAULT)) == {}
+
+
+# --- NOTES ------------------------------------------------------------------------------------
+
+
+def test_notes_tell_the_user_what_to_do_next() -> None:
+    res = run_helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        values={"watchNamespaces": ["team-a"], "crds": {"enabled": False}},
+    )
+    assert res.returncode == 0, res.stderr
+    notes = res.stdout.split("NOTES:", 1)[1]
+    assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
+    assert "kubectl get distgnnjobs" in notes
+    assert "team-a" in notes
+    assert "crds.enabled=false" in notes
+    assert "s3-credentials" in notes

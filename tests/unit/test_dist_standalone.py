@@ -1,0 +1,170 @@
+"""The trainer API in standalone mode (every partition in-process, no servers) on real Cora."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distgnn.dist import (
+    DistEmbedding,
+    DistGraph,
+    DistTensor,
+    SparseAdagrad,
+    SparseAdam,
+    sample_neighbors,
+)
+from distgnn.errors import ConfigError, ServerError
+from distgnn.partition.loader import load_partition
+from distgnn.partition.partitioner import partition_graph
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
+    out = tmp_path_factory.mktemp("cora3")
+    partition_graph(str(cora_path), 3, str(out), "cora", method="metis", progress=False)
+    return str(out / "cora.json")
+
+
+@pytest.fixture(scope="module")
+def new2orig(cora_parts: str) -> tuple[np.ndarray, np.ndarray]:
+    """(orig node ID, orig edge ID) of every new global ID."""
+    parts = [load_partition(cora_parts, p) for p in range(3)]
+    return (
+        np.concatenate([p.orig_nid for p in parts]),
+        np.concatenate([p.orig_eid for p in parts]),
+    )
+
+
+@pytest.fixture()
+def g(cora_parts: str):
+    with DistGraph.standalone(cora_parts) as graph:
+        yield graph
+
+
+def test_schema_and_features_match_input(g: DistGraph, cora_path: Path, new2orig) -> None:
+    data = np.load(cora_path)
+    assert g.num_nodes() == len(data["feat"]) and g.num_edges() == len(data["src"])
+    assert g.ntypes == ["_N"] and g.canonical_etypes == [("_N", "_E", "_N")]
+    assert set(g.ndata) >= {"feat", "label", "train_mask"}
+    nid = np.random.default_rng(0).permutation(g.num_nodes())
+    feat = g.ndata["feat"][torch.from_numpy(nid)]
+    assert feat.dtype == torch.float32
+    np.testing.assert_array_equal(feat.numpy(), data["feat"][new2orig[0][nid]])
+    np.testing.assert_array_equal(g.ndata["label"][nid].numpy(), data["label"][new2orig[0][nid]])
+
+
+def test_structure_matches_input(g: DistGraph, cora_path: Path, new2orig) -> None:
+    data = np.load(cora_path)
+    orig_n, orig_e = new2orig
+    old2new = np.empty_like(orig_n)
+    old2new[orig_n] = np.arange(len(orig_n))
+    eids = np.arange(g.num_edges())
+    src, dst = g.find_edges(eids)
+    np.testing.assert_array_equal(orig_n[src.numpy()], data["src"][orig_e])
+    np.testing.assert_array_equal(orig_n[dst.numpy()], data["dst"][orig_e])
+    indeg = np.bincount(data["dst"], minlength=g.num_nodes())
+    outdeg = np.bincount(data["src"], minlength=g.num_nodes())
+    np.testing.assert_array_equal(g.in_degrees().numpy(), indeg[orig_n])
+    some = old2new[[0, 5, 100]]
+    np.testing.assert_array_equal(g.out_degrees(some).numpy(), outdeg[[0, 5, 100]])
+
+
+def test_sample_neighbors_returns_real_in_edges(g: DistGraph, cora_path: Path, new2orig) -> None:
+    data = np.load(cora_path)
+    orig_n, orig_e = new2orig
+    seeds = np.arange(0, g.num_nodes(), 3)
+    indeg = g.in_degrees(seeds).numpy()
+    for replace in (False, True):
+        s = sample_neighbors(g, torch.from_numpy(seeds), 4, replace=replace)
+        # every sampled edge is a real edge, ending at a seed
+        np.testing.assert_array_equal(orig_n[s.src.numpy()], data["src"][orig_e[s.eid.numpy()]])
+        np.testing.assert_array_equal(orig_n[s.dst.numpy()], data["dst"][orig_e[s.eid.numpy()]])
+        counts = np.bincount(np.searchsorted(seeds, s.dst.numpy()), minlength=len(seeds))
+        assert set(np.unique(s.dst.numpy())) <= set(seeds.tolist())
+        if replace:
+            np.testing.assert_array_equal(counts, np.where(indeg > 0, 4, 0))
+        else:
+            np.testing.assert_array_equal(counts, np.minimum(indeg, 4))
+            pairs = s.dst.numpy() * g.num_edges() + s.eid.numpy()
+            assert len(np.unique(pairs)) == len(pairs)  # distinct edges per seed
+    full = sample_neighbors(g, seeds, -1)
+    assert len(full.eid) == indeg.sum()
+
+
+def test_sample_neighbors_with_prob_never_picks_zero_weight(g: DistGraph) -> None:
+    w = DistTensor((g.num_edges(),), torch.float32, "w", "zeros", "edge", ctx=g)
+    heavy = np.arange(0, g.num_edges(), 2)
+    w[heavy] = torch.ones(len(heavy))
+    seeds = np.arange(g.num_nodes())
+    for replace in (False, True):
+        s = sample_neighbors(g, seeds, 2, replace=replace, prob="w")
+        assert len(s.eid) > 0 and (s.eid.numpy() % 2 == 0).all()
+
+
+def test_dist_tensor_create_write_read_and_release(cora_parts: str) -> None:
+    with DistGraph.standalone(cora_parts) as g:
+        t = DistTensor((g.num_nodes(), 3), torch.int64, "t", "zeros", ctx=g)
+        ids = torch.tensor([5, 2000, 7, 5])
+        t[ids] = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 2, 3]])
+        assert t[torch.tensor([7, 5, 2000])].tolist() == [[7, 8, 9], [1, 2, 3], [4, 5, 6]]
+        t.scatter_add_(torch.tensor([7, 7]), torch.ones(2, 3, dtype=torch.int64))
+        assert t[[7]].tolist() == [[9, 10, 11]]
+        # attaching with another shape is refused; attaching with the same one shares data
+        with pytest.raises(ServerError, match="exists"):
+            DistTensor((g.num_nodes(), 4), torch.int64, "t", ctx=g)
+        t2 = DistTensor((g.num_nodes(), 3), torch.int64, "t", ctx=g)
+        assert t2[[7]].tolist() == [[9, 10, 11]]
+        u = DistTensor((g.num_nodes(), 2), torch.float32, "u", ("uniform", {"low": 2, "high": 3}),
+                       ctx=g)
+        vals = u[np.arange(g.num_nodes())]
+        assert ((vals >= 2) & (vals < 3)).all() and vals.std() > 0
+        with pytest.raises(ConfigError, match="out of range"):
+            t[[g.num_nodes()]]
+        with pytest.raises(ConfigError, match="not shipped"):
+            DistTensor((g.num_nodes(),), torch.float32, "f", lambda s, d: torch.zeros(s), ctx=g)
+        ctx = g.ctx
+    assert ctx.closed
+
+
+def test_sparse_adagrad_and_adam_match_reference(g: DistGraph) -> None:
+    emb = DistEmbedding(g.num_nodes(), 4, "emb", ("constant", {"value": 0.5}), ctx=g)
+    opt = SparseAdagrad([emb], lr=0.1)
+    ids = torch.tensor([3, 2000, 3])
+    for _ in range(2):
+        out = emb(ids)
+        (out * torch.tensor([[1.0], [2.0], [3.0]])).sum().backward()
+        opt.step()
+    # reference: row 3 gets grad 1+3=4 per step, row 2000 gets 2
+    ref = {}
+    for row, gr in ((3, 4.0), (2000, 2.0)):
+        x, s = 0.5, 0.0
+        for _ in range(2):
+            s += gr * gr
+            x -= 0.1 * gr / (np.sqrt(s) + 1e-10)
+        ref[row] = x
+    got = emb.tensor[[3, 2000]].numpy()
+    np.testing.assert_allclose(got[:, 0], [ref[3], ref[2000]], rtol=1e-5)
+    assert emb.tensor[[4]].tolist() == [[0.5] * 4]
+
+    adam_emb = DistEmbedding(g.num_nodes(), 2, "adam", ("constant", {"value": 0.0}), ctx=g)
+    adam = SparseAdam([adam_emb], lr=0.01)
+    adam_emb(torch.tensor([10])).sum().backward()
+    adam.step()
+    # first Adam step moves by -lr * sign(g)
+    np.testing.assert_allclose(adam_emb.tensor[[10]].numpy(), [[-0.01, -0.01]], rtol=1e-4)
+
+
+def test_bad_inputs_raise_clear_errors(g: DistGraph) -> None:
+    with pytest.raises(ConfigError, match="fanout"):
+        sample_neighbors(g, [0], "ten")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unknown edge type"):
+        sample_neighbors(g, [0], {"a:b:c": 3})
+    with pytest.raises(ConfigError, match="out of range"):
+        sample_neighbors(g, [g.num_nodes()], 3)
+    with pytest.raises(ConfigError, match="part_policy"):
+        DistTensor((7,), torch.float32, "x", ctx=g)
+    with pytest.raises(ServerError, match="prob"):
+        sample_neighbors(g, [0, 1], 3, prob="missing")

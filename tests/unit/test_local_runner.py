@@ -1,0 +1,220 @@
+"""The local runner's trainer handling with stand-in trainers (real ``python -c`` processes).
+
+The job attaches to a GraphServer registry entry owned by this test process, so no
+graph servers are needed: this exercises restarts, failures, deadlines and metrics.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from distgnn.errors import ConfigError, JobFailed
+from distgnn.local.plan import LocalPlan, load_yaml, plan_from_manifest, resolve
+from distgnn.local.registry import GraphServerEntry, Registry, process_create_time
+from distgnn.local.runner import RunContext, run_job
+
+SERVERS = ["127.0.0.1:4100", "127.0.0.1:4101"]
+
+
+def job(command: str, **run_policy: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "DistGNNJob",
+        "metadata": {"name": "standin"},
+        "spec": {
+            "graph": {"graphServer": {"name": "gs"}},
+            "trainers": {
+                "replicas": 2,
+                "numSamplers": 1,
+                "command": [sys.executable, "-c", textwrap.dedent(command)],
+            },
+            "runPolicy": {"backoffLimit": 0, **run_policy},
+        },
+    }
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> RunContext:
+    reg = Registry(tmp_path / "state")
+    token = tmp_path / "token"
+    token.write_text("secret", encoding="utf-8")
+    reg.register(
+        GraphServerEntry(
+            name="gs",
+            servers=SERVERS,
+            token_file=str(token),
+            manifest_url=str(tmp_path / "cora.json"),
+            pid=os.getpid(),
+            create_time=process_create_time(os.getpid()),
+        )
+    )
+    return RunContext(workdir=tmp_path / "work", registry=reg, stream=io.StringIO(), grace=5)
+
+
+def plan_of(obj: dict[str, Any], tmp_path: Path) -> LocalPlan:
+    return plan_from_manifest(obj, tmp_path / "job.yaml", tmp_path / "work")[0]
+
+
+OK_TRAINER = """
+    import json, os
+    env = {k: os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'DISTGNN_SERVERS',
+           'DISTGNN_NUM_SAMPLERS', 'DISTGNN_TOKEN_FILE', 'MASTER_ADDR', 'DISTGNN_JOB_NAME')}
+    print('hello from', env['RANK'])
+    if env['RANK'] == '0':
+        with open(os.environ['DISTGNN_METRICS_FILE'], 'w') as f:
+            json.dump({'test_accuracy': 0.5, 'env': env}, f)
+"""
+
+
+def test_trainers_get_the_contract_and_metrics_come_back(ctx: RunContext, tmp_path: Path) -> None:
+    metrics = run_job(plan_of(job(OK_TRAINER), tmp_path), ctx)
+    assert metrics["test_accuracy"] == 0.5
+    env = metrics["env"]
+    assert env["DISTGNN_SERVERS"] == ",".join(SERVERS)
+    assert env["WORLD_SIZE"] == "2" and env["RANK"] == "0"
+    assert env["DISTGNN_NUM_SAMPLERS"] == "1"
+    assert env["DISTGNN_TOKEN_FILE"] == str(tmp_path / "token")
+    assert env["MASTER_ADDR"] == "127.0.0.1"
+    assert env["DISTGNN_JOB_NAME"] == "standin"
+    out = ctx.stream.getvalue()  # type: ignore[attr-defined]
+    assert "trainer-0 | hello from 0" in out and "trainer-1 | hello from 1" in out
+    # the private run folder (token, metrics) is removed afterwards
+    assert list((tmp_path / "work" / "runs").iterdir()) == []
+
+
+def test_a_failing_trainer_stops_the_others_and_shows_the_cause(
+    ctx: RunContext, tmp_path: Path
+) -> None:
+    crash = """
+        import os, sys, time
+        if os.environ['RANK'] == '1':
+            print('about to fail', flush=True)
+            with open(os.environ['DISTGNN_TERMINATION_LOG'], 'w') as f:
+                f.write('RuntimeError: stand-in trainer crashed')
+            sys.exit(3)
+        print('pid', os.getpid(), flush=True)
+        time.sleep(300)
+    """
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed) as ei:
+        run_job(plan_of(job(crash), tmp_path), ctx)
+    msg = str(ei.value)
+    assert "trainer-1 failed (exit code 3)" in msg
+    assert "stand-in trainer crashed" in msg
+    assert "about to fail" in msg
+    assert time.monotonic() - t0 < 120  # not the 300 s the other trainer would sleep
+    out = ctx.stream.getvalue()  # type: ignore[attr-defined]
+    pid = int(next(ln for ln in out.splitlines() if "trainer-0 | pid" in ln).split()[-1])
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_backoff_limit_restarts_the_trainer_group(ctx: RunContext, tmp_path: Path) -> None:
+    marker = tmp_path / "attempts"
+    flaky = f"""
+        import json, os, sys
+        path = {str(marker)!r} + os.environ['RANK']
+        n = int(open(path).read()) if os.path.exists(path) else 0
+        open(path, 'w').write(str(n + 1))
+        if n == 0 and os.environ['RANK'] == '1':
+            sys.exit(1)
+        if os.environ['RANK'] == '0':
+            json.dump({{'attempt': n}}, open(os.environ['DISTGNN_METRICS_FILE'], 'w'))
+    """
+    metrics = run_job(plan_of(job(flaky, backoffLimit=1), tmp_path), ctx)
+    assert metrics == {"attempt": 1}
+    assert (tmp_path / "attempts1").read_text() == "2"
+
+
+def test_backoff_exhausted_fails(ctx: RunContext, tmp_path: Path) -> None:
+    with pytest.raises(JobFailed, match="after 2 attempts"):
+        run_job(plan_of(job("import sys; sys.exit(4)", backoffLimit=1), tmp_path), ctx)
+
+
+def test_active_deadline_is_enforced(ctx: RunContext, tmp_path: Path) -> None:
+    obj = job("import time; time.sleep(300)", activeDeadlineSeconds=1)
+    with pytest.raises(JobFailed, match="activeDeadlineSeconds=1 exceeded"):
+        run_job(plan_of(obj, tmp_path), ctx)
+
+
+def test_user_command_without_metrics_reports_status(ctx: RunContext, tmp_path: Path) -> None:
+    metrics = run_job(plan_of(job("print('no metrics here')"), tmp_path), ctx)
+    assert metrics == {"job": "standin", "status": "Succeeded"}
+
+
+def test_missing_and_stale_graphserver(ctx: RunContext, tmp_path: Path) -> None:
+    obj = job("pass")
+    obj["spec"]["graph"]["graphServer"]["name"] = "absent"
+    with pytest.raises(ConfigError, match="no local GraphServer named 'absent'"):
+        run_job(plan_of(obj, tmp_path), ctx)
+    entry = ctx.registry.read("gs")
+    gone = psutil.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=60)
+    ctx.registry.register(
+        GraphServerEntry(
+            name="stale",
+            servers=entry.servers,
+            token_file=entry.token_file,
+            manifest_url=entry.manifest_url,
+            pid=gone.pid,
+            create_time=entry.create_time,
+        )
+    )
+    obj["spec"]["graph"]["graphServer"]["name"] = "stale"
+    with pytest.raises(ConfigError, match="stale"):
+        run_job(plan_of(obj, tmp_path), ctx)
+
+
+def test_relative_paths_resolve_against_the_manifest_folder(tmp_path: Path) -> None:
+    obj = {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "DistGNNJob",
+        "metadata": {"name": "rel"},
+        "spec": {
+            "graph": {"source": {"url": "../data/g.npz"}},
+            "partitioning": {"numParts": 3, "outputURL": "parts", "graphName": "g"},
+            "trainers": {"app": {"name": "node-classification"}, "checkpoint": {"url": "ckpt"}},
+        },
+    }
+    sub = tmp_path / "jobs"
+    plan, workdir = plan_from_manifest(obj, sub / "job.yaml", None)
+    assert plan.partitioning is not None
+    assert plan.partitioning.graph_url == str(tmp_path / "data" / "g.npz")
+    assert plan.partitioning.manifest_url == str(sub / "parts" / "g.json")
+    assert plan.checkpoint_url == str(sub / "ckpt")
+    assert workdir == sub / ".distgnn"
+    assert plan.cwd == str(sub)
+    assert resolve("s3://bucket/x", sub) == "s3://bucket/x"
+    assert resolve("/abs/x", sub) == "/abs/x"
+    # default output: the work folder
+    del obj["spec"]["partitioning"]["outputURL"]
+    plan, _ = plan_from_manifest(obj, sub / "job.yaml", tmp_path / "w")
+    assert plan.partitioning is not None
+    assert plan.partitioning.out_url == str(tmp_path / "w" / "partitions")
+
+
+def test_malformed_manifests_are_rejected_with_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: DistGNNJob\nspec: [unclosed\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:.*line \d+.*malformed YAML"):
+        load_yaml(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_yaml(tmp_path / "missing.yaml")
+    obj = job("pass")
+    obj["spec"]["trainers"]["replicas"] = 0
+    with pytest.raises(ConfigError, match="replicas"):
+        plan_of(obj, tmp_path)
+    obj = job("pass")
+    obj["kind"] = "Deployment"
+    with pytest.raises(ConfigError, match="kind"):
+        plan_of(obj, tmp_path)
+    assert json.dumps(job("pass"))  # the helper itself stays valid
