@@ -46,7 +46,11 @@ def _run(mode: str, graph: str, out: str) -> dict[str, float]:
     env = dict(os.environ, DISTGNN_LOG_LEVEL="WARNING")
     res = subprocess.run(
         [sys.executable, __file__, "--child", mode, "--graph", graph, "--out", out],
-        capture_output=True, text=True, check=True, env=env, timeout=1800,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=1800,
     )
     out_obj: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
     return out_obj
@@ -81,9 +85,18 @@ def main() -> None:
     cut = statistics.median(r["edge_cut"] for r in runs)
     rows = [
         ("partition time (s)", f"{t:.2f}", f"{DGL['time_s']:.1f}", f"{t / DGL['time_s']:.0%}"),
-        ("peak RSS (GiB)", f"{peak:.2f}", f"{DGL['peak_gib']:.1f}", f"{peak / DGL['peak_gib']:.0%}"),
-        ("edge cut", f"{cut:.4f}", f"{base['edge_cut']:.4f} (pymetis)",
-         f"{cut / base['edge_cut'] - 1:+.1%}"),
+        (
+            "peak RSS (GiB)",
+            f"{peak:.2f}",
+            f"{DGL['peak_gib']:.1f}",
+            f"{peak / DGL['peak_gib']:.0%}",
+        ),
+        (
+            "edge cut",
+            f"{cut:.4f}",
+            f"{base['edge_cut']:.4f} (pymetis)",
+            f"{cut / base['edge_cut'] - 1:+.1%}",
+        ),
         ("pymetis alone (s)", f"{base['time_s']:.2f}", f"{DGL['pymetis_s']:.1f}", ""),
     ]
     print(f"bench_partition: {a.nodes} nodes, 4 parts, metis, median of {a.runs} run(s)")

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,11 +79,12 @@ class Servers:
         return self.logs[i].read_text(errors="replace")
 
     def kill(self, i: int) -> None:
-        """SIGKILL server ``i`` and its workers (a crash, not a drain)."""
+        """SIGKILL server ``i`` and its workers (a crash, not a drain); removes its shm."""
         for pid in [*self.ready[i].get("workers", []), self.procs[i].pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.procs[i].wait(10)
+        shutil.rmtree(self.ready[i].get("shm_dir", "/nonexistent"), ignore_errors=True)
 
 
 def serve_command(

@@ -222,7 +222,7 @@ def test_example_job_reaches_the_quality_bar(example_run: tuple[Result, Path]) -
         assert f"\n{name} | " in res.stderr
     assert len(res.server_addresses()) == 2
     # relative source path resolved against examples/, partitions in the workdir
-    assert (cora_parts).exists()
+    assert (work / "wd" / "partitions" / "cora.json").exists()
     assert_clean(res)
 
 
@@ -439,3 +439,35 @@ def test_graphserver_serves_two_jobs_attaching_at_once(tmp_path: Path, cora_path
     )
     assert res.rc == 2
     assert "no local GraphServer named 'tiny-cora'" in res.stderr
+
+
+def test_backoff_restarts_trainers_and_resumes_from_the_checkpoint(
+    cora_parts: Path, tmp_path: Path
+) -> None:
+    # Attempt 1 trains 2 epochs (checkpointing) and then crashes; attempt 2 asks for 3
+    # epochs and must resume after the checkpointed ones, with the same servers.
+    marker = tmp_path / "attempt-1-done"
+    wrapper = f"""
+        import os, subprocess, sys
+        train = [sys.executable, '-m', 'distgnn.cli', 'train', 'node-classification',
+                 '--hidden', '16', '--fanouts', '5,5', '--batch-size', '64']
+        if not os.path.exists({str(marker)!r}):
+            open({str(marker)!r}, 'w').close()
+            subprocess.run([*train, '--epochs', '2'], check=True)
+            print('crashing after the checkpoint', flush=True)
+            sys.exit(7)
+        os.execv(sys.executable, [*train, '--epochs', '3'])
+    """
+    obj = user_job("resume", cora_parts, wrapper, replicas=1)
+    obj["spec"]["trainers"]["checkpoint"] = {"url": "ckpt"}
+    obj["spec"]["runPolicy"]["backoffLimit"] = 1
+    manifest = write_manifest(tmp_path / "resume.yaml", obj)
+    res = run(manifest, out_dir=tmp_path / "logs")
+    assert res.rc == 0, res.stderr[-5000:]
+    assert "trainer-0 | crashing after the checkpoint" in res.stderr
+    assert "restarting (runPolicy.backoffLimit)" in res.stderr
+    metrics = json.loads(res.stdout.strip().splitlines()[-1])
+    assert metrics["start_epoch"] == 2, metrics
+    assert any((tmp_path / "ckpt").iterdir())  # relative checkpoint URL -> beside the manifest
+    assert res.stderr.count("graph servers ready") == 1  # servers stayed up
+    assert_clean(res)

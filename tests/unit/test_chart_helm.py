@@ -68,6 +68,7 @@ NON_DEFAULT: Obj = {
     "runtimeImage": {"repository": "registry.example.com/distgnn-runtime", "tag": "cuda-1"},
     "logFormat": "text",
     "logLevel": "DEBUG",
+    "partitionsURL": "s3://distgnn-data/partitions",
     "health": {"port": 9090},
     "priorityClassName": "system-cluster-critical",
     "serviceAccount": {"name": "distgnn-op", "annotations": {"iam.example.com/role": "x"}},
@@ -231,7 +232,8 @@ def test_default_deployment() -> None:
     assert env["DISTGNN_LOG_FORMAT"] == "json"
     assert env["DISTGNN_LOG_LEVEL"] == "INFO"
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert "DISTGNN_PEERING_NAME" not in env
+    assert "DISTGNN_PARTITIONS_URL" not in env
+    assert c["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]  # no --peering: standalone
     assert c["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert pod["serviceAccountName"] == f"{RELEASE}-distgnn"
@@ -248,6 +250,7 @@ def test_health_service_and_test_hook_reach_the_operator() -> None:
     dep = one(objs, "Deployment")
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     assert c["ports"][0]["containerPort"] == 9090
+    assert c["args"] == ["--liveness=http://0.0.0.0:9090/healthz"]
     svc = one(objs, "Service")
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert svc["spec"]["ports"] == [
@@ -284,7 +287,8 @@ def test_non_default_values_reach_the_deployment() -> None:
     assert env["DISTGNN_WATCH_NAMESPACES"] == "team-a,team-b"
     assert env["DISTGNN_LOG_FORMAT"] == "text"
     assert env["DISTGNN_LOG_LEVEL"] == "DEBUG"
-    assert env["DISTGNN_PEERING_NAME"] == f"{RELEASE}-distgnn"
+    assert env["DISTGNN_PARTITIONS_URL"] == "s3://distgnn-data/partitions"
+    assert c["args"] == ["--liveness=http://0.0.0.0:9090/healthz", f"--peering={RELEASE}-distgnn"]
     assert env["EXTRA_LITERAL"] == "on"
     assert env["EXTRA_FROM_SECRET"] == {"secretKeyRef": {"name": "extra", "key": "value"}}
     assert c["resources"] == NON_DEFAULT["resources"]
@@ -302,25 +306,25 @@ def test_non_default_values_reach_the_deployment() -> None:
 
 # --- RBAC -----------------------------------------------------------------------------------
 
-CR_RULES = {
-    (CRD_GROUP, "distgnnjobs"): {"get", "list", "watch", "patch"},
-    (CRD_GROUP, "graphservers"): {"get", "list", "watch", "patch"},
-    (CRD_GROUP, "distgnnjobs/status"): {"get", "patch"},
-    (CRD_GROUP, "graphservers/status"): {"get", "patch"},
-}
-CHILD_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+# Derived from what distgnn_operator does (reconcile.py, handlers.py, kube.py) and what kopf
+# does (watch + patch its finalizer/annotations, post events); nothing more.
+APPLIED = {"list", "create", "patch", "delete"}  # observed by label, created, drift-patched, pruned
+CREATED_ONCE = {"list", "create", "delete"}  # never patched (Secret data, Job templates)
 NAMESPACED_RULES = {
-    **CR_RULES,
+    (CRD_GROUP, "distgnnjobs"): {"get", "list", "watch", "patch", "delete"},
+    (CRD_GROUP, "graphservers"): {"get", "list", "watch", "patch"},
+    (CRD_GROUP, "distgnnjobs/status"): {"patch"},
+    (CRD_GROUP, "graphservers/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "delete"},
-    ("", "services"): CHILD_VERBS,
-    ("", "secrets"): CHILD_VERBS,
-    ("apps", "statefulsets"): CHILD_VERBS,
-    ("batch", "jobs"): CHILD_VERBS,
-    ("networking.k8s.io", "networkpolicies"): CHILD_VERBS,
+    ("", "services"): APPLIED,
+    ("networking.k8s.io", "networkpolicies"): APPLIED,
+    ("apps", "statefulsets"): APPLIED | {"watch"},
+    ("", "secrets"): CREATED_ONCE,
+    ("batch", "jobs"): CREATED_ONCE | {"watch"},
     ("", "events"): {"create", "patch"},
 }
 KOPF_CLUSTER_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
-PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CHILD_VERBS}
+PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CREATED_ONCE}
 
 
 def rules_of(role: Obj) -> dict[tuple[str, str], set[str]]:
@@ -392,7 +396,8 @@ def test_ha_cluster_wide_ships_cluster_peering() -> None:
     objs = render({"ha": {"enabled": True}})
     dep = one(objs, "Deployment")
     assert dep["spec"]["replicas"] == 2
-    peering_name = env_of(dep["spec"]["template"]["spec"]["containers"][0])["DISTGNN_PEERING_NAME"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    (peering_name,) = [a.split("=", 1)[1] for a in args if a.startswith("--peering=")]
     crd = next(o for o in of_kind(objs, "CustomResourceDefinition") if "kopf" in o["spec"]["group"])
     assert crd["metadata"]["name"] == "clusterkopfpeerings.kopf.dev"
     assert crd["spec"]["scope"] == "Cluster"
@@ -520,3 +525,37 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
     assert "team-a" in notes
     assert "crds.enabled=false" in notes
     assert "s3-credentials" in notes
+
+
+# --- the chart speaks the operator's interface ---------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["default", "non-default"])
+def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> None:
+    main = pytest.importorskip("distgnn_operator.__main__")
+    dep = one(render(SCENARIOS[scenario]), "Deployment")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    old = dict(os.environ)
+    try:
+        os.environ.update({k: v for k, v in env.items() if isinstance(v, str)})
+        args = main.build_parser().parse_args(c["args"])
+        assert main.namespaces(args, dict(os.environ)) == list(
+            SCENARIOS[scenario].get("watchNamespaces", [])
+        )
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    port = SCENARIOS[scenario].get("health", {}).get("port", 8080)
+    assert args.liveness == f"http://0.0.0.0:{port}/healthz"
+    assert args.runtime_image == env["DISTGNN_RUNTIME_IMAGE"]
+    assert args.partitions_url == env.get("DISTGNN_PARTITIONS_URL")
+    ha = SCENARIOS[scenario].get("ha", {}).get("enabled", False)
+    assert (args.peering is not None) is ha
+    # Every DISTGNN_* variable the chart sets is read by the operator or the log setup.
+    files = [*(REPO / "operator" / "distgnn_operator").glob("*.py")]
+    files.append(REPO / "runtime" / "distgnn" / "contract.py")
+    sources = " ".join(p.read_text() for p in files)
+    for name in env:
+        if name.startswith("DISTGNN_"):
+            assert f'"{name}"' in sources, f"{name} is read by nobody"

@@ -140,10 +140,17 @@ def test_backoff_exhausted_fails(ctx: RunContext, tmp_path: Path) -> None:
         run_job(plan_of(job("import sys; sys.exit(4)", backoffLimit=1), tmp_path), ctx)
 
 
-def test_active_deadline_is_enforced(ctx: RunContext, tmp_path: Path) -> None:
+def test_active_deadline_is_enforced_with_progress(
+    ctx: RunContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx.status_interval = 0.2
     obj = job("import time; time.sleep(300)", activeDeadlineSeconds=1)
-    with pytest.raises(JobFailed, match="activeDeadlineSeconds=1 exceeded"):
+    with (
+        caplog.at_level("INFO", logger="distgnn.local"),
+        pytest.raises(JobFailed, match="activeDeadlineSeconds=1 exceeded"),
+    ):
         run_job(plan_of(obj, tmp_path), ctx)
+    assert "training: 0/2 trainers finished" in caplog.text
 
 
 def test_user_command_without_metrics_reports_status(ctx: RunContext, tmp_path: Path) -> None:

@@ -22,8 +22,9 @@ def main(args: argparse.Namespace) -> int:
 
     if args.nodes < 2 or args.avg_degree <= 0 or args.feat_dim < 0 or args.communities < 1:
         raise ConfigError("--nodes >= 2, --avg-degree > 0, --feat-dim >= 0, --communities >= 1")
-    opts = GenerateOptions(args.nodes, args.avg_degree, args.feat_dim, args.communities,
-                           seed=args.seed)
+    opts = GenerateOptions(
+        args.nodes, args.avg_degree, args.feat_dim, args.communities, seed=args.seed
+    )
     write_graph_dir(generate_graph(opts), args.out)
     print(f"wrote {args.out}: {opts.nodes} nodes, {round(opts.nodes * opts.avg_degree)} edges")
     return 0

@@ -44,6 +44,7 @@ class RunContext:
     ready_timeout: float = 300.0
     grace: float = 10.0
     poll_interval: float = 0.1
+    status_interval: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) 
 
 
 def trainer_specs(
-    plan: LocalPlan, servers: Servers, rundir: Path, master_port: int, attempt: int
+    plan: LocalPlan, servers: Servers, rundir: Path, master_port: int
 ) -> list[ProcessSpec]:
     """One ProcessSpec per trainer replica with the contract environment."""
     assert plan.trainer_argv is not None
@@ -260,7 +261,7 @@ def run_trainers(
         for f in rundir.glob("*.termination-log"):
             f.unlink()
         (rundir / "metrics.json").unlink(missing_ok=True)
-        specs = trainer_specs(plan, servers, rundir, ports.take(), attempt)
+        specs = trainer_specs(plan, servers, rundir, ports.take())
         log.info(
             "starting trainers",
             extra=kv(replicas=plan.replicas, attempt=attempt + 1, samplers=plan.num_samplers),
@@ -295,7 +296,17 @@ def _watch(
     deadline: Deadline,
 ) -> str | None:
     """Wait for the trainers; None when all succeeded, else the failure text."""
+    t0 = last_note = time.monotonic()
     while True:
+        now = time.monotonic()
+        if now - last_note >= ctx.status_interval:
+            last_note = now
+            n_done = len(sup.exited(trainers))
+            log.info(
+                "training: %d/%d trainers finished, %.0fs elapsed",
+                n_done, len(trainers), now - t0,
+                extra=kv(finished=n_done, trainers=len(trainers)),
+            )  # fmt: skip
         for name in servers:
             proc = sup.procs[name]
             if proc.poll() is not None:
@@ -388,9 +399,10 @@ def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) 
                 sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, deadline
             )
         metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
-        if plan.graph_server and not ctx.registry.read(plan.graph_server).alive():
-            log.warning("the GraphServer stopped while the job ran")
-        log.info("job succeeded; stopping processes", extra=kv(job=plan.name))
+        log.info(
+            "job succeeded in %.1fs; stopping processes", time.monotonic() - deadline.t0,
+            extra=kv(job=plan.name),
+        )  # fmt: skip
     return metrics
 
 

@@ -29,11 +29,10 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray,
         np.not_equal(keys[1:], keys[:-1], out=uniq[1:])
         keys = keys[uniq]
         del uniq
-    rows, adjncy = np.divmod(keys, n)
-    del keys
-    xadj = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=xadj[1:])
-    return xadj, adjncy
+    # keys are sorted: row starts by binary search, then reuse the buffer for columns
+    xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
+    np.remainder(keys, n, out=keys)
+    return xadj, keys
 
 
 def metis_assign(

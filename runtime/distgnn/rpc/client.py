@@ -45,7 +45,6 @@ from distgnn.rpc.protocol import (
 
 log = logging.getLogger("distgnn.rpc")
 
-SOCK_BUF = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -107,8 +106,7 @@ class Connection:
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            sock.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF)
+        # socket buffers are left to the kernel's autotuning (fixed sizes disable it)
         self.sock = sock
         try:
             reply = self._roundtrip(MsgType.HELLO, {"token": self.token or "", "pid": os.getpid()})

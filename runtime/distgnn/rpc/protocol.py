@@ -94,22 +94,47 @@ class Frame:
         return bool(self.flags & FLAG_RESPONSE)
 
 
+@dataclass
+class Gathered:
+    """A buffer sent straight from scattered memory (e.g. rows of a shared-memory table).
+
+    ``chunks`` are byte views whose concatenation is the C-order array of ``dtype`` and
+    ``shape``; ``sendmsg`` gathers them in the kernel, so no user-space copy is made.
+    """
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    chunks: list[memoryview]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def gather_rows(table: np.ndarray, rows: np.ndarray) -> Gathered:
+    """``table[rows]`` as views of each row of a C-contiguous table (no copy)."""
+    rb = int(np.prod(table.shape[1:], dtype=np.int64)) * table.dtype.itemsize
+    flat = table.reshape(-1).view(np.uint8).data
+    starts = (rows * rb).tolist()
+    return Gathered(table.dtype, (len(rows), *table.shape[1:]), [flat[o : o + rb] for o in starts])
+
+
 Into = Callable[[int, np.dtype, tuple[int, ...]], "np.ndarray | None"]
 """``into(index, dtype, shape)`` may return a writable C-contiguous array to receive buffer
 ``index`` directly (zero extra copy), or None to let the codec allocate one."""
 
 
-def _as_buffer(a: np.ndarray) -> np.ndarray:
+def _as_buffer(a: np.ndarray | Gathered) -> np.ndarray | Gathered:
     if a.dtype.name not in DTYPES:
         raise ProtocolError(f"dtype {a.dtype} is not allowed on the wire")
-    return np.ascontiguousarray(a)
+    return a if isinstance(a, Gathered) else np.ascontiguousarray(a)
 
 
 def encode(
     mtype: MsgType,
     req_id: int,
     meta: dict[str, Any],
-    bufs: Sequence[np.ndarray] = (),
+    bufs: Sequence[np.ndarray | Gathered] = (),
     flags: int = 0,
     limits: Limits | None = None,
 ) -> list[memoryview | bytes]:
@@ -126,7 +151,11 @@ def encode(
     head = HEADER.pack(MAGIC, VERSION, int(mtype), flags, req_id, len(mbytes), len(arrays), 0)
     lens = struct.pack(f"<{len(arrays)}Q", *(a.nbytes for a in arrays))
     chunks: list[memoryview | bytes] = [head + lens + mbytes]
-    chunks += [a.data.cast("B") for a in arrays if a.nbytes]
+    for a in arrays:
+        if isinstance(a, Gathered):
+            chunks += a.chunks
+        elif a.nbytes:
+            chunks.append(a.data.cast("B"))
     return chunks
 
 
@@ -138,21 +167,21 @@ def encode_bytes(
 
 
 def send_frame(sock: socket.socket, chunks: list[memoryview | bytes]) -> None:
-    """Send all chunks with ``sendmsg``, resuming after partial sends."""
-    views = [memoryview(c) for c in chunks]
-    i = 0
-    while i < len(views):
-        sent = sock.sendmsg(views[i : i + 512])
-        while sent and i < len(views):
-            n = len(views[i])
-            if sent >= n:
-                sent -= n
-                i += 1
-            else:
-                views[i] = views[i][sent:]
-                sent = 0
-        while i < len(views) and len(views[i]) == 0:
-            i += 1
+    """Send all chunks with ``sendmsg`` (up to 1024 per call), resuming after partial sends."""
+    i, n = 0, len(chunks)
+    pending: list[memoryview | bytes] = []
+    while i < n or pending:
+        batch = pending + chunks[i : i + 1024 - len(pending)]
+        i += len(batch) - len(pending)
+        sent = sock.sendmsg(batch)
+        pending = []
+        for j, c in enumerate(batch):
+            size = len(c) if isinstance(c, bytes) else c.nbytes
+            if sent >= size:
+                sent -= size
+                continue
+            pending = [memoryview(c)[sent:], *batch[j + 1 :]]
+            break
 
 
 def recv_exact(sock: socket.socket, view: memoryview, peer: str, deadline: float | None) -> None:

@@ -54,10 +54,10 @@ class LocalSource:
 
 
 class _DistOneHop:
-    def __init__(self, g: Any) -> None:
+    def __init__(self, g: Any, rng: np.random.Generator) -> None:
         from distgnn.dist.sampling import sample_neighbors
 
-        self.g, self._sample = g, sample_neighbors
+        self.g, self.rng, self._sample = g, rng, sample_neighbors
 
     def __call__(
         self, seeds: np.ndarray, fanout: Fanout, *, replace: bool, prob: str | None, edge_dir: str
@@ -65,7 +65,10 @@ class _DistOneHop:
         if edge_dir != "in":
             raise ConfigError("edge_dir: the distributed graph samples in-edges only")
         fan: Any = dict(fanout) if not isinstance(fanout, int) else fanout
-        s = self._sample(self.g, np.asarray(seeds, dtype=np.int64), fan, replace=replace, prob=prob)
+        seed = int(self.rng.integers(0, 2**31 - 1))
+        s = self._sample(
+            self.g, np.asarray(seeds, dtype=np.int64), fan, replace=replace, prob=prob, seed=seed
+        )
         et = getattr(s, "etype", None)
         return Hop(
             _np(s.src).astype(np.int64, copy=False),
@@ -82,7 +85,7 @@ class DistSource:
         self.g, self._spec, self._owner = g, reopen, owner
 
     def one_hop(self, rng: np.random.Generator) -> OneHop:
-        return _DistOneHop(self.g)
+        return _DistOneHop(self.g, rng)
 
     def num_nodes(self) -> int:
         return int(self.g.num_nodes())

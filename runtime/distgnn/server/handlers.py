@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from distgnn.rpc.protocol import DTYPES, MsgType
+from distgnn.rpc.protocol import DTYPES, MsgType, gather_rows
 from distgnn.server import sampling
 from distgnn.server.state import GraphState
 from distgnn.server.store import ShmStore, TensorError
 
-Reply = tuple[dict[str, Any], list[np.ndarray]]
+Reply = tuple[dict[str, Any], list[Any]]
+ZERO_COPY_ROW = 1024
+"""Rows of at least this many bytes are sent straight from shared memory (no gather copy)."""
 INITS = ("zeros", "ones", "uniform", "normal", "constant")
 OPT_STATE = {"adagrad": ("adagrad_sum",), "adam": ("adam_m", "adam_v", "adam_step")}
 
@@ -72,10 +74,15 @@ def fill_init(arr: np.ndarray, spec: dict[str, Any], seed: int) -> None:
 
 
 class Handlers:
-    """Dispatch of one worker; stateless apart from its RNG."""
+    """Dispatch of one worker; stateless apart from its RNG.
 
-    def __init__(self, store: ShmStore, graph: GraphState) -> None:
+    With ``zero_copy`` (server workers), PULL answers with wide rows are views of the
+    shared memory sent by ``sendmsg`` directly; in-process callers get copies.
+    """
+
+    def __init__(self, store: ShmStore, graph: GraphState, zero_copy: bool = False) -> None:
         self.store, self.g = store, graph
+        self.zero_copy = zero_copy
         self.rng = np.random.default_rng()
         self.table: dict[MsgType, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
             MsgType.GET_META: self.get_meta,
@@ -127,6 +134,8 @@ class Handlers:
     def pull(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         name, arr = self._tensor(meta)
         rows = _ids(bufs, 0, arr.shape[0], f"rows of {name!r}")
+        if self.zero_copy and arr.ndim > 1 and arr.itemsize * arr[0].size >= ZERO_COPY_ROW:
+            return {}, [gather_rows(arr, rows)]
         out = np.empty((len(rows), *arr.shape[1:]), dtype=arr.dtype)
         np.take(arr, rows, axis=0, out=out)
         return {}, [out]
@@ -310,9 +319,7 @@ class Handlers:
             p, q = sampling.sample_candidates(c, s, len(seeds), f, replace, rng, w)
             out_p.append(p)
             out_s.append(q)
-        pos, sg = np.concatenate(out_p), np.concatenate(out_s)
-        order = np.argsort(sg, kind="stable")
-        return pos[order], sg[order]
+        return np.concatenate(out_p), np.concatenate(out_s)
 
     def find_edges(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         g = self.g

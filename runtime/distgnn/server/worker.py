@@ -70,7 +70,7 @@ class Worker:
         self.cfg = cfg
         self.store = ShmStore(cfg.shm_dir)
         self.graph = GraphState.attach(self.store)
-        self.handlers = Handlers(self.store, self.graph)
+        self.handlers = Handlers(self.store, self.graph, zero_copy=True)
         self.stop = threading.Event()
         self.threads: set[threading.Thread] = set()
         self.lock = threading.Lock()
@@ -118,13 +118,14 @@ class Worker:
         log.info("worker drained", extra=kv(pid=os.getpid(), connections=len(threads)))
 
     def _wait_readable(self, conn: socket.socket) -> bool:
-        """Wait for the next frame; False when the worker is stopping."""
+        """Wait for the next frame; False once the worker is stopping and nothing is pending."""
         poller = select.poll()
         poller.register(conn, select.POLLIN | select.POLLERR | select.POLLHUP)
-        while not self.stop.is_set():
+        while True:
             if poller.poll(POLL_S * 1000):
-                return True
-        return False
+                return True  # serve what was sent before a stop, too
+            if self.stop.is_set():
+                return False
 
     def _reply(
         self, conn: socket.socket, mtype: MsgType, req_id: int, meta: dict, bufs: list
@@ -132,9 +133,17 @@ class Worker:
         conn.settimeout(self.cfg.frame_timeout)
         send_frame(conn, encode(mtype, req_id, meta, bufs, flags=FLAG_RESPONSE))
 
-    def _error(self, conn: socket.socket, req_id: int, code: str, msg: str) -> None:
+    def _error(
+        self, conn: socket.socket, req_id: int, code: str, msg: str, close: bool = False
+    ) -> None:
         with contextlib.suppress(OSError):
             self._reply(conn, MsgType.ERROR, req_id, error_meta(code, msg), [])
+            if close:  # lingering close: unread input would turn our FIN into a RST
+                conn.shutdown(socket.SHUT_WR)
+                conn.settimeout(1.0)
+                for _ in range(64):
+                    if not conn.recv(1 << 16):
+                        break
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -148,13 +157,13 @@ class Worker:
                     frame = recv_frame(conn, peer, self.cfg.limits, time.monotonic() + timeout)
                 except ProtocolError as e:
                     log.warning("bad frame; closing", extra=kv(peer=peer, error=str(e)))
-                    self._error(conn, 0, "protocol", str(e))
+                    self._error(conn, 0, "protocol", str(e), close=True)
                     return
                 except (ServerUnavailable, RequestTimeout):
                     return
                 if not authed:
                     if frame.type != MsgType.HELLO:
-                        self._error(conn, frame.req_id, "auth", "first frame must be HELLO")
+                        self._error(conn, frame.req_id, "auth", "first frame must be HELLO", close=True)
                         return
                     tok = frame.meta.get("token")
                     if not self.cfg.insecure and not (
@@ -162,7 +171,7 @@ class Worker:
                         and hmac.compare_digest(tok.encode(), self.cfg.token.encode())
                     ):
                         log.warning("token refused", extra=kv(peer=peer))
-                        self._error(conn, frame.req_id, "auth", "wrong or missing token")
+                        self._error(conn, frame.req_id, "auth", "wrong or missing token", close=True)
                         return
                     authed = True
                     g = self.graph

@@ -1,0 +1,254 @@
+"""Graph-server benchmark: feature-pull bandwidth vs raw loopback TCP, memory, sampling.
+
+    python bench/bench_server.py [--nodes 150000] [--dims 128,1024] [--batch 10000] [--reps 15]
+
+1. A generated graph (random edges, float32 features of each dimension) is partitioned
+   into ONE partition and served by one ``distgnn serve`` (1 worker) on 127.0.0.1.
+2. Pull: ``DistTensor[ids]`` of ``--batch`` random node IDs, payload GB/s (median), vs a
+   plain socket sender/receiver in another process moving the same message sizes.
+3. Memory: the sum of PSS (psutil ``memory_full_info``) over the server's processes,
+   after every worker touched every row, vs the partition's file size, for 1 and 4 workers.
+4. One-hop ``sample_neighbors`` throughput (seeds/s, fanout 10), standalone and via server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+
+def make_partition(out: Path, nodes: int, dims: list[int], avg_deg: int) -> str:
+    from distgnn.graph.io import graph_from_arrays
+    from distgnn.partition.partitioner import partition_graph
+
+    rng = np.random.default_rng(0)
+    e = nodes * avg_deg
+    arrays = {
+        "src": rng.integers(0, nodes, e, dtype=np.int64),
+        "dst": rng.integers(0, nodes, e, dtype=np.int64),
+    }
+    for d in dims:
+        arrays[f"feat{d}"] = rng.random((nodes, d), dtype=np.float32)
+    g = graph_from_arrays(arrays, "generated")
+    partition_graph(g, 1, str(out), "gen", method="random", progress=False)
+    return str(out / "gen.json")
+
+
+class Server:
+    """One ``distgnn serve`` subprocess on a free loopback port."""
+
+    def __init__(self, manifest: str, workers: int, tmp: Path) -> None:
+        self.token = secrets.token_hex(8)
+        tok = tmp / f"tok-{workers}"
+        tok.write_text(self.token)
+        ready = tmp / f"ready-{workers}.json"
+        ready.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "distgnn.cli", "--log-level", "WARNING", "serve",
+             "--manifest", manifest, "--part-id", "0", "--bind", "127.0.0.1", "--port", "0",
+             "--health-port", "0", "--workers", str(workers), "--token-file", str(tok),
+             "--ready-file", str(ready)],
+        )  # fmt: skip
+        deadline = time.monotonic() + 300
+        while not ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("server failed to start")
+            time.sleep(0.05)
+        self.info = json.loads(ready.read_text())
+        self.addr = ("127.0.0.1", int(self.info["port"]))
+
+    def pss(self) -> int:
+        procs = [psutil.Process(self.info["pid"])] + [psutil.Process(p) for p in self.info["workers"]]
+        return sum(p.memory_full_info().pss for p in procs)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(120)
+
+
+def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int) -> None:
+    """A plain socket server: for each ``req``-byte request, send ``nbytes`` back."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    port_q.put(ls.getsockname()[1])
+    conn, _ = ls.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = np.ones(nbytes, dtype=np.uint8)
+    rbuf = bytearray(req)
+    for _ in range(reps):
+        view, got = memoryview(rbuf), 0
+        while got < req:
+            got += conn.recv_into(view[got:])
+        conn.sendall(payload)
+    conn.close()
+    ls.close()
+
+
+class RawPeer:
+    """Client side of the plain-socket baseline (same request and answer sizes)."""
+
+    def __init__(self, nbytes: int, reps: int, req: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.q: mp.Queue = ctx.Queue()
+        self.p = ctx.Process(target=_raw_sender, args=(self.q, nbytes, reps, req))
+        self.p.start()
+        self.s = socket.create_connection(("127.0.0.1", self.q.get(timeout=60)), timeout=60)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.nbytes, self.ask = nbytes, b"x" * req
+
+    def request(self) -> float:
+        buf = np.empty(self.nbytes, dtype=np.uint8)  # a fresh buffer, like a pull's output
+        view = memoryview(buf)
+        t0 = time.perf_counter()
+        self.s.sendall(self.ask)
+        got = 0
+        while got < self.nbytes:
+            got += self.s.recv_into(view[got:], self.nbytes - got)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.s.close()
+        self.p.join(60)
+        self.q.close()
+        self.q.join_thread()
+
+
+def bench_pull(
+    srv: Server, dim: int, batch: int, reps: int, nodes: int
+) -> tuple[float, float, float]:
+    """(pull GB/s, raw GB/s, median per-pair ratio), pull and raw requests interleaved."""
+    import torch
+
+    from distgnn.dist import DistGraph, initialize
+
+    rng = np.random.default_rng(1)
+    nbytes = batch * dim * 4
+    raw = RawPeer(nbytes, reps + 2, batch * 8)
+    pulls, raws = [], []
+    try:
+        with initialize([srv.addr], srv.token) as ctx:
+            t = DistGraph(ctx).ndata[f"feat{dim}"]
+            for i in range(reps + 2):
+                ids = torch.from_numpy(rng.integers(0, nodes, batch))
+                t0 = time.perf_counter()
+                out = t[ids]
+                dt = time.perf_counter() - t0
+                rt = raw.request()
+                if i >= 2:
+                    pulls.append(dt)
+                    raws.append(rt)
+            assert out.shape == (batch, dim)
+    finally:
+        raw.close()
+    ratio = statistics.median(r / p for p, r in zip(pulls, raws, strict=True))
+    return nbytes / statistics.median(pulls) / 1e9, nbytes / statistics.median(raws) / 1e9, ratio
+
+
+def touch_all(srv: Server, dims: list[int], nodes: int, workers: int) -> None:
+    """Pull every row through connections spread over every worker."""
+    from distgnn.rpc.client import Connection
+    from distgnn.rpc.protocol import MsgType
+
+    seen: set[int] = set()
+    conns = []
+    for _ in range(50 * workers):
+        c = Connection(*srv.addr, srv.token)
+        c.connect()
+        conns.append(c)
+        if c.server_info["pid"] not in seen:
+            seen.add(c.server_info["pid"])
+            for d in dims:
+                for lo in range(0, nodes, 20000):
+                    ids = np.arange(lo, min(nodes, lo + 20000))
+                    c.request(MsgType.PULL, {"name": f"node/_N/feat{d}"}, [ids])
+        if len(seen) == workers:
+            break
+    for c in conns:
+        c.close()
+
+
+def bench_sampling(manifest: str, srv: Server, nodes: int, reps: int) -> list[tuple[str, float]]:
+    from distgnn.dist import DistGraph, initialize, sample_neighbors
+
+    rng = np.random.default_rng(2)
+    out = []
+    for mode in ("standalone", "1 server"):
+        ctx = initialize(manifest=manifest) if mode == "standalone" else initialize([srv.addr], srv.token)
+        with ctx:
+            g = DistGraph(ctx)
+            times = []
+            for _ in range(reps):
+                seeds = rng.integers(0, nodes, 100_000)
+                t0 = time.perf_counter()
+                sample_neighbors(g, seeds, 10)
+                times.append(time.perf_counter() - t0)
+        out.append((mode, 100_000 / statistics.median(times)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=150_000)
+    ap.add_argument("--dims", default="128,1024")
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--avg-degree", type=int, default=10)
+    a = ap.parse_args()
+    dims = [int(d) for d in a.dims.split(",")]
+    os.environ.setdefault("DISTGNN_LOG_LEVEL", "WARNING")
+    with tempfile.TemporaryDirectory(prefix="bench-server-") as tmpd:
+        tmp = Path(tmpd)
+        t0 = time.perf_counter()
+        manifest = make_partition(tmp / "parts", a.nodes, dims, a.avg_degree)
+        files = json.loads(Path(manifest).read_text())["parts"][0]["files"]
+        part_bytes = sum(f["bytes"] for f in files.values())
+        print(f"# graph: {a.nodes} nodes, {a.nodes * a.avg_degree} edges, dims {dims}; "
+              f"partition files {part_bytes / 2**20:.0f} MiB (built in {time.perf_counter() - t0:.0f}s)")
+
+        print("\n| feature dim | batch | payload MB | DistTensor pull GB/s | raw loopback GB/s | pull/raw (median of pairs) |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        srv = Server(manifest, 1, tmp)
+        try:
+            for d in dims:
+                nbytes = a.batch * d * 4
+                pull, raw, ratio = bench_pull(srv, d, a.batch, a.reps, a.nodes)
+                print(f"| {d} | {a.batch} | {nbytes / 1e6:.1f} | {pull:.2f} | {raw:.2f} | "
+                      f"{100 * ratio:.0f}% |")
+            samp = bench_sampling(manifest, srv, a.nodes, max(3, a.reps // 3))
+        finally:
+            srv.stop()
+
+        print("\n| workers | server PSS MiB | partition files MiB | PSS / files |")
+        print("|---:|---:|---:|---:|")
+        for w in (1, 4):
+            srv = Server(manifest, w, tmp)
+            try:
+                touch_all(srv, dims, a.nodes, w)
+                pss = srv.pss()
+            finally:
+                srv.stop()
+            print(f"| {w} | {pss / 2**20:.0f} | {part_bytes / 2**20:.0f} | {pss / part_bytes:.2f}x |")
+
+        print("\n| one-hop sample_neighbors (fanout 10, 100k seeds/call) | seeds/s |")
+        print("|---|---:|")
+        for mode, rate in samp:
+            print(f"| {mode} | {rate / 1e6:.2f} M |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Servers that die, hang or are stopped: clients get clear errors, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from servers import partition_cora, running_servers
+
+from distgnn.errors import RequestTimeout, ServerUnavailable
+from distgnn.rpc.client import Connection, Timeouts
+from distgnn.rpc.protocol import MsgType
+
+
+@pytest.fixture(scope="module")
+def cora1(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
+    return partition_cora(cora_path, tmp_path_factory.mktemp("cora1"), num_parts=1)
+
+
+def test_hung_then_killed_server_gives_clear_errors(cora1: str) -> None:
+    with running_servers(cora1, num_parts=1, workers=1) as srv:
+        c = Connection(*srv.addrs[0], srv.token, Timeouts(request=1.5, connect=1.0))
+        c.connect()
+        worker = srv.ready[0]["workers"][0]
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            with pytest.raises(RequestTimeout, match="did not answer PULL within"):
+                c.request(MsgType.PULL, {"name": "node/_N/feat"}, [np.arange(100)])
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        # the connection is re-opened after the timeout and works again
+        assert c.request(MsgType.PING, {}).meta["part_id"] == 0
+        rid = c.send(MsgType.PULL, {"name": "node/_N/feat"}, [np.arange(2000)])
+        srv.kill(0)
+        with pytest.raises((ServerUnavailable, RequestTimeout), match="127.0.0.1"):
+            c.recv(rid, MsgType.PULL)
+        with pytest.raises(ServerUnavailable, match="unreachable"):
+            c.request(MsgType.PING, {})
+        c.close()
+    assert srv.returncodes[0] == -signal.SIGKILL
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0(cora1: str) -> None:
+    with running_servers(cora1, num_parts=1, workers=2) as srv:
+        conns = [Connection(*srv.addrs[0], srv.token, Timeouts(30, 5)) for _ in range(4)]
+        ids = np.arange(2708)
+        sent = [c.send(MsgType.PULL, {"name": "node/_N/feat"}, [ids]) for c in conns]
+        srv.procs[0].send_signal(signal.SIGTERM)
+        for c, rid in zip(conns, sent, strict=True):
+            assert c.recv(rid, MsgType.PULL).bufs[0].shape == (2708, 1433)
+            c.close()
+        assert srv.procs[0].wait(60) == 0
+        shm = srv.ready[0]["shm_dir"]
+        assert not os.path.exists(shm), "shared memory must be removed on exit"
+    assert srv.returncodes == [0]
+
+
+def _serve(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "distgnn.cli", "serve", *args],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_serve_refuses_bad_configuration(cora1: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISTGNN_")}
+    r = _serve(["--manifest", cora1, "--part-id", "0"], env)
+    assert r.returncode == 2 and "token is required" in r.stderr
+    r = _serve(["--manifest", cora1], env)
+    assert r.returncode == 2 and "--part-id" in r.stderr
+    r = _serve(["--part-id", "0", "--insecure-no-token"], env)
+    assert r.returncode == 2 and "--manifest" in r.stderr
+    r = _serve(["--manifest", cora1, "--insecure-no-token", "--workers", "0"],
+               {**env, "POD_NAME": "graph-srv-0"})  # fmt: skip
+    assert r.returncode == 2 and "--workers" in r.stderr
+    r = _serve(["--manifest", str(tmp_path / "none.json"), "--part-id", "0",
+                "--insecure-no-token", "--port", "0", "--health-port", "0"], env)  # fmt: skip
+    assert r.returncode == 2 and "none.json" in r.stderr
+
+
+def test_env_configuration_and_statefulset_ordinal(cora1: str, tmp_path: Path) -> None:
+    ready = tmp_path / "ready.json"
+    tok = tmp_path / "tok"
+    tok.write_text("s3cret\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISTGNN_")}
+    env.update(
+        DISTGNN_MANIFEST=cora1,
+        POD_NAME="mygraph-server-0",
+        DISTGNN_SERVER_PORT="0",
+        DISTGNN_HEALTH_PORT="0",
+        DISTGNN_SERVER_BIND="127.0.0.1",
+        DISTGNN_TOKEN_FILE=str(tok),
+        DISTGNN_READY_FILE=str(ready),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distgnn.cli", "serve"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        import json
+
+        info = json.loads(ready.read_text())
+        c = Connection("127.0.0.1", info["port"], "s3cret", Timeouts(10, 10))
+        assert c.request(MsgType.PING, {}).meta["part_id"] == 0
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0

@@ -1,0 +1,115 @@
+"""The wire codec: round trips, zero-copy receive, and rejection of bad frames."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+from distgnn.errors import ProtocolError, RequestTimeout, ServerUnavailable
+from distgnn.rpc.protocol import (
+    HEADER,
+    MAGIC,
+    VERSION,
+    Limits,
+    MsgType,
+    decode_bytes,
+    encode,
+    encode_bytes,
+    recv_frame,
+    send_frame,
+)
+
+
+def frame_bytes(mtype: int, meta: bytes, lens: list[int], payload: bytes = b"", **kw: int) -> bytes:
+    head = HEADER.pack(
+        kw.get("magic_bytes", MAGIC), kw.get("version", VERSION), mtype, 0, 7, len(meta), len(lens), 0
+    )
+    return head + struct.pack(f"<{len(lens)}Q", *lens) + meta + payload
+
+
+def test_round_trip_in_memory() -> None:
+    bufs = [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.array([True, False]),
+        np.empty((0, 5), dtype=np.int64),
+        np.arange(10, dtype=np.int16)[::2],  # non-contiguous input
+    ]
+    f = decode_bytes(encode_bytes(MsgType.PULL, 42, {"name": "node/_N/feat", "x": [1, 2]}, bufs))
+    assert f.type == MsgType.PULL and f.req_id == 42
+    assert f.meta == {"name": "node/_N/feat", "x": [1, 2]}
+    for a, b in zip(bufs, f.bufs, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def test_round_trip_over_socket_into_preallocated() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        big = np.random.default_rng(0).random((2000, 300)).astype(np.float32)  # 2.4 MB
+        chunks = encode(MsgType.PUSH, 3, {"op": "set"}, [np.arange(2000), big])
+        t = threading.Thread(target=send_frame, args=(a, chunks))
+        t.start()
+        dest = np.empty_like(big)
+        f = recv_frame(b, "peer", deadline=None, into=lambda i, d, s: dest if i == 1 else None)
+        t.join(10)
+        assert f.bufs[1] is dest
+        np.testing.assert_array_equal(dest, big)
+        np.testing.assert_array_equal(f.bufs[0], np.arange(2000))
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (frame_bytes(1, b"{}", [], magic_bytes=b"XXXX"), "magic"),
+        (frame_bytes(1, b"{}", [], version=99), "version"),
+        (frame_bytes(77, b"{}", []), "unknown message type"),
+        (frame_bytes(1, b"not json", []), "JSON"),
+        (frame_bytes(1, b"[1]", []), "JSON object"),
+        (frame_bytes(1, b"{}", [4], b"abcd"), "describe"),
+        (frame_bytes(1, json.dumps({"bufs": [["object", [1]]]}).encode(), [8], b"x" * 8), "dtype"),
+        (frame_bytes(1, json.dumps({"bufs": [["complex64", [1]]]}).encode(), [8], b"x" * 8), "dtype"),
+        (frame_bytes(1, json.dumps({"bufs": [["int64", [2]]]}).encode(), [8], b"x" * 8), "match"),
+        (frame_bytes(1, json.dumps({"bufs": [["int64", [-1]]]}).encode(), [8], b"x" * 8), "descr"),
+        (frame_bytes(1, json.dumps({"bufs": [["int64", [2]]]}).encode(), [16], b"x" * 8), "trunc"),
+        (frame_bytes(1, b"{}", []) + b"extra", "trailing"),
+        (frame_bytes(1, b"{}", [])[:10], "truncated"),
+        (frame_bytes(1, b"{" * 20, [])[:30], "truncated"),
+    ],
+)
+def test_malformed_frames_are_rejected(data: bytes, match: str) -> None:
+    with pytest.raises(ProtocolError, match=match):
+        decode_bytes(data)
+
+
+def test_limits_are_checked_before_allocating() -> None:
+    lim = Limits(max_meta=64, max_bufs=2, max_buf_bytes=100, max_total_bytes=150)
+    with pytest.raises(ProtocolError, match="metadata length"):
+        decode_bytes(frame_bytes(1, b"{" + b" " * 100 + b"}", []), lim)
+    with pytest.raises(ProtocolError, match="buffers exceed"):
+        decode_bytes(frame_bytes(1, b"{}", [1, 1, 1]), lim)
+    with pytest.raises(ProtocolError, match="size limits"):
+        decode_bytes(frame_bytes(1, b"{}", [1 << 40]), lim)
+    with pytest.raises(ProtocolError, match="size limits"):
+        decode_bytes(frame_bytes(1, b"{}", [90, 90]), lim)
+    with pytest.raises(ProtocolError, match="exceeds"):
+        encode(MsgType.PING, 1, {"x": "y" * 100}, limits=lim)
+    with pytest.raises(ProtocolError, match="not allowed"):
+        encode(MsgType.PING, 1, {}, [np.array([1 + 2j])])
+
+
+def test_socket_errors_are_clear() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(frame_bytes(1, b'{"bufs": []}', [])[:10])
+        with pytest.raises(RequestTimeout):
+            import time
+
+            recv_frame(b, "peer", deadline=time.monotonic() + 0.2)
+        a.close()
+        with pytest.raises(ServerUnavailable, match="closed"):
+            recv_frame(b, "peer", deadline=None)
