@@ -1,11 +1,13 @@
 """Graph-server benchmark: feature-pull bandwidth vs raw loopback TCP, memory, sampling.
 
-    python bench/bench_server.py [--nodes 150000] [--dims 128,1024] [--batch 10000] [--reps 15]
+    python bench/bench_server.py [--nodes 150000] [--dims 128,512,1024] [--batch 10000] [--reps 15]
 
 1. A generated graph (random edges, float32 features of each dimension) is partitioned
    into ONE partition and served by one ``distgnn serve`` (1 worker) on 127.0.0.1.
 2. Pull: ``DistTensor[ids]`` of ``--batch`` random node IDs, payload GB/s (median), vs a
-   plain socket sender/receiver in another process moving the same message sizes.
+   plain socket sender/receiver in another process moving the same message sizes into a
+   fresh buffer each time (as a pull must return a new tensor). Pull and raw requests
+   alternate, so both see the same machine load; the ratio is the median of the pairs.
 3. Memory: the sum of PSS (psutil ``memory_full_info``) over the server's processes,
    after every worker touched every row, vs the partition's file size, for 1 and 4 workers.
 4. One-hop ``sample_neighbors`` throughput (seeds/s, fanout 10), standalone and via server.
@@ -72,7 +74,9 @@ class Server:
         self.addr = ("127.0.0.1", int(self.info["port"]))
 
     def pss(self) -> int:
-        procs = [psutil.Process(self.info["pid"])] + [psutil.Process(p) for p in self.info["workers"]]
+        procs = [psutil.Process(self.info["pid"])] + [
+            psutil.Process(p) for p in self.info["workers"]
+        ]
         return sum(p.memory_full_info().pss for p in procs)
 
     def stop(self) -> None:
@@ -188,7 +192,11 @@ def bench_sampling(manifest: str, srv: Server, nodes: int, reps: int) -> list[tu
     rng = np.random.default_rng(2)
     out = []
     for mode in ("standalone", "1 server"):
-        ctx = initialize(manifest=manifest) if mode == "standalone" else initialize([srv.addr], srv.token)
+        ctx = (
+            initialize(manifest=manifest)
+            if mode == "standalone"
+            else initialize([srv.addr], srv.token)
+        )
         with ctx:
             g = DistGraph(ctx)
             times = []
@@ -204,7 +212,7 @@ def bench_sampling(manifest: str, srv: Server, nodes: int, reps: int) -> list[tu
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, default=150_000)
-    ap.add_argument("--dims", default="128,1024")
+    ap.add_argument("--dims", default="128,512,1024")
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--avg-degree", type=int, default=10)
@@ -217,18 +225,26 @@ def main() -> None:
         manifest = make_partition(tmp / "parts", a.nodes, dims, a.avg_degree)
         files = json.loads(Path(manifest).read_text())["parts"][0]["files"]
         part_bytes = sum(f["bytes"] for f in files.values())
-        print(f"# graph: {a.nodes} nodes, {a.nodes * a.avg_degree} edges, dims {dims}; "
-              f"partition files {part_bytes / 2**20:.0f} MiB (built in {time.perf_counter() - t0:.0f}s)")
+        print(
+            f"# graph: {a.nodes} nodes, {a.nodes * a.avg_degree} edges, dims {dims}; "
+            f"partition files {part_bytes / 2**20:.0f} MiB "
+            f"(built in {time.perf_counter() - t0:.0f}s)"
+        )
 
-        print("\n| feature dim | batch | payload MB | DistTensor pull GB/s | raw loopback GB/s | pull/raw (median of pairs) |")
+        print(
+            "\n| feature dim | batch | payload MB | DistTensor pull GB/s | raw loopback GB/s "
+            "| pull/raw (median of pairs) |"
+        )
         print("|---:|---:|---:|---:|---:|---:|")
         srv = Server(manifest, 1, tmp)
         try:
             for d in dims:
                 nbytes = a.batch * d * 4
                 pull, raw, ratio = bench_pull(srv, d, a.batch, a.reps, a.nodes)
-                print(f"| {d} | {a.batch} | {nbytes / 1e6:.1f} | {pull:.2f} | {raw:.2f} | "
-                      f"{100 * ratio:.0f}% |")
+                print(
+                    f"| {d} | {a.batch} | {nbytes / 1e6:.1f} | {pull:.2f} | {raw:.2f} | "
+                    f"{100 * ratio:.0f}% |"
+                )
             samp = bench_sampling(manifest, srv, a.nodes, max(3, a.reps // 3))
         finally:
             srv.stop()
@@ -242,7 +258,9 @@ def main() -> None:
                 pss = srv.pss()
             finally:
                 srv.stop()
-            print(f"| {w} | {pss / 2**20:.0f} | {part_bytes / 2**20:.0f} | {pss / part_bytes:.2f}x |")
+            print(
+                f"| {w} | {pss / 2**20:.0f} | {part_bytes / 2**20:.0f} | {pss / part_bytes:.2f}x |"
+            )
 
         print("\n| one-hop sample_neighbors (fanout 10, 100k seeds/call) | seeds/s |")
         print("|---|---:|")

@@ -28,17 +28,28 @@ ENV_RESYNC = "DISTGNN_RESYNC_SECONDS"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="distgnn-operator", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", "--namespace", action="append", default=[],
-                   help="namespace to watch (repeatable; default: all)")
+    p = argparse.ArgumentParser(
+        prog="distgnn-operator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="namespace to watch (repeatable; default: all)",
+    )
     p.add_argument("--peering", default=None, help="kopf peering name (HA); default standalone")
-    p.add_argument("--liveness", default=f"http://0.0.0.0:{contract.OPERATOR_HEALTH_PORT}/healthz",
-                   help="liveness endpoint URL ('' to disable)")
-    p.add_argument("--resync-seconds", type=float,
-                   default=float(os.environ.get(ENV_RESYNC, "30")))
-    p.add_argument("--runtime-image", default=os.environ.get(ENV_RUNTIME_IMAGE)
-                   or DesiredContext.runtime_image)
+    p.add_argument(
+        "--liveness",
+        default=f"http://0.0.0.0:{contract.OPERATOR_HEALTH_PORT}/healthz",
+        help="liveness endpoint URL ('' to disable)",
+    )
+    p.add_argument("--resync-seconds", type=float, default=float(os.environ.get(ENV_RESYNC, "30")))
+    p.add_argument(
+        "--runtime-image", default=os.environ.get(ENV_RUNTIME_IMAGE) or DesiredContext.runtime_image
+    )
     p.add_argument("--partitions-url", default=os.environ.get(ENV_PARTITIONS_URL) or None)
     return p
 
@@ -49,12 +60,17 @@ def namespaces(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
     return [n.strip() for n in env.get(ENV_NAMESPACES, "").split(",") if n.strip()]
 
 
-def setup(args: argparse.Namespace) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings,
-                                             OperatorContext]:
+def setup(
+    args: argparse.Namespace,
+) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, OperatorContext]:
     """Registry, settings and context for ``args`` (also used by the tests)."""
     hs = HandlerSettings(resync_seconds=args.resync_seconds, peering=args.peering)
-    octx = OperatorContext(api=KubeApi(), desired=DesiredContext(
-        runtime_image=args.runtime_image, partitions_url=args.partitions_url))
+    octx = OperatorContext(
+        api=KubeApi(),
+        desired=DesiredContext(
+            runtime_image=args.runtime_image, partitions_url=args.partitions_url
+        ),
+    )
     registry = kopf.OperatorRegistry()
     register(registry, octx, hs)
     return registry, make_settings(hs), octx
@@ -65,9 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     dlog.setup()
     registry, settings, _ = setup(args)
     ns = namespaces(args, dict(os.environ))
-    kopf.run(registry=registry, settings=settings, standalone=args.peering is None,
-             peering_name=args.peering, clusterwide=not ns, namespaces=ns,
-             liveness_endpoint=args.liveness or None)
+    kopf.run(
+        registry=registry,
+        settings=settings,
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        clusterwide=not ns,
+        namespaces=ns,
+        liveness_endpoint=args.liveness or None,
+    )
     return 0
 
 

@@ -26,8 +26,13 @@ ANN_RESTARTS = f"{contract.LABEL_PREFIX}/restarts"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
-__all__ = ["DesiredContext", "GraphServerInfo", "Stage", "desired_graphserver_children",
-           "desired_job_children"]
+__all__ = [
+    "DesiredContext",
+    "GraphServerInfo",
+    "Stage",
+    "desired_graphserver_children",
+    "desired_job_children",
+]
 
 
 @dataclass(frozen=True)
@@ -62,13 +67,18 @@ def names(name: str) -> dict[str, str]:
 
 
 def owner_ref(kind: str, meta: t.ObjectMeta) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": kind, "name": meta.name, "uid": meta.uid,
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "name": meta.name,
+        "uid": meta.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _labels(owner_label: str, name: str, role: str | None, ctx: DesiredContext) -> dict[str, str]:
-    out = {**ctx.extra_labels, contract.LABEL_MANAGED_BY: contract.MANAGED_BY,
-           owner_label: name}
+    out = {**ctx.extra_labels, contract.LABEL_MANAGED_BY: contract.MANAGED_BY, owner_label: name}
     if role:
         out[contract.LABEL_ROLE] = role
     return out
@@ -86,8 +96,12 @@ def output_url(meta: t.ObjectMeta, part: t.Partitioning, ctx: DesiredContext) ->
     return None
 
 
-def _pod(containers: list[dict[str, Any]], volumes: list[dict[str, Any]], restart: str,
-         ctx: DesiredContext) -> dict[str, Any]:
+def _pod(
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    restart: str,
+    ctx: DesiredContext,
+) -> dict[str, Any]:
     return {
         "securityContext": ps.pod_security_context(),
         "automountServiceAccountToken": False,
@@ -98,10 +112,21 @@ def _pod(containers: list[dict[str, Any]], volumes: list[dict[str, Any]], restar
     }
 
 
-def _container(name: str, image: str, pull: str, command: list[str], env: list[dict[str, Any]],
-               mounts: list[dict[str, Any]], res: dict[str, Any]) -> dict[str, Any]:
+def _container(
+    name: str,
+    image: str,
+    pull: str,
+    command: list[str],
+    env: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    res: dict[str, Any],
+) -> dict[str, Any]:
     c: dict[str, Any] = {
-        "name": name, "image": image, "imagePullPolicy": pull, "command": command, "env": env,
+        "name": name,
+        "image": image,
+        "imagePullPolicy": pull,
+        "command": command,
+        "env": env,
         "securityContext": ps.container_security_context(),
         "volumeMounts": ps.scratch_mounts() + mounts,
         "terminationMessagePath": contract.TERMINATION_LOG_PATH,
@@ -112,100 +137,174 @@ def _container(name: str, image: str, pull: str, command: list[str], env: list[d
     return c
 
 
-def token_secret(name: str, ns: str, labels: dict[str, str], owner: dict[str, Any],
-                 token: str | None) -> dict[str, Any]:
+def token_secret(
+    name: str, ns: str, labels: dict[str, str], owner: dict[str, Any], token: str | None
+) -> dict[str, Any]:
     """The per-resource token; created once with a random value and never rewritten."""
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(name, ns, labels, owner),
-            "type": "Opaque",
-            "stringData": {contract.TOKEN_KEY: token or secrets.token_urlsafe(32)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(name, ns, labels, owner),
+        "type": "Opaque",
+        "stringData": {contract.TOKEN_KEY: token or secrets.token_urlsafe(32)},
+    }
 
 
-def partition_job(meta: t.ObjectMeta, graph: t.JobGraph | t.ServerGraph, part: t.Partitioning,
-                  st: t.Storage, srv: t.Servers, labels: dict[str, str],
-                  owner: dict[str, Any], ctx: DesiredContext) -> dict[str, Any]:
+def partition_job(
+    meta: t.ObjectMeta,
+    graph: t.JobGraph | t.ServerGraph,
+    part: t.Partitioning,
+    st: t.Storage,
+    srv: t.Servers,
+    labels: dict[str, str],
+    owner: dict[str, Any],
+    ctx: DesiredContext,
+) -> dict[str, Any]:
     """A batch Job running ``distgnn partition`` (it no-ops when the partitions exist)."""
     n = names(meta.name)
     cmd = cmds.partition_command(meta.name, graph, part, output_url(meta, part, ctx))
     env = ps.env_list({"HOME": "/tmp", **cmds.storage_env(st)}) + ps.credential_env(st)
-    c = _container("partition", srv.image or ctx.runtime_image,
-                   srv.image_pull_policy or ctx.image_pull_policy, cmd, env, [],
-                   ps.resources(srv.resources))
+    c = _container(
+        "partition",
+        srv.image or ctx.runtime_image,
+        srv.image_pull_policy or ctx.image_pull_policy,
+        cmd,
+        env,
+        [],
+        ps.resources(srv.resources),
+    )
     pod = _pod([c], [], "Never", ctx)
     pmeta: dict[str, Any] = {"labels": dict(labels)}
     ps.apply_template(pod, pmeta, srv.pod_template)
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
         "metadata": _meta(n["partition"], meta.namespace, labels, owner),
         "spec": {"backoffLimit": 2, "template": {"metadata": pmeta, "spec": pod}},
     }
 
 
-def server_children(meta: t.ObjectMeta, num_parts: int, manifest: str, st: t.Storage,
-                    srv: t.Servers, owner_label: str, owner: dict[str, Any],
-                    ctx: DesiredContext, *, replicas: int,
-                    client_labels: list[dict[str, str]]) -> list[dict[str, Any]]:
+def server_children(
+    meta: t.ObjectMeta,
+    num_parts: int,
+    manifest: str,
+    st: t.Storage,
+    srv: t.Servers,
+    owner_label: str,
+    owner: dict[str, Any],
+    ctx: DesiredContext,
+    *,
+    replicas: int,
+    client_labels: list[dict[str, str]],
+) -> list[dict[str, Any]]:
     """Headless Service, StatefulSet (ordinal = partition) and NetworkPolicy of the servers."""
     n = names(meta.name)
     ns = meta.namespace
     labels = _labels(owner_label, meta.name, contract.ROLE_SERVER, ctx)
     selector = {owner_label: meta.name, contract.LABEL_ROLE: contract.ROLE_SERVER}
     ports = [
-        {"name": "rpc", "port": contract.SERVER_PORT, "targetPort": contract.SERVER_PORT,
-         "protocol": "TCP"},
-        {"name": "health", "port": contract.SERVER_HEALTH_PORT,
-         "targetPort": contract.SERVER_HEALTH_PORT, "protocol": "TCP"},
+        {
+            "name": "rpc",
+            "port": contract.SERVER_PORT,
+            "targetPort": contract.SERVER_PORT,
+            "protocol": "TCP",
+        },
+        {
+            "name": "health",
+            "port": contract.SERVER_HEALTH_PORT,
+            "targetPort": contract.SERVER_HEALTH_PORT,
+            "protocol": "TCP",
+        },
     ]
     svc = {
-        "apiVersion": "v1", "kind": "Service", "metadata": _meta(n["server"], ns, labels, owner),
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector,
-                 "ports": ports},
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(n["server"], ns, labels, owner),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector,
+            "ports": ports,
+        },
     }
-    env = ps.env_list({"HOME": "/tmp", **cmds.server_env(
-        srv, st, manifest=manifest, token_file=ps.TOKEN_FILE)})
+    env = ps.env_list(
+        {"HOME": "/tmp", **cmds.server_env(srv, st, manifest=manifest, token_file=ps.TOKEN_FILE)}
+    )
     env = [*env, ps.pod_name_env(), *ps.credential_env(st)]
-    c = _container("server", srv.image or ctx.runtime_image,
-                   srv.image_pull_policy or ctx.image_pull_policy, list(cmds.SERVER_COMMAND),
-                   env, [ps.token_mount()], ps.resources(srv.resources))
-    c["ports"] = [{"name": "rpc", "containerPort": contract.SERVER_PORT, "protocol": "TCP"},
-                  {"name": "health", "containerPort": contract.SERVER_HEALTH_PORT,
-                   "protocol": "TCP"}]
+    c = _container(
+        "server",
+        srv.image or ctx.runtime_image,
+        srv.image_pull_policy or ctx.image_pull_policy,
+        list(cmds.SERVER_COMMAND),
+        env,
+        [ps.token_mount()],
+        ps.resources(srv.resources),
+    )
+    c["ports"] = [
+        {"name": "rpc", "containerPort": contract.SERVER_PORT, "protocol": "TCP"},
+        {"name": "health", "containerPort": contract.SERVER_HEALTH_PORT, "protocol": "TCP"},
+    ]
     probe = {"port": "health", "scheme": "HTTP"}
-    c["readinessProbe"] = {"httpGet": {"path": "/readyz", **probe}, "periodSeconds": 5,
-                           "timeoutSeconds": 3, "failureThreshold": 3}
-    c["livenessProbe"] = {"httpGet": {"path": "/healthz", **probe}, "periodSeconds": 10,
-                          "timeoutSeconds": 5, "failureThreshold": 6}
+    c["readinessProbe"] = {
+        "httpGet": {"path": "/readyz", **probe},
+        "periodSeconds": 5,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+    c["livenessProbe"] = {
+        "httpGet": {"path": "/healthz", **probe},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 6,
+    }
     pod = _pod([c], [ps.token_volume(n["token"])], "Always", ctx)
     pmeta: dict[str, Any] = {"labels": dict(labels)}
     ps.apply_template(pod, pmeta, srv.pod_template)
     sts = {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
         "metadata": _meta(n["server"], ns, labels, owner),
         "spec": {
-            "serviceName": n["server"], "replicas": replicas if replicas else 0,
-            "podManagementPolicy": "Parallel", "selector": {"matchLabels": selector},
+            "serviceName": n["server"],
+            "replicas": replicas if replicas else 0,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector},
             "template": {"metadata": pmeta, "spec": pod},
         },
     }
     del num_parts  # replicas carries it (0 while suspended or waiting)
     netpol = {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
         "metadata": _meta(n["server"], ns, labels, owner),
         "spec": {
             "podSelector": {"matchLabels": selector},
             "policyTypes": ["Ingress"],
-            "ingress": [{
-                "from": [{"podSelector": {"matchLabels": cl}} for cl in client_labels],
-                "ports": [{"protocol": "TCP", "port": contract.SERVER_PORT},
-                          {"protocol": "TCP", "port": contract.SERVER_HEALTH_PORT}],
-            }],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": cl}} for cl in client_labels],
+                    "ports": [
+                        {"protocol": "TCP", "port": contract.SERVER_PORT},
+                        {"protocol": "TCP", "port": contract.SERVER_HEALTH_PORT},
+                    ],
+                }
+            ],
         },
     }
     return [svc, sts, netpol]
 
 
-def trainer_children(job: t.DistGNNJob, manifest: str, num_parts: int, server_name: str,
-                     token_secret_name: str, owner: dict[str, Any], ctx: DesiredContext,
-                     stage: Stage, gs_name: str | None) -> list[dict[str, Any]]:
+def trainer_children(
+    job: t.DistGNNJob,
+    manifest: str,
+    num_parts: int,
+    server_name: str,
+    token_secret_name: str,
+    owner: dict[str, Any],
+    ctx: DesiredContext,
+    stage: Stage,
+    gs_name: str | None,
+) -> list[dict[str, Any]]:
     """Headless trainer Service and the Indexed trainer Job."""
     meta, spec = job.metadata, job.spec
     tr = spec.trainers
@@ -214,24 +313,51 @@ def trainer_children(job: t.DistGNNJob, manifest: str, num_parts: int, server_na
     labels = _labels(contract.LABEL_JOB, meta.name, contract.ROLE_TRAINER, ctx)
     selector = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
     svc = {
-        "apiVersion": "v1", "kind": "Service", "metadata": _meta(n["trainers"], ns, labels, owner),
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector,
-                 "ports": [{"name": "rendezvous", "port": contract.RENDEZVOUS_PORT,
-                            "targetPort": contract.RENDEZVOUS_PORT, "protocol": "TCP"}]},
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(n["trainers"], ns, labels, owner),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector,
+            "ports": [
+                {
+                    "name": "rendezvous",
+                    "port": contract.RENDEZVOUS_PORT,
+                    "targetPort": contract.RENDEZVOUS_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
     }
-    servers = [(contract.server_dns_name(server_name, i, server_name, ns), contract.SERVER_PORT)
-               for i in range(num_parts)]
+    servers = [
+        (contract.server_dns_name(server_name, i, server_name, ns), contract.SERVER_PORT)
+        for i in range(num_parts)
+    ]
     master = f"{n['trainers']}-0.{n['trainers']}.{ns}.svc"
-    env = cmds.trainer_env(job, servers=servers, manifest=manifest, world_size=tr.replicas,
-                           master_addr=master, token_file=ps.TOKEN_FILE,
-                           termination_log=contract.TERMINATION_LOG_PATH)
+    env = cmds.trainer_env(
+        job,
+        servers=servers,
+        manifest=manifest,
+        world_size=tr.replicas,
+        master_addr=master,
+        token_file=ps.TOKEN_FILE,
+        termination_log=contract.TERMINATION_LOG_PATH,
+    )
     envl = ps.env_list({"HOME": "/tmp", contract.ENV_LOG_FORMAT: "json", **env})
     envl = [*envl, ps.pod_name_env(), *ps.credential_env(spec.storage)]
-    c = _container("trainer", tr.image or ctx.runtime_image,
-                   tr.image_pull_policy or ctx.image_pull_policy, cmds.trainer_command(job),
-                   envl, [ps.token_mount()], ps.resources(tr.resources, tr.gpus))
-    c["ports"] = [{"name": "rendezvous", "containerPort": contract.RENDEZVOUS_PORT,
-                   "protocol": "TCP"}]
+    c = _container(
+        "trainer",
+        tr.image or ctx.runtime_image,
+        tr.image_pull_policy or ctx.image_pull_policy,
+        cmds.trainer_command(job),
+        envl,
+        [ps.token_mount()],
+        ps.resources(tr.resources, tr.gpus),
+    )
+    c["ports"] = [
+        {"name": "rendezvous", "containerPort": contract.RENDEZVOUS_PORT, "protocol": "TCP"}
+    ]
     pod = _pod([c], [ps.token_volume(token_secret_name)], "Never", ctx)
     pod["subdomain"] = n["trainers"]
     plabels = dict(labels)
@@ -243,17 +369,23 @@ def trainer_children(job: t.DistGNNJob, manifest: str, num_parts: int, server_na
     jmeta = _meta(n["trainers"], ns, labels, owner)
     jmeta["annotations"] = {ANN_RESTARTS: str(stage.restarts)}
     tjob = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": jmeta,
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": jmeta,
         "spec": {
-            "completionMode": "Indexed", "completions": tr.replicas, "parallelism": tr.replicas,
-            "backoffLimit": 0, "template": {"metadata": pmeta, "spec": pod},
+            "completionMode": "Indexed",
+            "completions": tr.replicas,
+            "parallelism": tr.replicas,
+            "backoffLimit": 0,
+            "template": {"metadata": pmeta, "spec": pod},
         },
     }
     return [svc, tjob]
 
 
-def _scheduling(pod: dict[str, Any], pmeta: dict[str, Any], job: t.DistGNNJob,
-                ctx: DesiredContext) -> None:
+def _scheduling(
+    pod: dict[str, Any], pmeta: dict[str, Any], job: t.DistGNNJob, ctx: DesiredContext
+) -> None:
     sp = job.spec.run_policy.scheduling_policy
     if sp is None:
         return
@@ -266,8 +398,9 @@ def _scheduling(pod: dict[str, Any], pmeta: dict[str, Any], job: t.DistGNNJob,
         pod["schedulerName"] = sp.gang.scheduler or ctx.gang_scheduler
 
 
-def pod_group(job: t.DistGNNJob, owner: dict[str, Any], ctx: DesiredContext,
-              own_servers: bool) -> dict[str, Any] | None:
+def pod_group(
+    job: t.DistGNNJob, owner: dict[str, Any], ctx: DesiredContext, own_servers: bool
+) -> dict[str, Any] | None:
     """A scheduler-plugins PodGroup when gang scheduling is enabled."""
     sp = job.spec.run_policy.scheduling_policy
     if sp is None or sp.gang is None or not sp.gang.enabled:
@@ -277,14 +410,24 @@ def pod_group(job: t.DistGNNJob, owner: dict[str, Any], ctx: DesiredContext,
     spec: dict[str, Any] = {"minMember": sp.gang.min_available or total}
     if sp.priority_class_name:
         spec["priorityClassName"] = sp.priority_class_name
-    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-            "metadata": _meta(names(job.metadata.name)["podgroup"], job.metadata.namespace,
-                              labels, owner), "spec": spec}
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": _meta(
+            names(job.metadata.name)["podgroup"], job.metadata.namespace, labels, owner
+        ),
+        "spec": spec,
+    }
 
 
-def desired_job_children(job: t.DistGNNJob, ctx: DesiredContext, *,
-                         graphserver: GraphServerInfo | None = None, token: str | None = None,
-                         stage: Stage | None = None) -> list[dict[str, Any]]:
+def desired_job_children(
+    job: t.DistGNNJob,
+    ctx: DesiredContext,
+    *,
+    graphserver: GraphServerInfo | None = None,
+    token: str | None = None,
+    stage: Stage | None = None,
+) -> list[dict[str, Any]]:
     """Every child object the job should have now (raises ConfigError for a bad spec)."""
     stage = stage or Stage()
     meta, spec = job.metadata, job.spec
@@ -304,51 +447,96 @@ def desired_job_children(job: t.DistGNNJob, ctx: DesiredContext, *,
     else:
         labels = _labels(contract.LABEL_JOB, meta.name, None, ctx)
         out.append(token_secret(n["token"], meta.namespace, labels, owner, token))
-        manifest = cmds.manifest_url(meta.name, spec.graph, spec.partitioning,
-                                     output_url(meta, spec.partitioning, ctx))
+        manifest = cmds.manifest_url(
+            meta.name, spec.graph, spec.partitioning, output_url(meta, spec.partitioning, ctx)
+        )
         num_parts, server_name, secret_name = spec.partitioning.num_parts, n["server"], n["token"]
         if spec.graph.source is not None:
-            out.append(partition_job(meta, spec.graph, spec.partitioning, spec.storage,
-                                     spec.servers, _labels(contract.LABEL_JOB, meta.name,
-                                                           contract.ROLE_PARTITIONER, ctx),
-                                     owner, ctx))
+            out.append(
+                partition_job(
+                    meta,
+                    spec.graph,
+                    spec.partitioning,
+                    spec.storage,
+                    spec.servers,
+                    _labels(contract.LABEL_JOB, meta.name, contract.ROLE_PARTITIONER, ctx),
+                    owner,
+                    ctx,
+                )
+            )
         keep_servers = not (stage.finished and spec.run_policy.clean_pod_policy != "None")
         replicas = num_parts if stage.partitioned and not suspended and keep_servers else 0
         trainer_sel = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
-        out += server_children(meta, num_parts, manifest, spec.storage, spec.servers,
-                               contract.LABEL_JOB, owner, ctx, replicas=replicas,
-                               client_labels=[trainer_sel])
+        out += server_children(
+            meta,
+            num_parts,
+            manifest,
+            spec.storage,
+            spec.servers,
+            contract.LABEL_JOB,
+            owner,
+            ctx,
+            replicas=replicas,
+            client_labels=[trainer_sel],
+        )
         servers_up = stage.partitioned and (stage.servers_ready or pg is not None)
     keep_trainers = not (stage.finished and spec.run_policy.clean_pod_policy == "All")
-    tchildren = trainer_children(job, manifest, num_parts, server_name, secret_name, owner, ctx,
-                                 stage, spec.graph.graph_server.name
-                                 if spec.graph.graph_server else None)
+    tchildren = trainer_children(
+        job,
+        manifest,
+        num_parts,
+        server_name,
+        secret_name,
+        owner,
+        ctx,
+        stage,
+        spec.graph.graph_server.name if spec.graph.graph_server else None,
+    )
     out.append(tchildren[0])
     if not suspended and keep_trainers and (servers_up or stage.finished):
         out.append(tchildren[1])
     return out
 
 
-def desired_graphserver_children(gs: t.GraphServer, ctx: DesiredContext, *,
-                                 token: str | None = None,
-                                 stage: Stage | None = None) -> list[dict[str, Any]]:
+def desired_graphserver_children(
+    gs: t.GraphServer, ctx: DesiredContext, *, token: str | None = None, stage: Stage | None = None
+) -> list[dict[str, Any]]:
     """Every child object the GraphServer should have now."""
     stage = stage or Stage()
     meta, spec = gs.metadata, gs.spec
     owner = owner_ref("GraphServer", meta)
     n = names(meta.name)
     lbl = contract.LABEL_GRAPHSERVER
-    out = [token_secret(n["token"], meta.namespace, _labels(lbl, meta.name, None, ctx), owner,
-                        token)]
-    manifest = cmds.manifest_url(meta.name, spec.graph, spec.partitioning,
-                                 output_url(meta, spec.partitioning, ctx))
+    out = [
+        token_secret(n["token"], meta.namespace, _labels(lbl, meta.name, None, ctx), owner, token)
+    ]
+    manifest = cmds.manifest_url(
+        meta.name, spec.graph, spec.partitioning, output_url(meta, spec.partitioning, ctx)
+    )
     if spec.graph.source is not None:
-        out.append(partition_job(meta, spec.graph, spec.partitioning, spec.storage,
-                                 spec.servers, _labels(lbl, meta.name, contract.ROLE_PARTITIONER,
-                                                       ctx), owner, ctx))
+        out.append(
+            partition_job(
+                meta,
+                spec.graph,
+                spec.partitioning,
+                spec.storage,
+                spec.servers,
+                _labels(lbl, meta.name, contract.ROLE_PARTITIONER, ctx),
+                owner,
+                ctx,
+            )
+        )
     clients = [{lbl: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}]
-    out += server_children(meta, spec.partitioning.num_parts, manifest, spec.storage,
-                           spec.servers, lbl, owner, ctx,
-                           replicas=spec.partitioning.num_parts if stage.partitioned else 0,
-                           client_labels=clients)
+    out += server_children(
+        meta,
+        spec.partitioning.num_parts,
+        manifest,
+        spec.storage,
+        spec.servers,
+        lbl,
+        owner,
+        ctx,
+        replicas=spec.partitioning.num_parts if stage.partitioned else 0,
+        client_labels=clients,
+    )
     return out

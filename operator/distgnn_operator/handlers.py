@@ -43,7 +43,8 @@ def make_settings(hs: HandlerSettings) -> kopf.OperatorSettings:
     st.persistence.finalizer = f"{contract.LABEL_PREFIX}/finalizer"
     st.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=contract.LABEL_PREFIX)
     st.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=contract.LABEL_PREFIX, key="last-handled-configuration")
+        prefix=contract.LABEL_PREFIX, key="last-handled-configuration"
+    )
     st.posting.level = logging.INFO
     st.peering.standalone = hs.peering is None
     if hs.peering:
@@ -53,10 +54,15 @@ def make_settings(hs: HandlerSettings) -> kopf.OperatorSettings:
 
 
 class _Locks:
-    """One asyncio lock per resource, so passes over the same resource never overlap."""
+    """One asyncio lock per resource, so passes over the same resource never overlap.
+
+    Requests arriving while a pass runs are coalesced into one more pass (``dirty``):
+    a burst of child events costs two passes, not one per event.
+    """
 
     def __init__(self) -> None:
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self.dirty: set[tuple[str, str, str]] = set()
 
     def get(self, kind: str, ns: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((kind, ns, name), asyncio.Lock())
@@ -65,30 +71,62 @@ class _Locks:
         self._locks.pop((kind, ns, name), None)
 
 
-def register(registry: kopf.OperatorRegistry, octx: OperatorContext,
-             hs: HandlerSettings) -> None:
+def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: HandlerSettings) -> None:
     """Register every handler on ``registry`` (no kopf global state)."""
     rec = Reconciler(octx)
     locks = _Locks()
     log = logging.getLogger("distgnn_operator")
 
     async def run_pass(kind: str, ns: str, name: str) -> None:
-        async with locks.get(kind, ns, name):
+        if octx.api.closed:  # stopping: nothing more to do
+            return
+        key = (kind, ns, name)
+        lock = locks.get(kind, ns, name)
+        if lock.locked():  # the running pass will go again
+            locks.dirty.add(key)
+            return
+        async with lock:
+            while True:
+                locks.dirty.discard(key)
+                await one_pass(kind, ns, name)
+                if key not in locks.dirty or octx.api.closed:
+                    return
+
+    async def one_pass(kind: str, ns: str, name: str) -> None:
+        try:
             body = await octx.api.get(kind, ns, name)
-            if body is None:
-                locks.drop(kind, ns, name)
+        except ApiError:
+            if octx.api.closed:
                 return
-            emit = _emitter(body)
-            fn: Callable[[dict[str, Any], Emit], Awaitable[dict[str, Any]]] = (
-                rec.reconcile_job if kind == "DistGNNJob" else rec.reconcile_graphserver)
-            try:
-                st = await fn(body, emit)
-            except ApiError as e:
-                log.warning("reconcile failed, will retry", extra={"fields": {
-                    "kind": kind, "namespace": ns, "name": name, "error": str(e)}})
-                raise kopf.TemporaryError(str(e), delay=5) from e
-            log.debug("reconciled", extra={"fields": {"kind": kind, "namespace": ns,
-                                                      "name": name, "phase": st.get("phase")}})
+            raise
+        if body is None:
+            locks.drop(kind, ns, name)
+            return
+        emit = _emitter(body)
+        fn: Callable[[dict[str, Any], Emit], Awaitable[dict[str, Any]]] = (
+            rec.reconcile_job if kind == "DistGNNJob" else rec.reconcile_graphserver
+        )
+        try:
+            st = await fn(body, emit)
+        except ApiError as e:
+            if octx.api.closed:
+                return
+            log.warning(
+                "reconcile failed, will retry",
+                extra={"fields": {"kind": kind, "namespace": ns, "name": name, "error": str(e)}},
+            )
+            raise kopf.TemporaryError(str(e), delay=5) from e
+        log.debug(
+            "reconciled",
+            extra={
+                "fields": {
+                    "kind": kind,
+                    "namespace": ns,
+                    "name": name,
+                    "phase": st.get("phase"),
+                }
+            },
+        )
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -111,6 +149,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext,
             raise kopf.TemporaryError(f"still attached: {', '.join(jobs)}", delay=5)
 
     for group, version, plural in (("batch", "v1", "jobs"), ("apps", "v1", "statefulsets")):
+
         @kopf.on.event(group, version, plural, labels=MANAGED, registry=registry)
         async def child_event(body: kopf.Body, **_: Any) -> None:
             for ref in body.metadata.get("ownerReferences") or []:
@@ -118,16 +157,26 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext,
                     await run_pass(ref["kind"], body.metadata.namespace or "default", ref["name"])
 
 
-def _register_kind(registry: kopf.OperatorRegistry, kind: str, plural: str,
-                   run_pass: Callable[[str, str, str], Awaitable[None]],
-                   hs: HandlerSettings) -> None:
+def _register_kind(
+    registry: kopf.OperatorRegistry,
+    kind: str,
+    plural: str,
+    run_pass: Callable[[str, str, str], Awaitable[None]],
+    hs: HandlerSettings,
+) -> None:
     @kopf.on.event(GROUP, VERSION, plural, registry=registry)
     async def on_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
         if event.get("type") != "DELETED":
             await run_pass(kind, namespace or "default", name)
 
-    @kopf.timer(GROUP, VERSION, plural, registry=registry, interval=hs.resync_seconds,
-                initial_delay=hs.resync_seconds)
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        plural,
+        registry=registry,
+        interval=hs.resync_seconds,
+        initial_delay=hs.resync_seconds,
+    )
     async def resync(namespace: str | None, name: str, **_: Any) -> None:
         await run_pass(kind, namespace or "default", name)
 
@@ -135,8 +184,16 @@ def _register_kind(registry: kopf.OperatorRegistry, kind: str, plural: str,
 def _emitter(body: dict[str, Any]) -> Emit:
     def emit(typ: str, reason: str, message: str) -> None:
         kopf.event(cast(kopf.Body, body), type=typ, reason=reason, message=message)
-        logging.getLogger("distgnn_operator").info(message, extra={"fields": {
-            "kind": body.get("kind"), "namespace": body["metadata"].get("namespace"),
-            "name": body["metadata"].get("name"), "reason": reason}})
+        logging.getLogger("distgnn_operator").info(
+            message,
+            extra={
+                "fields": {
+                    "kind": body.get("kind"),
+                    "namespace": body["metadata"].get("namespace"),
+                    "name": body["metadata"].get("name"),
+                    "reason": reason,
+                }
+            },
+        )
 
     return emit

@@ -86,9 +86,11 @@ class Credentials:
             ca_path=os.fsdecode(info.ca_path) if info.ca_path else None,
             ca_data=ca_data or None,
             insecure=bool(info.insecure),
-            certificate_path=os.fsdecode(info.certificate_path) if info.certificate_path
+            certificate_path=os.fsdecode(info.certificate_path)
+            if info.certificate_path
             else _file(info.certificate_data, "client.crt"),
-            private_key_path=os.fsdecode(info.private_key_path) if info.private_key_path
+            private_key_path=os.fsdecode(info.private_key_path)
+            if info.private_key_path
             else _file(info.private_key_data, "client.key"),
         )
 
@@ -100,17 +102,28 @@ class KubeApi:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(10.0, timeout_s))
         self._creds: Credentials | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._tmp = tempfile.TemporaryDirectory(prefix="distgnn-operator-")
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._closed = False
 
     def set_credentials(self, info: Any) -> None:
         """Use kopf's ConnectionInfo (called from the login handler)."""
+        if self._tmp is None:  # private folder for inline client certificates
+            self._tmp = tempfile.TemporaryDirectory(prefix="distgnn-operator-")
         self._creds = Credentials.from_kopf(info, self._tmp.name)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self) -> None:
+        """Close the session; later calls raise ApiError (the operator is stopping)."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
-        self._tmp.cleanup()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def _ssl(self, c: Credentials) -> ssl.SSLContext | bool:
         if not c.server.startswith("https"):
@@ -123,6 +136,8 @@ class KubeApi:
         return ctx
 
     def _sess(self) -> tuple[aiohttp.ClientSession, Credentials]:
+        if self._closed:
+            raise ApiError(0, "client closed: the operator is stopping")
         if self._creds is None:
             raise ApiError(0, "not logged in yet")
         if self._session is None or self._session.closed:
@@ -130,8 +145,9 @@ class KubeApi:
             if self._creds.token:
                 headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
             conn = aiohttp.TCPConnector(ssl=self._ssl(self._creds), limit=32)
-            self._session = aiohttp.ClientSession(headers=headers, timeout=self._timeout,
-                                                  connector=conn)
+            self._session = aiohttp.ClientSession(
+                headers=headers, timeout=self._timeout, connector=conn
+            )
         return self._session, self._creds
 
     def _url(self, kind: str, ns: str, name: str | None = None, sub: str | None = None) -> str:
@@ -144,9 +160,14 @@ class KubeApi:
             url += f"/{sub}"
         return url
 
-    async def _call(self, method: str, url: str, body: Any = None,
-                    ctype: str = "application/json",
-                    params: Mapping[str, str] | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        ctype: str = "application/json",
+        params: Mapping[str, str] | None = None,
+    ) -> Any:
         s, _ = self._sess()
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": ctype} if body is not None else {}
@@ -169,14 +190,16 @@ class KubeApi:
                 return None
             raise
 
-    async def list(self, kind: str, ns: str, labels: Mapping[str, str] | None = None
-                   ) -> list[dict[str, Any]]:
+    async def list(
+        self, kind: str, ns: str, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """Objects of a kind in a namespace matching ``labels`` (also filtered here).
 
         A kind the cluster does not serve (e.g. PodGroup without its CRD) lists as empty.
         """
-        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} \
-            if labels else None
+        params = (
+            {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
+        )
         try:
             res = await self._call("GET", self._url(kind, ns), params=params)
         except ApiError as e:
@@ -185,24 +208,35 @@ class KubeApi:
             raise
         items = [i for i in res.get("items") or [] if isinstance(i, dict)]
         if labels:
-            items = [i for i in items
-                     if all((i.get("metadata", {}).get("labels") or {}).get(k) == v
-                            for k, v in labels.items())]
+            items = [
+                i
+                for i in items
+                if all(
+                    (i.get("metadata", {}).get("labels") or {}).get(k) == v
+                    for k, v in labels.items()
+                )
+            ]
         return items
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj["metadata"]
         return dict(await self._call("POST", self._url(obj["kind"], md["namespace"]), obj))
 
-    async def patch(self, kind: str, ns: str, name: str, patch: dict[str, Any],
-                    subresource: str | None = None) -> dict[str, Any]:
-        return dict(await self._call("PATCH", self._url(kind, ns, name, subresource), patch,
-                                     "application/merge-patch+json"))
+    async def patch(
+        self, kind: str, ns: str, name: str, patch: dict[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]:
+        return dict(
+            await self._call(
+                "PATCH",
+                self._url(kind, ns, name, subresource),
+                patch,
+                "application/merge-patch+json",
+            )
+        )
 
     async def delete(self, kind: str, ns: str, name: str) -> bool:
         """Delete with background propagation; False if it was already gone."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1",
-                "propagationPolicy": "Background"}
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         try:
             await self._call("DELETE", self._url(kind, ns, name), body)
             return True

@@ -71,8 +71,11 @@ def scratch_mounts() -> list[dict[str, Any]]:
 def token_volume(secret: str) -> dict[str, Any]:
     return {
         "name": TOKEN_VOLUME,
-        "secret": {"secretName": secret, "defaultMode": 0o440,
-                   "items": [{"key": contract.TOKEN_KEY, "path": contract.TOKEN_KEY}]},
+        "secret": {
+            "secretName": secret,
+            "defaultMode": 0o440,
+            "items": [{"key": contract.TOKEN_KEY, "path": contract.TOKEN_KEY}],
+        },
     }
 
 
@@ -94,16 +97,22 @@ def credential_env(st: t.Storage) -> list[dict[str, Any]]:
     if cs is None:
         return []
     return [
-        {"name": contract.ENV_S3_KEY,
-         "valueFrom": {"secretKeyRef": {"name": cs.name, "key": cs.access_key_id_key}}},
-        {"name": contract.ENV_S3_SECRET,
-         "valueFrom": {"secretKeyRef": {"name": cs.name, "key": cs.secret_access_key_key}}},
+        {
+            "name": contract.ENV_S3_KEY,
+            "valueFrom": {"secretKeyRef": {"name": cs.name, "key": cs.access_key_id_key}},
+        },
+        {
+            "name": contract.ENV_S3_SECRET,
+            "valueFrom": {"secretKeyRef": {"name": cs.name, "key": cs.secret_access_key_key}},
+        },
     ]
 
 
 def pod_name_env() -> dict[str, Any]:
-    return {"name": contract.ENV_POD_NAME,
-            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    return {
+        "name": contract.ENV_POD_NAME,
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+    }
 
 
 def resources(res: t.Resources | None, gpus: int = 0) -> dict[str, Any]:
@@ -130,9 +139,17 @@ def apply_template(pod: dict[str, Any], meta: dict[str, Any], tpl: t.PodTemplate
         spec["nodeSelector"] = dict(sorted(tpl.node_selector.items()))
     if tpl.tolerations:
         spec["tolerations"] = [
-            {k: v for k, v in {
-                "key": x.key, "operator": x.operator, "value": x.value, "effect": x.effect,
-                "tolerationSeconds": x.toleration_seconds}.items() if v is not None}
+            {
+                k: v
+                for k, v in {
+                    "key": x.key,
+                    "operator": x.operator,
+                    "value": x.value,
+                    "effect": x.effect,
+                    "tolerationSeconds": x.toleration_seconds,
+                }.items()
+                if v is not None
+            }
             for x in tpl.tolerations
         ]
     if tpl.affinity:

@@ -65,8 +65,11 @@ def subset(want: Any, have: Any) -> bool:
     if isinstance(want, dict):
         return isinstance(have, dict) and all(subset(v, have.get(k)) for k, v in want.items())
     if isinstance(want, list):
-        return (isinstance(have, list) and len(want) == len(have)
-                and all(subset(a, b) for a, b in zip(want, have, strict=True)))
+        return (
+            isinstance(have, list)
+            and len(want) == len(have)
+            and all(subset(a, b) for a, b in zip(want, have, strict=True))
+        )
     return bool(want == have)
 
 
@@ -106,8 +109,11 @@ def parse_metrics(message: str | None) -> dict[str, float] | None:
         return None
     if not isinstance(obj, dict):
         return None
-    out = {_camel(str(k))[:63]: float(v) for k, v in obj.items()
-           if isinstance(v, int | float) and not isinstance(v, bool)}
+    out = {
+        _camel(str(k))[:63]: float(v)
+        for k, v in obj.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
     return dict(sorted(out.items())[:MAX_METRICS]) or None
 
 
@@ -137,8 +143,9 @@ class Reconciler:
 
     # --- children -------------------------------------------------------------------
 
-    async def observe(self, ns: str, owner_label: str, name: str, uid: str
-                      ) -> dict[tuple[str, str], dict[str, Any]]:
+    async def observe(
+        self, ns: str, owner_label: str, name: str, uid: str
+    ) -> dict[tuple[str, str], dict[str, Any]]:
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for kind in CHILD_KINDS:
             for obj in await self.api.list(kind, ns, {owner_label: name}):
@@ -146,8 +153,9 @@ class Reconciler:
                     out[(kind, obj["metadata"]["name"])] = obj
         return out
 
-    async def apply(self, want: list[dict[str, Any]],
-                    have: dict[tuple[str, str], dict[str, Any]], emit: Emit) -> int:
+    async def apply(
+        self, want: list[dict[str, Any]], have: dict[tuple[str, str], dict[str, Any]], emit: Emit
+    ) -> int:
         """Create missing children, patch drifted ones, delete the rest; returns changes."""
         changes = 0
         keys = set()
@@ -166,8 +174,11 @@ class Reconciler:
                 emit("Normal", "Created", f"created {obj['kind']} {md['name']}")
                 changes += 1
             elif obj["kind"] not in NO_DRIFT_KINDS:
-                patch = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind",
-                                                                   "metadata", "status")}
+                patch = {
+                    k: v
+                    for k, v in obj.items()
+                    if k not in ("apiVersion", "kind", "metadata", "status")
+                }
                 patch["metadata"] = {"labels": md.get("labels", {})}
                 if not subset(patch, cur):
                     await self.api.patch(obj["kind"], md["namespace"], md["name"], patch)
@@ -192,8 +203,9 @@ class Reconciler:
             return False
         md = body["metadata"]
         drop = {k: None for k in old if k not in new}
-        await self.api.patch(kind, md["namespace"], md["name"], {"status": {**new, **drop}},
-                             subresource="status")
+        await self.api.patch(
+            kind, md["namespace"], md["name"], {"status": {**new, **drop}}, subresource="status"
+        )
         return True
 
     # --- jobs -------------------------------------------------------------------------
@@ -206,8 +218,11 @@ class Reconciler:
         try:
             job = parse_job(body)
             dctx = self.ctx.desired
-            if job.spec.graph.graph_server is None and job.spec.graph.partitions is None \
-                    and not d.output_url(job.metadata, job.spec.partitioning, dctx):
+            if (
+                job.spec.graph.graph_server is None
+                and job.spec.graph.partitions is None
+                and not d.output_url(job.metadata, job.spec.partitioning, dctx)
+            ):
                 _raise_output()
         except ConfigError as e:
             obs = s.JobObservation(generation=int(md.get("generation") or 0), invalid=str(e))
@@ -217,8 +232,14 @@ class Reconciler:
             return new
         return await self._job_pass(job, body, old, now, emit)
 
-    async def _job_pass(self, job: t.DistGNNJob, body: dict[str, Any], old: dict[str, Any],
-                        now: dt.datetime, emit: Emit) -> dict[str, Any]:
+    async def _job_pass(
+        self,
+        job: t.DistGNNJob,
+        body: dict[str, Any],
+        old: dict[str, Any],
+        now: dt.datetime,
+        emit: Emit,
+    ) -> dict[str, Any]:
         meta, spec = job.metadata, job.spec
         ns = meta.namespace
         rp = spec.run_policy
@@ -230,7 +251,8 @@ class Reconciler:
         gs_info, waiting, gs_ready = None, None, 0
         if spec.graph.graph_server is not None:
             gs_info, gs_ready, waiting = await self._graphserver_info(
-                ns, spec.graph.graph_server.name)
+                ns, spec.graph.graph_server.name
+            )
         partition_needed = spec.graph.source is not None
         pstate = job_state(have.get(("Job", n["partition"])))
         partition_msg = ""
@@ -254,36 +276,60 @@ class Reconciler:
         if tstate == "failed" and not finished and restarts < rp.backoff_limit:
             restarting = True
             restarts += 1
-            emit("Warning", s.Reason.RESTARTING,
-                 f"trainer group failed ({failure or 'no message'}); restart {restarts}/"
-                 f"{rp.backoff_limit}")
+            emit(
+                "Warning",
+                s.Reason.RESTARTING,
+                f"trainer group failed ({failure or 'no message'}); restart {restarts}/"
+                f"{rp.backoff_limit}",
+            )
             have.pop(("Job", n["trainers"]), None)
             await self.api.delete("Job", ns, n["trainers"])
             await self._delete_pods(ns, n["trainers"])
             tjob, tstate, tst = None, "absent", {}
         start = parse_time(old.get("startTime")) or now
-        deadline = (rp.active_deadline_seconds is not None and not finished
-                    and (now - start).total_seconds() > rp.active_deadline_seconds)
+        deadline = (
+            rp.active_deadline_seconds is not None
+            and not finished
+            and (now - start).total_seconds() > rp.active_deadline_seconds
+        )
         obs = s.JobObservation(
-            generation=meta.generation, partition_needed=partition_needed, partition=pstate,
-            partition_message=partition_msg, waiting_for_graphserver=waiting,
-            num_parts=num_parts, servers_ready=servers_ready, trainer_job=tstate,
+            generation=meta.generation,
+            partition_needed=partition_needed,
+            partition=pstate,
+            partition_message=partition_msg,
+            waiting_for_graphserver=waiting,
+            num_parts=num_parts,
+            servers_ready=servers_ready,
+            trainer_job=tstate,
             trainers_active=int(tst.get("active") or 0),
             trainers_succeeded=int(tst.get("succeeded") or 0),
-            trainers_failed=int(tst.get("failed") or 0), failure_message=failure,
-            restarts=restarts, backoff_limit=rp.backoff_limit, restarting=restarting,
-            suspended=rp.suspend, deadline_exceeded=deadline, metrics=metrics,
+            trainers_failed=int(tst.get("failed") or 0),
+            failure_message=failure,
+            restarts=restarts,
+            backoff_limit=rp.backoff_limit,
+            restarting=restarting,
+            suspended=rp.suspend,
+            deadline_exceeded=deadline,
+            metrics=metrics,
             manifest_url=gs_info.manifest_url if gs_info else self._manifest(job),
             graph_server=spec.graph.graph_server.name if spec.graph.graph_server else None,
         )
         new = s.job_status(obs, old, iso(now))
         done = new["phase"] in s.TERMINAL
-        stage = d.Stage(partitioned=partitioned, servers_ready=servers_ready >= num_parts,
-                        finished=done, restarts=restarts)
+        stage = d.Stage(
+            partitioned=partitioned,
+            servers_ready=servers_ready >= num_parts,
+            finished=done,
+            restarts=restarts,
+        )
         want = d.desired_job_children(job, self.ctx.desired, graphserver=gs_info, stage=stage)
         if done and (deadline or new["phase"] == "Failed") and rp.clean_pod_policy != "None":
-            want = [w for w in want if (w["kind"], w["metadata"]["name"]) != ("Job", n["trainers"])
-                    or tstate != "running"]
+            want = [
+                w
+                for w in want
+                if (w["kind"], w["metadata"]["name"]) != ("Job", n["trainers"])
+                or tstate != "running"
+            ]
         await self.apply(want, have, emit)
         if await self._patch_status("DistGNNJob", body, new) and new["phase"] != old.get("phase"):
             cond: dict[str, Any] = next((c for c in new["conditions"] if c["type"] == "Failed"), {})
@@ -296,29 +342,35 @@ class Reconciler:
         from distgnn.api import commands as cmds
 
         try:
-            return cmds.manifest_url(job.metadata.name, job.spec.graph, job.spec.partitioning,
-                                     d.output_url(job.metadata, job.spec.partitioning,
-                                                  self.ctx.desired))
+            return cmds.manifest_url(
+                job.metadata.name,
+                job.spec.graph,
+                job.spec.partitioning,
+                d.output_url(job.metadata, job.spec.partitioning, self.ctx.desired),
+            )
         except ConfigError:
             return None
 
-    async def _maybe_ttl(self, body: dict[str, Any], st: dict[str, Any], now: dt.datetime
-                         ) -> None:
+    async def _maybe_ttl(self, body: dict[str, Any], st: dict[str, Any], now: dt.datetime) -> None:
         ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
         done = parse_time(st.get("completionTime"))
         if isinstance(ttl, int) and done is not None and (now - done).total_seconds() >= ttl:
             md = body["metadata"]
             await self.api.delete("DistGNNJob", md["namespace"], md["name"])
 
-    async def _graphserver_info(self, ns: str, name: str
-                                ) -> tuple[d.GraphServerInfo | None, int, str | None]:
+    async def _graphserver_info(
+        self, ns: str, name: str
+    ) -> tuple[d.GraphServerInfo | None, int, str | None]:
         gs = await self.api.get("GraphServer", ns, name)
         st = (gs or {}).get("status") or {}
         if gs is None or st.get("phase") != "Ready" or not st.get("manifestURL"):
             return None, 0, name
-        info = d.GraphServerInfo(name=name, manifest_url=st["manifestURL"],
-                                 num_parts=int(st.get("numParts") or 0),
-                                 token_secret=st.get("tokenSecret") or d.names(name)["token"])
+        info = d.GraphServerInfo(
+            name=name,
+            manifest_url=st["manifestURL"],
+            num_parts=int(st.get("numParts") or 0),
+            token_secret=st.get("tokenSecret") or d.names(name)["token"],
+        )
         return info, int(st.get("partitionsReady") or 0), None
 
     async def _failure_message(self, ns: str, job_name: str) -> str:
@@ -328,8 +380,7 @@ class Reconciler:
                 return str(term["message"])[:512]
         return ""
 
-    async def _trainer_outcome(self, ns: str, job_name: str
-                               ) -> tuple[str, dict[str, float] | None]:
+    async def _trainer_outcome(self, ns: str, job_name: str) -> tuple[str, dict[str, float] | None]:
         """(root-cause message of a failed rank, rank-0 metrics) from termination messages."""
         failure, metrics = "", None
         for pod in await self.api.list("Pod", ns, {"job-name": job_name}):
@@ -346,10 +397,13 @@ class Reconciler:
         """Names of unfinished DistGNNJobs referencing the GraphServer."""
         out = []
         for j in await self.api.list("DistGNNJob", ns):
-            ref = (((j.get("spec") or {}).get("graph") or {}).get("graphServer") or {})
+            ref = ((j.get("spec") or {}).get("graph") or {}).get("graphServer") or {}
             phase = (j.get("status") or {}).get("phase")
-            if ref.get("name") == gs_name and phase not in s.TERMINAL \
-                    and not j["metadata"].get("deletionTimestamp"):
+            if (
+                ref.get("name") == gs_name
+                and phase not in s.TERMINAL
+                and not j["metadata"].get("deletionTimestamp")
+            ):
                 out.append(j["metadata"]["name"])
         return sorted(out)
 
@@ -362,39 +416,53 @@ class Reconciler:
             gs = parse_graphserver(body)
             manifest = self._gs_manifest(gs)
         except ConfigError as e:
-            obs = s.GraphServerObservation(generation=int(md.get("generation") or 0),
-                                           invalid=str(e))
+            obs = s.GraphServerObservation(
+                generation=int(md.get("generation") or 0), invalid=str(e)
+            )
             new = s.graphserver_status(obs, old, now)
             if await self._patch_status("GraphServer", body, new):
                 emit("Warning", s.Reason.INVALID, str(e)[:1024])
             return new
         meta = gs.metadata
         n = d.names(meta.name)
-        have = await self.observe(meta.namespace, contract.LABEL_GRAPHSERVER, meta.name,
-                                  meta.uid)
+        have = await self.observe(meta.namespace, contract.LABEL_GRAPHSERVER, meta.name, meta.uid)
         pstate = job_state(have.get(("Job", n["partition"])))
         needed = gs.spec.graph.source is not None
-        msg = await self._failure_message(meta.namespace, n["partition"]) \
-            if pstate == "failed" else ""
+        msg = (
+            await self._failure_message(meta.namespace, n["partition"])
+            if pstate == "failed"
+            else ""
+        )
         sts = have.get(("StatefulSet", n["server"]))
         ready = int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
         parts = gs.spec.partitioning.num_parts
         obs = s.GraphServerObservation(
-            generation=meta.generation, partition_needed=needed, partition=pstate,
-            partition_message=msg, num_parts=parts, servers_ready=ready, manifest_url=manifest,
-            endpoints=[f"{contract.server_dns_name(n['server'], i, n['server'], meta.namespace)}"
-                       f":{contract.SERVER_PORT}" for i in range(parts)],
+            generation=meta.generation,
+            partition_needed=needed,
+            partition=pstate,
+            partition_message=msg,
+            num_parts=parts,
+            servers_ready=ready,
+            manifest_url=manifest,
+            endpoints=[
+                f"{contract.server_dns_name(n['server'], i, n['server'], meta.namespace)}"
+                f":{contract.SERVER_PORT}"
+                for i in range(parts)
+            ],
             attached_jobs=await self.attached_jobs(meta.namespace, meta.name),
             token_secret=n["token"],
         )
         want = d.desired_graphserver_children(
-            gs, self.ctx.desired, stage=d.Stage(partitioned=not needed or pstate == "succeeded"))
+            gs, self.ctx.desired, stage=d.Stage(partitioned=not needed or pstate == "succeeded")
+        )
         await self.apply(want, have, emit)
         new = s.graphserver_status(obs, old, now)
-        if await self._patch_status("GraphServer", body, new) and new["phase"] != old.get(
-                "phase"):
-            emit("Normal" if new["phase"] != "Failed" else "Warning", new["phase"],
-                 f"GraphServer is {new['phase']}")
+        if await self._patch_status("GraphServer", body, new) and new["phase"] != old.get("phase"):
+            emit(
+                "Normal" if new["phase"] != "Failed" else "Warning",
+                new["phase"],
+                f"GraphServer is {new['phase']}",
+            )
         return new
 
     def _gs_manifest(self, gs: t.GraphServer) -> str:
@@ -405,5 +473,6 @@ class Reconciler:
 
 
 def _raise_output() -> None:
-    raise ConfigError("spec.partitioning.outputURL: is required (the operator has no default "
-                      "partitions URL)")
+    raise ConfigError(
+        "spec.partitioning.outputURL: is required (the operator has no default partitions URL)"
+    )

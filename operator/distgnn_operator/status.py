@@ -91,9 +91,14 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
     if o.deadline_exceeded:
         return "Failed", Reason.DEADLINE, "activeDeadlineSeconds exceeded"
     if o.trainer_job == "failed" and not o.restarting:
-        return "Failed", Reason.BACKOFF, (
-            f"trainer group failed after {o.restarts} restart(s) (backoffLimit "
-            f"{o.backoff_limit}): {o.failure_message}".rstrip(": "))
+        return (
+            "Failed",
+            Reason.BACKOFF,
+            (
+                f"trainer group failed after {o.restarts} restart(s) (backoffLimit "
+                f"{o.backoff_limit}): {o.failure_message}".rstrip(": ")
+            ),
+        )
     if o.partition == "failed":
         return "Failed", Reason.PARTITION_FAILED, o.partition_message or "partitioning failed"
     if o.suspended:
@@ -124,36 +129,77 @@ def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> 
         else:
             conds.append(("Partitioned", "False", Reason.PARTITIONING, "partitioning"))
         ready = o.num_parts > 0 and o.servers_ready >= o.num_parts
-        conds.append(("ServersReady", "True" if ready else "False",
-                      Reason.SERVERS_READY if ready else Reason.SERVERS_STARTING,
-                      f"{o.servers_ready}/{o.num_parts} servers ready"))
+        conds.append(
+            (
+                "ServersReady",
+                "True" if ready else "False",
+                Reason.SERVERS_READY if ready else Reason.SERVERS_STARTING,
+                f"{o.servers_ready}/{o.num_parts} servers ready",
+            )
+        )
     running = phase == "Running"
-    conds.append(("Running", "True" if running else "False",
-                  Reason.TRAINERS_RUNNING if running else reason,
-                  message if not running else f"{o.trainers_active} trainer(s) running"))
-    conds.append(("Restarting", "True" if o.restarting else "False",
-                  Reason.RESTARTING if o.restarting else Reason.NOT_FINISHED,
-                  f"restarts: {o.restarts}/{o.backoff_limit}"))
-    conds.append(("Suspended", "True" if phase == "Suspended" else "False",
-                  Reason.SUSPENDED if phase == "Suspended" else Reason.RESUMED, ""))
-    conds.append(("Succeeded", "True" if phase == "Succeeded" else "False",
-                  Reason.SUCCEEDED if phase == "Succeeded" else Reason.NOT_FINISHED, ""))
-    conds.append(("Failed", "True" if phase == "Failed" else "False",
-                  reason if phase == "Failed" else Reason.NOT_FINISHED,
-                  message if phase == "Failed" else ""))
+    conds.append(
+        (
+            "Running",
+            "True" if running else "False",
+            Reason.TRAINERS_RUNNING if running else reason,
+            message if not running else f"{o.trainers_active} trainer(s) running",
+        )
+    )
+    conds.append(
+        (
+            "Restarting",
+            "True" if o.restarting else "False",
+            Reason.RESTARTING if o.restarting else Reason.NOT_FINISHED,
+            f"restarts: {o.restarts}/{o.backoff_limit}",
+        )
+    )
+    conds.append(
+        (
+            "Suspended",
+            "True" if phase == "Suspended" else "False",
+            Reason.SUSPENDED if phase == "Suspended" else Reason.RESUMED,
+            "",
+        )
+    )
+    conds.append(
+        (
+            "Succeeded",
+            "True" if phase == "Succeeded" else "False",
+            Reason.SUCCEEDED if phase == "Succeeded" else Reason.NOT_FINISHED,
+            "",
+        )
+    )
+    conds.append(
+        (
+            "Failed",
+            "True" if phase == "Failed" else "False",
+            reason if phase == "Failed" else Reason.NOT_FINISHED,
+            message if phase == "Failed" else "",
+        )
+    )
     return conds
 
 
-def merge_conditions(new: list[Cond], old: list[dict[str, Any]] | None, now: str,
-                     generation: int) -> list[dict[str, Any]]:
+def merge_conditions(
+    new: list[Cond], old: list[dict[str, Any]] | None, now: str, generation: int
+) -> list[dict[str, Any]]:
     """Conditions as dicts, keeping lastTransitionTime where the status did not change."""
     prev = {c.get("type"): c for c in old or [] if isinstance(c, dict)}
     out = []
     for typ, status, reason, msg in new:
         p = prev.get(typ)
         since = p.get("lastTransitionTime") if p and p.get("status") == status else None
-        out.append({"type": typ, "status": status, "reason": reason, "message": msg[:1024],
-                    "lastTransitionTime": since or now, "observedGeneration": generation})
+        out.append(
+            {
+                "type": typ,
+                "status": status,
+                "reason": reason,
+                "message": msg[:1024],
+                "lastTransitionTime": since or now,
+                "observedGeneration": generation,
+            }
+        )
     return out
 
 
@@ -170,12 +216,16 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
     st: dict[str, Any] = {
         "phase": phase,
         "observedGeneration": o.generation,
-        "conditions": merge_conditions(job_conditions(o, phase, reason, message),
-                                       old.get("conditions"), now, o.generation),
+        "conditions": merge_conditions(
+            job_conditions(o, phase, reason, message), old.get("conditions"), now, o.generation
+        ),
         "partitionsReady": o.servers_ready,
         "numParts": o.num_parts,
-        "trainers": {"active": o.trainers_active, "succeeded": o.trainers_succeeded,
-                     "failed": o.trainers_failed},
+        "trainers": {
+            "active": o.trainers_active,
+            "succeeded": o.trainers_succeeded,
+            "failed": o.trainers_failed,
+        },
         "restarts": o.restarts,
         "startTime": old.get("startTime") or now,
     }
@@ -191,8 +241,9 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
     return st
 
 
-def graphserver_status(o: GraphServerObservation, old: dict[str, Any] | None,
-                       now: str) -> dict[str, Any]:
+def graphserver_status(
+    o: GraphServerObservation, old: dict[str, Any] | None, now: str
+) -> dict[str, Any]:
     """The whole ``status`` of a GraphServer."""
     old = old or {}
     conds: list[Cond] = [("Created", "True", Reason.CREATED, "children created")]
@@ -203,21 +254,41 @@ def graphserver_status(o: GraphServerObservation, old: dict[str, Any] | None,
     elif o.partition_needed and o.partition != "succeeded":
         phase, reason, msg = "Partitioning", Reason.PARTITIONING, "partitioning the graph"
     elif o.servers_ready < o.num_parts:
-        phase, reason, msg = ("Starting", Reason.SERVERS_STARTING,
-                              f"{o.servers_ready}/{o.num_parts} servers ready")
+        phase, reason, msg = (
+            "Starting",
+            Reason.SERVERS_STARTING,
+            f"{o.servers_ready}/{o.num_parts} servers ready",
+        )
     else:
         phase, reason, msg = "Ready", Reason.SERVERS_READY, f"{o.num_parts} servers ready"
     if o.invalid is None:
         done = not o.partition_needed or o.partition == "succeeded"
-        conds.append(("Partitioned", "True" if done else "False",
-                      (Reason.PROVIDED if not o.partition_needed else Reason.PARTITIONED)
-                      if done else reason, ""))
-        conds.append(("ServersReady", "True" if phase == "Ready" else "False",
-                      Reason.SERVERS_READY if phase == "Ready" else Reason.SERVERS_STARTING,
-                      f"{o.servers_ready}/{o.num_parts} servers ready"))
-    conds.append(("Failed", "True" if phase == "Failed" else "False",
-                  reason if phase == "Failed" else Reason.NOT_FINISHED,
-                  msg if phase == "Failed" else ""))
+        conds.append(
+            (
+                "Partitioned",
+                "True" if done else "False",
+                (Reason.PROVIDED if not o.partition_needed else Reason.PARTITIONED)
+                if done
+                else reason,
+                "",
+            )
+        )
+        conds.append(
+            (
+                "ServersReady",
+                "True" if phase == "Ready" else "False",
+                Reason.SERVERS_READY if phase == "Ready" else Reason.SERVERS_STARTING,
+                f"{o.servers_ready}/{o.num_parts} servers ready",
+            )
+        )
+    conds.append(
+        (
+            "Failed",
+            "True" if phase == "Failed" else "False",
+            reason if phase == "Failed" else Reason.NOT_FINISHED,
+            msg if phase == "Failed" else "",
+        )
+    )
     st: dict[str, Any] = {
         "phase": phase,
         "observedGeneration": o.generation,

@@ -29,11 +29,26 @@ pytestmark = pytest.mark.timeout(120)
 
 GV = f"{contract.API_GROUP}/{contract.API_VERSION}"
 NS = "ml"
-PLURAL = {"DistGNNJob": "distgnnjobs", "GraphServer": "graphservers", "Job": "jobs",
-          "StatefulSet": "statefulsets", "Secret": "secrets", "Service": "services",
-          "NetworkPolicy": "networkpolicies", "Pod": "pods"}
-PREFIX = {"DistGNNJob": GV, "GraphServer": GV, "Job": "batch/v1", "StatefulSet": "apps/v1",
-          "NetworkPolicy": "networking.k8s.io/v1", "Secret": "v1", "Service": "v1", "Pod": "v1"}
+PLURAL = {
+    "DistGNNJob": "distgnnjobs",
+    "GraphServer": "graphservers",
+    "Job": "jobs",
+    "StatefulSet": "statefulsets",
+    "Secret": "secrets",
+    "Service": "services",
+    "NetworkPolicy": "networkpolicies",
+    "Pod": "pods",
+}
+PREFIX = {
+    "DistGNNJob": GV,
+    "GraphServer": GV,
+    "Job": "batch/v1",
+    "StatefulSet": "apps/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
+    "Secret": "v1",
+    "Service": "v1",
+    "Pod": "v1",
+}
 
 
 class StampingEmulator(kmock.KubernetesEmulator):
@@ -48,8 +63,9 @@ class StampingEmulator(kmock.KubernetesEmulator):
                     md["name"] = md["generateName"] + uuid.uuid4().hex[:8]
                 md.setdefault("uid", str(uuid.uuid4()))
                 md.setdefault("generation", 1)
-                md.setdefault("creationTimestamp",
-                              dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                md.setdefault(
+                    "creationTimestamp", dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                )
                 md["resourceVersion"] = rv
             elif request.action == kmock.action.UPDATE:
                 md["resourceVersion"] = rv
@@ -60,15 +76,24 @@ class StampingEmulator(kmock.KubernetesEmulator):
                         md["generation"] = int(cur.get("metadata", {}).get("generation", 1)) + 1
         elif request.resource is not None and isinstance(request.data, list):
             # a JSON patch (kopf's finalizers) gets the new resourceVersion appended
-            request.data.append({"op": "add", "path": "/metadata/resourceVersion",
-                                 "value": str(next(_RV))})
+            request.data.append(
+                {"op": "add", "path": "/metadata/resourceVersion", "value": str(next(_RV))}
+            )
         try:
             return await super()._handle(request)
         except jsonpatch.JsonPatchTestFailed as e:
             # the real API server answers a failed "test" operation with 422, not 500
             return aiohttp.web.json_response(
-                {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 422,
-                 "reason": "Invalid", "message": str(e)}, status=422)
+                {
+                    "apiVersion": "v1",
+                    "kind": "Status",
+                    "status": "Failure",
+                    "code": 422,
+                    "reason": "Invalid",
+                    "message": str(e),
+                },
+                status=422,
+            )
 
 
 _RV = itertools.count(1)
@@ -80,13 +105,22 @@ def _declare(k: kmock.KubernetesEmulator) -> None:
     k.resources.load_data(gzip.decompress(bundled.read_bytes()))
     for kind, plural in (("DistGNNJob", "distgnnjobs"), ("GraphServer", "graphservers")):
         k.resources[f"{GV}/{plural}"] = kmock.ResourceInfo(
-            kind=kind, namespaced=True, subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"})
-    for gvp, kind in (("batch/v1/jobs", "Job"), ("apps/v1/statefulsets", "StatefulSet"),
-                      ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy")):
+            kind=kind,
+            namespaced=True,
+            subresources={"status"},
+            verbs={"list", "watch", "get", "patch", "create", "delete"},
+        )
+    for gvp, kind in (
+        ("batch/v1/jobs", "Job"),
+        ("apps/v1/statefulsets", "StatefulSet"),
+        ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
+    ):
         k.resources[gvp] = kmock.ResourceInfo(
-            kind=kind, namespaced=True, subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"})
+            kind=kind,
+            namespaced=True,
+            subresources={"status"},
+            verbs={"list", "watch", "get", "patch", "create", "delete"},
+        )
 
 
 class Cluster:
@@ -104,8 +138,10 @@ class Cluster:
     async def _req(self, method: str, url: str, body: Any = None) -> Any:
         kw: dict[str, Any] = {}
         if body is not None:
-            kw = {"data": json.dumps(body),
-                  "headers": {"Content-Type": "application/merge-patch+json"}}
+            kw = {
+                "data": json.dumps(body),
+                "headers": {"Content-Type": "application/merge-patch+json"},
+            }
         async with self.k.request(method, url, **kw) as r:
             text = await r.text()
             assert r.status < 300, (method, url, r.status, text)
@@ -123,15 +159,15 @@ class Cluster:
         res = await self._req("GET", self._url(kind))
         return list(res["items"])
 
-    async def patch(self, kind: str, name: str, body: dict[str, Any], sub: str | None = None
-                    ) -> Any:
+    async def patch(
+        self, kind: str, name: str, body: dict[str, Any], sub: str | None = None
+    ) -> Any:
         return await self._req("PATCH", self._url(kind, name, sub), body)
 
     async def delete(self, kind: str, name: str) -> Any:
         return await self._req("DELETE", self._url(kind, name))
 
-    async def until(self, what: str, fn: Callable[[], Awaitable[Any]], timeout: float = 60
-                    ) -> Any:
+    async def until(self, what: str, fn: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:
         """Poll ``fn`` until it returns something truthy (generous: the machine is loaded)."""
         deadline = asyncio.get_running_loop().time() + timeout
         last: Any = None
@@ -146,8 +182,7 @@ class Cluster:
         obj = await self.get(kind, name)
         return dict((obj or {}).get("status") or {})
 
-    async def phase(self, kind: str, name: str, phase: str, timeout: float = 60
-                    ) -> dict[str, Any]:
+    async def phase(self, kind: str, name: str, phase: str, timeout: float = 60) -> dict[str, Any]:
         async def check() -> dict[str, Any] | None:
             st = await self.status(kind, name)
             return st if st.get("phase") == phase else None
@@ -163,7 +198,9 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     async with StampingEmulator() as k, kmock.Server(k):
         _declare(k)
         kubeconfig = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "emu",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "emu",
             "clusters": [{"name": "emu", "cluster": {"server": str(k.url).rstrip("/")}}],
             "users": [{"name": "u", "user": {"token": "test-token"}}],
             "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "u"}}],
@@ -176,9 +213,18 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
 
 @pytest.fixture
 def operator_args() -> argparse.Namespace:
-    return build_parser().parse_args(["--resync-seconds", "1", "--liveness", "",
-                                      "--runtime-image", "example.org/distgnn:test",
-                                      "--partitions-url", "s3://parts"])
+    return build_parser().parse_args(
+        [
+            "--resync-seconds",
+            "1",
+            "--liveness",
+            "",
+            "--runtime-image",
+            "example.org/distgnn:test",
+            "--partitions-url",
+            "s3://parts",
+        ]
+    )
 
 
 class Operator:
@@ -186,8 +232,9 @@ class Operator:
 
     def __init__(self, args: argparse.Namespace) -> None:
         registry, settings, _ = setup(args)
-        self.runner = KopfRunner(["run", "-A", "--standalone"], registry=registry,
-                                 settings=settings)
+        self.runner = KopfRunner(
+            ["run", "-A", "--standalone"], registry=registry, settings=settings
+        )
 
     async def __aenter__(self) -> Operator:
         self.runner.__enter__()
@@ -217,8 +264,12 @@ def cond(st: dict[str, Any], typ: str) -> dict[str, Any]:
 
 async def _succeed_partition(c: Cluster, name: str) -> None:
     await c.child("Job", f"{name}-partition")
-    await c.patch("Job", f"{name}-partition", {"status": {"succeeded": 1, "conditions": [
-        {"type": "Complete", "status": "True"}]}}, "status")
+    await c.patch(
+        "Job",
+        f"{name}-partition",
+        {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}},
+        "status",
+    )
 
 
 async def _servers_ready(c: Cluster, sts: str, n: int) -> None:
@@ -231,12 +282,23 @@ async def _servers_ready(c: Cluster, sts: str, n: int) -> None:
 
 
 def _pod(name: str, job: str, index: int, exit_code: int, message: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {
-                "job-name": job, "batch.kubernetes.io/job-completion-index": str(index)}},
-            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
-            "status": {"containerStatuses": [{"name": "trainer", "state": {"terminated": {
-                "exitCode": exit_code, "message": message}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"job-name": job, "batch.kubernetes.io/job-completion-index": str(index)},
+        },
+        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "state": {"terminated": {"exitCode": exit_code, "message": message}},
+                }
+            ]
+        },
+    }
 
 
 async def _versions(c: Cluster) -> dict[str, str]:
@@ -252,9 +314,14 @@ async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace
     async with Operator(operator_args):
         created = await c.create(job_manifest("cora"))
         uid = created["metadata"]["uid"]
-        kinds = [("Secret", "cora-token"), ("Job", "cora-partition"), ("Service", "cora-server"),
-                 ("StatefulSet", "cora-server"), ("NetworkPolicy", "cora-server"),
-                 ("Service", "cora-trainers")]
+        kinds = [
+            ("Secret", "cora-token"),
+            ("Job", "cora-partition"),
+            ("Service", "cora-server"),
+            ("StatefulSet", "cora-server"),
+            ("NetworkPolicy", "cora-server"),
+            ("Service", "cora-trainers"),
+        ]
         for kind, name in kinds:
             obj = await c.child(kind, name)
             ref = obj["metadata"]["ownerReferences"][0]
@@ -284,10 +351,18 @@ async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace
 
         metrics = {"test_accuracy": 0.81, "val_accuracy": 0.79, "epochs": 1}
         await c.create(_pod("cora-trainers-0-abc", "cora-trainers", 0, 0, json.dumps(metrics)))
-        await c.patch("Job", "cora-trainers", {"status": {"active": 0, "succeeded": 2,
-                                                          "conditions": [{"type": "Complete",
-                                                                          "status": "True"}]}},
-                      "status")
+        await c.patch(
+            "Job",
+            "cora-trainers",
+            {
+                "status": {
+                    "active": 0,
+                    "succeeded": 2,
+                    "conditions": [{"type": "Complete", "status": "True"}],
+                }
+            },
+            "status",
+        )
         st = await c.phase("DistGNNJob", "cora", "Succeeded")
         assert st["metrics"]["testAccuracy"] == metrics["test_accuracy"]
         assert st["completionTime"] and cond(st, "Succeeded")["status"] == "True"
@@ -304,18 +379,28 @@ async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace
         await asyncio.sleep(1.5)
 
 
-async def test_restart_then_backoff_limit(cluster: Cluster,
-                                          operator_args: argparse.Namespace) -> None:
+async def test_restart_then_backoff_limit(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
     c = cluster
     async with Operator(operator_args):
-        await c.create(job_manifest("pr", graph={"partitions": {"manifestURL": "s3://p/pr.json"}},
-                                    runPolicy={"backoffLimit": 1}))
+        await c.create(
+            job_manifest(
+                "pr",
+                graph={"partitions": {"manifestURL": "s3://p/pr.json"}},
+                runPolicy={"backoffLimit": 1},
+            )
+        )
         await _servers_ready(c, "pr-server", 2)
         first = await c.child("Job", "pr-trainers")
         assert await c.get("Job", "pr-partition") is None
         await c.create(_pod("pr-trainers-1-x", "pr-trainers", 1, 1, "CUDA out of memory"))
-        await c.patch("Job", "pr-trainers", {"status": {"failed": 1, "conditions": [
-            {"type": "Failed", "status": "True"}]}}, "status")
+        await c.patch(
+            "Job",
+            "pr-trainers",
+            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
+            "status",
+        )
 
         async def recreated() -> dict[str, Any] | None:
             j = await c.get("Job", "pr-trainers")
@@ -326,8 +411,12 @@ async def test_restart_then_backoff_limit(cluster: Cluster,
         assert second["metadata"]["annotations"]["distgnn.dev/restarts"] == "1"
         assert (await c.status("DistGNNJob", "pr"))["restarts"] == 1
         await c.create(_pod("pr-trainers-0-y", "pr-trainers", 0, 1, "NaN loss at epoch 3"))
-        await c.patch("Job", "pr-trainers", {"status": {"failed": 1, "conditions": [
-            {"type": "Failed", "status": "True"}]}}, "status")
+        await c.patch(
+            "Job",
+            "pr-trainers",
+            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
+            "status",
+        )
         st = await c.phase("DistGNNJob", "pr", "Failed")
         failed = cond(st, "Failed")
         assert failed["reason"] == "BackoffLimitExceeded"
@@ -352,13 +441,22 @@ async def test_suspend_and_resume(cluster: Cluster, operator_args: argparse.Name
         assert cond(st, "Suspended")["status"] == "False"
 
 
-async def test_graphserver_attach_and_delete_held(cluster: Cluster,
-                                                  operator_args: argparse.Namespace) -> None:
+async def test_graphserver_attach_and_delete_held(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
     c = cluster
     async with Operator(operator_args):
-        await c.create({"apiVersion": GV, "kind": "GraphServer", "metadata": {"name": "shared"},
-                        "spec": {"graph": {"partitions": {"manifestURL": "s3://p/g.json"}},
-                                 "partitioning": {"numParts": 3}}})
+        await c.create(
+            {
+                "apiVersion": GV,
+                "kind": "GraphServer",
+                "metadata": {"name": "shared"},
+                "spec": {
+                    "graph": {"partitions": {"manifestURL": "s3://p/g.json"}},
+                    "partitioning": {"numParts": 3},
+                },
+            }
+        )
         netpol = await c.child("NetworkPolicy", "shared-server")
         peers = netpol["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
         assert peers[contract.LABEL_GRAPHSERVER] == "shared"
@@ -400,8 +498,9 @@ async def _gone(c: Cluster, kind: str, name: str) -> bool:
     return await c.get(kind, name) is None
 
 
-async def test_invalid_manifest_reported_in_status(cluster: Cluster,
-                                                   operator_args: argparse.Namespace) -> None:
+async def test_invalid_manifest_reported_in_status(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
     c = cluster
     async with Operator(operator_args):
         bad = job_manifest("bad")

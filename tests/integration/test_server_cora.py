@@ -109,7 +109,11 @@ def test_garbage_and_truncated_frames_do_not_hurt_the_server(srv: Servers) -> No
     assert _raw(srv, encode_bytes(MsgType.HELLO, 1, {"token": srv.token})[:20]) == b""
     # authenticated, then an oversized and an unknown frame
     hello = encode_bytes(MsgType.HELLO, 1, {"token": srv.token})
-    huge = HEADER.pack(MAGIC, 1, int(MsgType.PULL), 0, 2, 2, 1, 0) + (1 << 62).to_bytes(8, "little") + b"{}"
+    huge = (
+        HEADER.pack(MAGIC, 1, int(MsgType.PULL), 0, 2, 2, 1, 0)
+        + (1 << 62).to_bytes(8, "little")
+        + b"{}"
+    )
     unknown = HEADER.pack(MAGIC, 1, 200, 0, 3, 2, 0, 0) + b"{}"
     for bad in (huge, unknown):
         out = _raw(srv, hello + bad)
@@ -160,9 +164,9 @@ def test_workers_share_one_copy(srv: Servers) -> None:
     shm = info["shm_dir"]
     feat_file = os.path.join(shm, b"node/_N/feat".hex() + ".npy")
     assert os.path.exists(feat_file)
-    assert len([f for f in os.listdir(shm) if f.endswith(".npy")]) == len(set(os.listdir(shm))) - len(
-        [f for f in os.listdir(shm) if not f.endswith(".npy")]
-    )
+    assert len([f for f in os.listdir(shm) if f.endswith(".npy")]) == len(
+        set(os.listdir(shm))
+    ) - len([f for f in os.listdir(shm) if not f.endswith(".npy")])
     a, b = _connections_to_two_workers(srv)
     try:
         for pid in info["workers"]:
@@ -171,10 +175,15 @@ def test_workers_share_one_copy(srv: Servers) -> None:
             # worker attached to the shared folder (no private copy of the partition)
             assert shm in maps
         # a tensor created and written through one worker is seen by the other
-        a.request(MsgType.INIT_TENSOR, {"name": "node/_N/shared", "dtype": "float32",
-                                        "shape": [1336, 2], "persistent": True})
-        a.request(MsgType.PUSH, {"name": "node/_N/shared"},
-                  [np.array([3]), np.array([[7.0, 8.0]], dtype=np.float32)])
+        a.request(
+            MsgType.INIT_TENSOR,
+            {"name": "node/_N/shared", "dtype": "float32", "shape": [1336, 2], "persistent": True},
+        )
+        a.request(
+            MsgType.PUSH,
+            {"name": "node/_N/shared"},
+            [np.array([3]), np.array([[7.0, 8.0]], dtype=np.float32)],
+        )
         got = b.request(MsgType.PULL, {"name": "node/_N/shared"}, [np.array([3, 4])]).bufs[0]
         assert got.tolist() == [[7.0, 8.0], [0.0, 0.0]]
     finally:

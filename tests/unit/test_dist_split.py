@@ -83,7 +83,7 @@ def test_weighted_sampling_follows_weights() -> None:
     for replace in (False, True):
         tot = np.zeros(6)
         for _ in range(200):
-            p, s = sampling.sample_candidates(cand, seg, 2, 1, replace, rng, w)
+            p, _ = sampling.sample_candidates(cand, seg, 2, 1, replace, rng, w)
             tot += np.bincount(p, minlength=6)
         assert tot[0] == 0 and tot[4] == 0 and tot[5] == 0
         assert tot[3] == 200 and tot[2] > 2 * tot[1]

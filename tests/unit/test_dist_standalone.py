@@ -117,8 +117,9 @@ def test_dist_tensor_create_write_read_and_release(cora_parts: str) -> None:
             DistTensor((g.num_nodes(), 4), torch.int64, "t", ctx=g)
         t2 = DistTensor((g.num_nodes(), 3), torch.int64, "t", ctx=g)
         assert t2[[7]].tolist() == [[9, 10, 11]]
-        u = DistTensor((g.num_nodes(), 2), torch.float32, "u", ("uniform", {"low": 2, "high": 3}),
-                       ctx=g)
+        u = DistTensor(
+            (g.num_nodes(), 2), torch.float32, "u", ("uniform", {"low": 2, "high": 3}), ctx=g
+        )
         vals = u[np.arange(g.num_nodes())]
         assert ((vals >= 2) & (vals < 3)).all() and vals.std() > 0
         with pytest.raises(ConfigError, match="out of range"):

@@ -15,6 +15,7 @@ from distgnn.rpc.protocol import (
     HEADER,
     MAGIC,
     VERSION,
+    Gathered,
     Limits,
     MsgType,
     decode_bytes,
@@ -27,7 +28,14 @@ from distgnn.rpc.protocol import (
 
 def frame_bytes(mtype: int, meta: bytes, lens: list[int], payload: bytes = b"", **kw: int) -> bytes:
     head = HEADER.pack(
-        kw.get("magic_bytes", MAGIC), kw.get("version", VERSION), mtype, 0, 7, len(meta), len(lens), 0
+        kw.get("magic_bytes", MAGIC),
+        kw.get("version", VERSION),
+        mtype,
+        0,
+        7,
+        len(meta),
+        len(lens),
+        0,
     )
     return head + struct.pack(f"<{len(lens)}Q", *lens) + meta + payload
 
@@ -72,7 +80,10 @@ def test_round_trip_over_socket_into_preallocated() -> None:
         (frame_bytes(1, b"[1]", []), "JSON object"),
         (frame_bytes(1, b"{}", [4], b"abcd"), "describe"),
         (frame_bytes(1, json.dumps({"bufs": [["object", [1]]]}).encode(), [8], b"x" * 8), "dtype"),
-        (frame_bytes(1, json.dumps({"bufs": [["complex64", [1]]]}).encode(), [8], b"x" * 8), "dtype"),
+        (
+            frame_bytes(1, json.dumps({"bufs": [["complex64", [1]]]}).encode(), [8], b"x" * 8),
+            "dtype",
+        ),
         (frame_bytes(1, json.dumps({"bufs": [["int64", [2]]]}).encode(), [8], b"x" * 8), "match"),
         (frame_bytes(1, json.dumps({"bufs": [["int64", [-1]]]}).encode(), [8], b"x" * 8), "descr"),
         (frame_bytes(1, json.dumps({"bufs": [["int64", [2]]]}).encode(), [16], b"x" * 8), "trunc"),
@@ -113,3 +124,20 @@ def test_socket_errors_are_clear() -> None:
         a.close()
         with pytest.raises(ServerUnavailable, match="closed"):
             recv_frame(b, "peer", deadline=None)
+
+
+@pytest.mark.parametrize("width", [3, 300])  # narrow rows: gathered in blocks; wide: iovecs
+def test_streamed_gather_equals_fancy_indexing(width: int) -> None:
+    table = np.random.default_rng(width).random((5000, width)).astype(np.float32)
+    rows = np.random.default_rng(1).integers(0, 5000, 4000)
+    g = Gathered(table, rows)
+    assert g.shape == (4000, width) and g.nbytes == 4000 * width * 4
+    f = decode_bytes(encode_bytes(MsgType.PULL, 1, {}, [g]))  # type: ignore[list-item]
+    np.testing.assert_array_equal(f.bufs[0], table[rows])
+    a, b = socket.socketpair()
+    with a, b:
+        t = threading.Thread(target=send_frame, args=(a, encode(MsgType.PULL, 2, {}, [g])))
+        t.start()
+        got = recv_frame(b, "peer", deadline=None)
+        t.join(10)
+    np.testing.assert_array_equal(got.bufs[0], table[rows])

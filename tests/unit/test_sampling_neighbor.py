@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import numpy as np
@@ -33,7 +34,7 @@ def check_blocks(g: LocalGraph, seeds: np.ndarray, inp, out, blocks) -> None:
     assert np.array_equal(out, seeds)
     assert np.array_equal(blocks[-1].dst_nid, seeds)
     assert np.array_equal(inp, blocks[0].src_nid)
-    for lower, upper in zip(blocks[:-1], blocks[1:], strict=True):
+    for lower, upper in itertools.pairwise(blocks):
         assert np.array_equal(lower.dst_nid, upper.src_nid)  # mapping between layers
     for b in blocks:
         assert np.array_equal(b.src_nid[: b.num_dst_nodes], b.dst_nid)  # dst first

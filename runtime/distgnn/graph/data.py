@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import mmap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -92,14 +94,63 @@ class GraphData:
         return fingerprint_arrays(self.arrays)
 
 
+def _file_region(a: np.ndarray) -> tuple[str, int] | None:
+    """(file, byte offset) of a whole-file, C-ordered ``np.memmap`` (not a view of one)."""
+    if (
+        isinstance(a, np.memmap)
+        and isinstance(a.base, mmap.mmap)
+        and a.filename
+        and a.flags.c_contiguous
+    ):
+        return str(a.filename), int(a.offset)
+    return None
+
+
+def release_pages(*arrays: np.ndarray) -> None:
+    """Drop the resident pages of whole-file memory maps (they are re-read on next access).
+
+    Read-only file-backed pages count towards a process's RSS while mapped; releasing
+    them before a memory-hungry step (METIS) keeps the peak down. Other arrays: no-op.
+    """
+    for a in arrays:
+        if _file_region(a) is not None and hasattr(mmap, "MADV_DONTNEED"):
+            base = a.base
+            assert isinstance(base, mmap.mmap)
+            with contextlib.suppress(OSError, ValueError):  # best effort
+                base.madvise(mmap.MADV_DONTNEED)
+
+
 def fingerprint_arrays(arrays: dict[str, np.ndarray], chunk: int = 1 << 24) -> str:
-    """sha256 over sorted keys, each with dtype, shape and raw bytes (streamed in chunks)."""
+    """sha256 over sorted keys, each with dtype, shape and raw bytes (streamed in chunks).
+
+    Memory-mapped input files are read with plain reads into one reused buffer, so the
+    hashed bytes never become resident pages of this process.
+    """
     h = hashlib.sha256()
+    buf: bytearray | None = None
     for key in sorted(arrays):
         a = arrays[key]
         h.update(f"{key}|{a.dtype.str}|{list(a.shape)}\n".encode())
+        region = _file_region(a)
+        if region is not None:
+            buf = buf if buf is not None else bytearray(chunk)
+            _hash_file_region(h, region[0], region[1], int(a.nbytes), buf)
+            continue
         flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
         step = max(1, chunk // max(1, flat.itemsize))
         for i in range(0, flat.shape[0], step):
             h.update(np.ascontiguousarray(flat[i : i + step]).view(np.uint8).data)
     return h.hexdigest()
+
+
+def _hash_file_region(h: hashlib._Hash, path: str, offset: int, size: int, buf: bytearray) -> None:
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        left = size
+        while left > 0:
+            got = f.readinto(view[: min(left, len(buf))])
+            if not got:
+                raise OSError(f"{path}: file ended {left} bytes early")
+            h.update(view[:got])
+            left -= got

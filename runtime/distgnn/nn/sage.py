@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import nn
 
+from distgnn.nn import ops
 from distgnn.nn.ops import scatter_mean
 from distgnn.sampling.blocks import Block
 
@@ -37,13 +40,13 @@ class GraphSAGE(nn.Module):
     ) -> None:
         super().__init__()
         dims = [in_feats] + [hidden] * (num_layers - 1) + [out_feats]
-        self.layers = nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
-        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(SAGEConv(a, b) for a, b in itertools.pairwise(dims))
+        self.p = dropout
 
     def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
         h = x
         for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
             h = layer(block, h)
             if i != len(self.layers) - 1:
-                h = self.dropout(torch.relu(h))
+                h = ops.dropout(torch.relu(h), self.p, self.training)
         return h

@@ -6,28 +6,38 @@ import logging
 
 import numpy as np
 
+from distgnn.graph.data import release_pages
 from distgnn.log import step
 
 log = logging.getLogger("distgnn.partition")
 
 
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Undirected, self-loop-free, de-duplicated adjacency (xadj, adjncy) as int64 for METIS."""
-    keep = src != dst
-    s = src[keep]
-    d = dst[keep]
-    keys = np.empty(2 * s.shape[0], dtype=np.int64)
-    np.multiply(s, n, out=keys[: s.shape[0]])
-    keys[: s.shape[0]] += d
-    np.multiply(d, n, out=keys[s.shape[0] :])
-    keys[s.shape[0] :] += s
-    del s, d, keep
-    keys.sort()
+    """Undirected, self-loop-free, de-duplicated adjacency (xadj, adjncy) as int64 for METIS.
+
+    One sort of packed ``u * n + v`` keys (both directions) does the symmetrising,
+    de-duplication and row grouping; the key buffer is then reused for the columns.
+    int64 is pymetis' zero-copy index type (``pymetis.zero_copy_dtype()``), so METIS
+    gets these buffers without a conversion copy.
+    """
+    e = int(src.shape[0])
+    keep = np.not_equal(src, dst)
+    if not keep.all():  # self-loops: drop them (one filtered copy only when present)
+        src, dst = src[keep], dst[keep]
+        e = int(src.shape[0])
+    del keep
+    keys = np.empty(2 * e, dtype=np.int64)
+    np.multiply(src, n, out=keys[:e])
+    np.add(keys[:e], dst, out=keys[:e])
+    np.multiply(dst, n, out=keys[e:])
+    np.add(keys[e:], src, out=keys[e:])
+    keys.sort()  # value sort (SIMD quicksort), much faster than an argsort
     if keys.shape[0]:
         uniq = np.empty(keys.shape[0], dtype=bool)
         uniq[0] = True
         np.not_equal(keys[1:], keys[:-1], out=uniq[1:])
-        keys = keys[uniq]
+        if not uniq.all():
+            keys = keys[uniq]
         del uniq
     # keys are sorted: row starts by binary search, then reuse the buffer for columns
     xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
@@ -55,6 +65,8 @@ def metis_assign(
         return np.zeros(n, dtype=np.int64)
     with step("symmetrise", log, nodes=n, edges=int(src.shape[0])):
         xadj, adjncy = symmetric_csr(src, dst, n)
+    # METIS is the memory peak: don't keep the input's mapped pages resident through it
+    release_pages(src, dst)
     vw = None if vweights is None else np.ascontiguousarray(vweights, dtype=np.int64)
     with step("metis", log, parts=num_parts, weighted=vw is not None):
         res = pymetis.part_graph(

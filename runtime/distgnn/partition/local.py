@@ -63,7 +63,7 @@ def build_local(r: Relabeled, p: int, halo_hops: int) -> LocalGraph:
     dst_parts = [r.ndst[ea:eb]]
     eid_parts = [np.arange(ea, eb, dtype=np.int64)]
     s = src_parts[0]
-    halo_levels = [np.unique(s[(s < a) | (s >= b)])]
+    halo_levels = [_unique_ids(s[(s < a) | (s >= b)], r.num_nodes)]
     known = halo_levels[0]
     for _ in range(1, halo_hops):
         frontier = halo_levels[-1]
@@ -99,11 +99,30 @@ def build_local(r: Relabeled, p: int, halo_hops: int) -> LocalGraph:
     return LocalGraph(indptr, lsrc, eid, etype, halo_nid, n_owned)
 
 
+_DENSE_MAX_NODES = 1 << 26  # dense ID tables up to 256 MiB (int32) per partition
+
+
+def _unique_ids(ids: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Sorted unique node IDs (a bitmap over all IDs when that is small, else np.unique)."""
+    if num_nodes > _DENSE_MAX_NODES:
+        return np.unique(ids).astype(np.int64)
+    seen = np.zeros(num_nodes, dtype=bool)
+    seen[ids] = True
+    return np.flatnonzero(seen).astype(np.int64)
+
+
 def _to_local(gids: np.ndarray, a: int, b: int, halo_nid: np.ndarray) -> np.ndarray:
     out = gids - a
     outside = (gids < a) | (gids >= b)
     if outside.any():
-        sorter = np.argsort(halo_nid)
-        idx = np.searchsorted(halo_nid, gids[outside], sorter=sorter)
-        out[outside] = (b - a) + sorter[idx]
+        og = gids[outside]
+        top = int(og.max()) + 1
+        if top <= _DENSE_MAX_NODES:  # direct table lookup instead of a binary search
+            table = np.zeros(top, dtype=np.int64)
+            table[halo_nid[halo_nid < top]] = (b - a) + np.flatnonzero(halo_nid < top)
+            out[outside] = table[og]
+        else:
+            sorter = np.argsort(halo_nid)
+            idx = np.searchsorted(halo_nid, og, sorter=sorter)
+            out[outside] = (b - a) + sorter[idx]
     return out

@@ -8,8 +8,10 @@ gathered per partition and streamed to storage, never copied whole. The manifest
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from distgnn.partition.writer import PartWriter
 
 log = logging.getLogger("distgnn.partition")
 
+_MAX_WRITERS = 4
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -90,26 +93,48 @@ def assign_parts(
     return parts
 
 
+def stable_order(key: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` for integer keys in ``[0, bound)``.
+
+    Sorts the packed values ``key * m + index`` instead (a SIMD value sort, several
+    times faster than a stable argsort) and keeps the low part; falls back to argsort
+    when the packed values would not fit in int64.
+    """
+    m = int(key.shape[0])
+    if m == 0 or bound * m >= 2**62:
+        return np.argsort(key, kind="stable")
+    packed = np.multiply(key, m, dtype=np.int64)
+    packed += np.arange(m, dtype=np.int64)
+    packed.sort()
+    return np.remainder(packed, m, out=packed)
+
+
 def relabel(g: GraphData, parts: np.ndarray, num_parts: int) -> Relabeled:
     """New node IDs (by partition, then type, then original ID) and new edge IDs."""
     n = g.num_nodes
-    new2orig = np.argsort(parts, kind="stable")
+    new2orig = stable_order(parts, num_parts)
     orig2new = np.empty(n, dtype=np.int64)
     orig2new[new2orig] = np.arange(n, dtype=np.int64)
     node_offsets = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=num_parts))])
     ndst_orig = orig2new[g.dst]
-    pd = parts[g.dst]
-    edge_offsets = np.concatenate([[0], np.cumsum(np.bincount(pd, minlength=num_parts))])
     etypes = None if len(g.edge_types) == 1 else g.edge_type_ids()
+    edge_offsets: np.ndarray | None
     if etypes is None:
-        eorder = np.argsort(ndst_orig, kind="stable")
+        # new IDs are grouped by partition, so destination order is owner order
+        eorder = stable_order(ndst_orig, n)
+        edge_offsets = None
     else:
-        key = (pd * len(g.edge_types) + etypes) * n + ndst_orig
-        eorder = np.argsort(key, kind="stable")
+        pd = parts[g.dst]
+        edge_offsets = np.concatenate([[0], np.cumsum(np.bincount(pd, minlength=num_parts))])
+        t = len(g.edge_types)
+        key = (pd * t + etypes) * n + ndst_orig
+        del pd
+        eorder = stable_order(key, num_parts * t * n)
         del key
-    del pd
     ndst = ndst_orig[eorder]
     del ndst_orig
+    if edge_offsets is None:  # sorted by new destination: owners' ranges by binary search
+        edge_offsets = np.concatenate([[0], np.searchsorted(ndst, node_offsets[1:])])
     nsrc = orig2new[np.asarray(g.src)[eorder]]
     return Relabeled(
         num_parts=num_parts,
@@ -166,33 +191,46 @@ def partition_graph(
         with step("read graph", log, url=storage.redact(str(graph_or_url))):
             g = load_graph(str(graph_or_url), storage_options)
     train = train_mask_of(g, train_mask, required=balance_train)
-    with step("fingerprint", log):
-        fingerprint = g.fingerprint()
-    with step("assign", log, method=method, parts=num_parts):
-        parts = assign_parts(g, num_parts, opts, train)
+    # The input fingerprint (full sha256 of every input array) is computed from plain
+    # file reads in a background thread while the main thread symmetrises the graph for
+    # METIS (hashlib and NumPy's sort release the GIL).
+    with ThreadPoolExecutor(1, thread_name_prefix="fingerprint") as fp_pool:
+        fp_future = fp_pool.submit(_timed_fingerprint, g)
+        with step("assign", log, method=method, parts=num_parts):
+            parts = assign_parts(g, num_parts, opts, train)
+        fingerprint = fp_future.result()
     edge_cut = float(np.mean(parts[g.src] != parts[g.dst])) if g.num_edges else 0.0
     with step("relabel", log):
         r = relabel(g, parts, num_parts)
     ntype_offsets = _typed_offsets(parts, g.ntype_offsets, g.node_types, num_parts)
     enames = [etype_str(e) for e in g.edge_types]
-    pd_by_new = np.repeat(np.arange(num_parts), np.diff(r.edge_offsets))
-    orig_pd = np.empty(g.num_edges, dtype=np.int64)
-    orig_pd[r.eorder] = pd_by_new
-    del pd_by_new
-    etype_offsets = _typed_offsets(orig_pd, g.etype_offsets, enames, num_parts)
-    del orig_pd, parts
+    if len(enames) == 1:
+        etype_offsets = {enames[0]: r.edge_offsets.tolist()}
+    else:
+        pd_by_new = np.repeat(np.arange(num_parts), np.diff(r.edge_offsets))
+        orig_pd = np.empty(g.num_edges, dtype=np.int64)
+        orig_pd[r.eorder] = pd_by_new
+        del pd_by_new
+        etype_offsets = _typed_offsets(orig_pd, g.etype_offsets, enames, num_parts)
+        del orig_pd
+    del parts
+    if opts.halo_hops > 1:
+        r.in_edge_index()  # build the shared index once, before the writer threads
     manifest_url = storage.join(out_url, f"{name}.json")
     if storage.exists(manifest_url, storage_options):
         fs, path = storage.get_fs(manifest_url, storage_options)
         fs.rm(path)
-    infos: list[PartInfo] = []
     prog = Progress("write partitions", total=num_parts, logger=log) if progress else None
     if prog:
         prog.__enter__()
+    # Partitions are written concurrently: file I/O, sha256 and NumPy gathers release
+    # the GIL. Each worker holds one partition's arrays at a time.
+    workers = max(1, min(num_parts, os.cpu_count() or 1, _MAX_WRITERS))
     try:
-        for p in range(num_parts):
-            infos.append(
-                _write_part(
+        with ThreadPoolExecutor(workers, thread_name_prefix="write-part") as pool:
+            futures = [
+                pool.submit(
+                    _write_part,
                     g,
                     r,
                     p,
@@ -204,9 +242,18 @@ def partition_graph(
                     etype_offsets,
                     storage_options,
                 )
-            )
-            if prog:
-                prog.update(1)
+                for p in range(num_parts)
+            ]
+            try:
+                for fut in as_completed(futures):
+                    fut.result()
+                    if prog:
+                        prog.update(1)
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+            infos: list[PartInfo] = [fut.result() for fut in futures]
     finally:
         if prog:
             prog.__exit__(None, None, None)
@@ -241,6 +288,11 @@ def partition_graph(
         ),
     )
     return m
+
+
+def _timed_fingerprint(g: GraphData) -> str:
+    with step("fingerprint", log):
+        return g.fingerprint()
 
 
 def _write_part(

@@ -46,7 +46,6 @@ from distgnn.rpc.protocol import (
 log = logging.getLogger("distgnn.rpc")
 
 
-
 @dataclass(frozen=True)
 class Timeouts:
     """Client timeouts in seconds (``DISTGNN_REQUEST_TIMEOUT``, ``DISTGNN_CONNECT_TIMEOUT``)."""

@@ -21,7 +21,7 @@ import json
 import socket
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -94,29 +94,59 @@ class Frame:
         return bool(self.flags & FLAG_RESPONSE)
 
 
+ZERO_COPY_ROW = 1024
+"""Rows of at least this many bytes are sent straight from the table (no user-space copy)."""
+BLOCK_BYTES = 1 << 20
+
+
 @dataclass
 class Gathered:
-    """A buffer sent straight from scattered memory (e.g. rows of a shared-memory table).
+    """``table[rows]`` sent without materialising it: a streaming gather.
 
-    ``chunks`` are byte views whose concatenation is the C-order array of ``dtype`` and
-    ``shape``; ``sendmsg`` gathers them in the kernel, so no user-space copy is made.
+    Wide rows (>= ``ZERO_COPY_ROW`` bytes) go out as ``sendmsg`` iovecs pointing into the
+    table (the kernel gathers them); narrow rows are gathered ~1 MiB at a time into one
+    reused block. Either way sending starts at once and the receiver copies block ``k``
+    while block ``k+1`` is prepared.
     """
 
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    chunks: list[memoryview]
+    table: np.ndarray
+    rows: np.ndarray
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.table.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.rows), *self.table.shape[1:])
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return len(self.rows) * self.row_bytes
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.table.shape[1:], dtype=np.int64)) * self.table.dtype.itemsize
+
+    def blocks(self) -> Iterator[list[memoryview]]:
+        rb, n = self.row_bytes, len(self.rows)
+        if rb == 0 or n == 0:
+            return
+        if rb >= ZERO_COPY_ROW:
+            flat = self.table.reshape(-1).view(np.uint8).data
+            for i in range(0, n, 1000):
+                yield [flat[o : o + rb] for o in (self.rows[i : i + 1000] * rb).tolist()]
+            return
+        per = max(1, BLOCK_BYTES // rb)
+        buf = np.empty((min(per, n), *self.table.shape[1:]), dtype=self.table.dtype)
+        for i in range(0, n, per):
+            r = self.rows[i : i + per]
+            out = buf[: len(r)]
+            np.take(self.table, r, axis=0, out=out)
+            yield [out.reshape(-1).view(np.uint8).data]
 
 
-def gather_rows(table: np.ndarray, rows: np.ndarray) -> Gathered:
-    """``table[rows]`` as views of each row of a C-contiguous table (no copy)."""
-    rb = int(np.prod(table.shape[1:], dtype=np.int64)) * table.dtype.itemsize
-    flat = table.reshape(-1).view(np.uint8).data
-    starts = (rows * rb).tolist()
-    return Gathered(table.dtype, (len(rows), *table.shape[1:]), [flat[o : o + rb] for o in starts])
+Chunk = memoryview | bytes | Gathered
 
 
 Into = Callable[[int, np.dtype, tuple[int, ...]], "np.ndarray | None"]
@@ -137,7 +167,7 @@ def encode(
     bufs: Sequence[np.ndarray | Gathered] = (),
     flags: int = 0,
     limits: Limits | None = None,
-) -> list[memoryview | bytes]:
+) -> list[Chunk]:
     """The frame as a list of byte chunks (buffers are views of the arrays, not copies)."""
     lim = limits or Limits()
     arrays = [_as_buffer(b) for b in bufs]
@@ -150,10 +180,10 @@ def encode(
         raise ProtocolError(f"metadata of {len(mbytes)} bytes exceeds {lim.max_meta}")
     head = HEADER.pack(MAGIC, VERSION, int(mtype), flags, req_id, len(mbytes), len(arrays), 0)
     lens = struct.pack(f"<{len(arrays)}Q", *(a.nbytes for a in arrays))
-    chunks: list[memoryview | bytes] = [head + lens + mbytes]
+    chunks: list[Chunk] = [head + lens + mbytes]
     for a in arrays:
         if isinstance(a, Gathered):
-            chunks += a.chunks
+            chunks.append(a)
         elif a.nbytes:
             chunks.append(a.data.cast("B"))
     return chunks
@@ -163,11 +193,17 @@ def encode_bytes(
     mtype: MsgType, req_id: int, meta: dict[str, Any], bufs: Sequence[np.ndarray] = ()
 ) -> bytes:
     """The whole frame as one bytes object (tests and tiny messages)."""
-    return b"".join(bytes(c) for c in encode(mtype, req_id, meta, bufs))
+    out = []
+    for c in encode(mtype, req_id, meta, bufs):
+        if isinstance(c, Gathered):
+            out += [bytes(m) for blk in c.blocks() for m in blk]
+        else:
+            out.append(bytes(c))
+    return b"".join(out)
 
 
-def send_frame(sock: socket.socket, chunks: list[memoryview | bytes]) -> None:
-    """Send all chunks with ``sendmsg`` (up to 1024 per call), resuming after partial sends."""
+def _send_batch(sock: socket.socket, chunks: list[memoryview | bytes]) -> None:
+    """Send byte chunks with ``sendmsg`` (up to 1024 per call), resuming after partial sends."""
     i, n = 0, len(chunks)
     pending: list[memoryview | bytes] = []
     while i < n or pending:
@@ -182,6 +218,22 @@ def send_frame(sock: socket.socket, chunks: list[memoryview | bytes]) -> None:
                 continue
             pending = [memoryview(c)[sent:], *batch[j + 1 :]]
             break
+
+
+def send_frame(sock: socket.socket, chunks: Sequence[Chunk]) -> None:
+    """Send an encoded frame; :class:`Gathered` buffers are streamed block by block."""
+    batch: list[memoryview | bytes] = []
+    for c in chunks:
+        if isinstance(c, Gathered):
+            if batch:
+                _send_batch(sock, batch)
+                batch = []
+            for blk in c.blocks():
+                _send_batch(sock, list(blk))
+        else:
+            batch.append(c)
+    if batch:
+        _send_batch(sock, batch)
 
 
 def recv_exact(sock: socket.socket, view: memoryview, peer: str, deadline: float | None) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "NodeDataLoader",
     "OneHop",
     "PairGraph",
+    "SamplerError",
     "UniformNegativeSampler",
     "open_source",
     "source_for",

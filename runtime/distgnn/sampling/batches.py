@@ -97,12 +97,16 @@ class NodeBatcher(Batcher):
 
     def make(self, src: GraphSource, epoch: int, b: int) -> dict[str, np.ndarray]:
         seeds = self.batch_seeds(epoch, b)
-        inp, out, blocks = self.sampler.sample_blocks(src.one_hop(_rng(self.seed, epoch, b, 0)), seeds)
+        inp, out, blocks = self.sampler.sample_blocks(
+            src.one_hop(_rng(self.seed, epoch, b, 0)), seeds
+        )
         arrays = blocks_to_arrays(blocks)
         arrays.update(input_nodes=inp, output_nodes=out)
         return arrays
 
-    def decode(self, arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, list[Block]]:
+    def decode(
+        self, arrays: dict[str, np.ndarray]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[Block]]:
         return (
             torch.from_numpy(arrays["input_nodes"]),
             torch.from_numpy(arrays["output_nodes"]),

@@ -11,6 +11,7 @@ process builds them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing as mp
@@ -67,10 +68,8 @@ def _sampler_main(
         return
     except Exception as e:
         msg = f"sampler {worker}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
-        try:
+        with contextlib.suppress(OSError):
             conn.send_bytes(_ERR + msg.encode())
-        except OSError:
-            pass
     finally:
         if src is not None:
             src.close()
@@ -118,8 +117,14 @@ class DistDataLoader:
             parent, child = ctx.Pipe(duplex=True)
             p = ctx.Process(
                 target=_sampler_main,
-                args=(json.dumps(spec), json.dumps(self.batcher.spec()), seeds, w,
-                      self.num_samplers, child),
+                args=(
+                    json.dumps(spec),
+                    json.dumps(self.batcher.spec()),
+                    seeds,
+                    w,
+                    self.num_samplers,
+                    child,
+                ),
                 name=f"distgnn-sampler-{w}",
                 daemon=True,
             )
@@ -147,10 +152,9 @@ class DistDataLoader:
         return msg
 
     def _drain(self) -> None:
-        for w, pending in enumerate(self._pending):
-            while pending:
-                pending = self._recv(w)[:1] != _END
-            self._pending[w] = False
+        for w in range(len(self._pending)):
+            while self._pending[w]:
+                self._pending[w] = self._recv(w)[:1] != _END
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         epoch = self.epoch
@@ -175,10 +179,8 @@ class DistDataLoader:
     def close(self) -> None:
         """Stop the sampler processes (idempotent)."""
         for conn in self._conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.send_bytes(b'{"stop": true}')
-            except OSError:
-                pass
             conn.close()
         for p in self._procs:
             p.join(timeout=10)

@@ -100,7 +100,7 @@ class _LocalOneHop:
         self, seeds: np.ndarray, fanout: Fanout, *, replace: bool, prob: str | None, edge_dir: str
     ) -> Hop:
         g = self.g
-        indptr, nbr, eids, ets = g._views[edge_dir]
+        indptr, _nbr, eids, ets = g._views[edge_dir]
         seeds = np.asarray(seeds, dtype=np.int64)
         starts = indptr[seeds]
         seg, pos = ragged_positions(starts, indptr[seeds + 1] - starts)

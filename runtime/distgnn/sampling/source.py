@@ -32,7 +32,7 @@ def _np(x: Any) -> np.ndarray:
 
 
 class LocalSource:
-    """A :class:`LocalGraph` (from a file when ``path`` is given, so sampler processes can open it)."""
+    """A :class:`LocalGraph`; with ``path`` (its file) sampler processes can open it too."""
 
     def __init__(self, g: LocalGraph, path: str | None = None) -> None:
         self.g, self.path = g, path

@@ -20,9 +20,9 @@ def encode(arrays: dict[str, np.ndarray]) -> bytes:
     header: dict[str, list[object]] = {}
     bufs: list[bytes] = []
     off = 0
-    for name, a in arrays.items():
-        shape = list(np.shape(a))
-        a = np.ascontiguousarray(a)
+    for name, arr in arrays.items():
+        shape = list(np.shape(arr))
+        a = np.ascontiguousarray(arr)
         if a.dtype.hasobject:
             raise ProtocolError(f"{name}: object arrays cannot be sent")
         b = a.tobytes()

@@ -13,14 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from distgnn.rpc.protocol import DTYPES, MsgType, gather_rows
+from distgnn.rpc.protocol import DTYPES, Gathered, MsgType
 from distgnn.server import sampling
 from distgnn.server.state import GraphState
 from distgnn.server.store import ShmStore, TensorError
 
 Reply = tuple[dict[str, Any], list[Any]]
-ZERO_COPY_ROW = 1024
-"""Rows of at least this many bytes are sent straight from shared memory (no gather copy)."""
 INITS = ("zeros", "ones", "uniform", "normal", "constant")
 OPT_STATE = {"adagrad": ("adagrad_sum",), "adam": ("adam_m", "adam_v", "adam_step")}
 
@@ -76,8 +74,8 @@ def fill_init(arr: np.ndarray, spec: dict[str, Any], seed: int) -> None:
 class Handlers:
     """Dispatch of one worker; stateless apart from its RNG.
 
-    With ``zero_copy`` (server workers), PULL answers with wide rows are views of the
-    shared memory sent by ``sendmsg`` directly; in-process callers get copies.
+    With ``zero_copy`` (server workers), PULL answers are streamed straight from the
+    shared memory (:class:`~distgnn.rpc.protocol.Gathered`); in-process callers get copies.
     """
 
     def __init__(self, store: ShmStore, graph: GraphState, zero_copy: bool = False) -> None:
@@ -134,8 +132,8 @@ class Handlers:
     def pull(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         name, arr = self._tensor(meta)
         rows = _ids(bufs, 0, arr.shape[0], f"rows of {name!r}")
-        if self.zero_copy and arr.ndim > 1 and arr.itemsize * arr[0].size >= ZERO_COPY_ROW:
-            return {}, [gather_rows(arr, rows)]
+        if self.zero_copy and arr.ndim > 1:
+            return {}, [Gathered(arr, rows)]
         out = np.empty((len(rows), *arr.shape[1:]), dtype=arr.dtype)
         np.take(arr, rows, axis=0, out=out)
         return {}, [out]

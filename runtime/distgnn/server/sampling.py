@@ -1,12 +1,16 @@
 """Vectorised one-hop in-neighbour sampling on a CSC partition (NumPy, no per-seed loops).
 
 All functions return edge *positions* (into the partition's ``indices``/``eid``) and,
-for each, the index of its seed (grouped by seed bucket, not sorted by seed). Without replacement a seed keeps all its in-edges
-when it has at most ``fanout`` of them; otherwise ``fanout`` distinct positions are
-drawn uniformly (batched rejection for degrees above ``2*fanout``, else the ``fanout``
-smallest of per-edge random keys via ``argpartition`` on a fixed-width matrix). With replacement ``fanout`` independent draws are made. Edge weights
-(``prob``) use inverse-CDF draws (with replacement) or Efraimidis-Spirakis keys
-(without); zero-weight edges are never picked. ``fanout < 0`` keeps every in-edge.
+for each, the index of its seed (grouped by seed bucket, not sorted by seed).
+
+* Without replacement a seed keeps all its in-edges when it has at most ``fanout``;
+  otherwise ``fanout`` distinct positions are drawn uniformly: batched rejection for
+  degrees above ``2*fanout``, else the ``fanout`` smallest of per-edge random keys
+  (``argpartition`` on a fixed-width matrix).
+* With replacement ``fanout`` independent draws are made.
+* Edge weights (``prob``) use inverse-CDF draws (with replacement) or
+  Efraimidis-Spirakis keys (without); zero-weight edges are never picked.
+* ``fanout < 0`` keeps every in-edge.
 """
 
 from __future__ import annotations

@@ -163,7 +163,9 @@ class Worker:
                     return
                 if not authed:
                     if frame.type != MsgType.HELLO:
-                        self._error(conn, frame.req_id, "auth", "first frame must be HELLO", close=True)
+                        self._error(
+                            conn, frame.req_id, "auth", "first frame must be HELLO", close=True
+                        )
                         return
                     tok = frame.meta.get("token")
                     if not self.cfg.insecure and not (
@@ -171,7 +173,9 @@ class Worker:
                         and hmac.compare_digest(tok.encode(), self.cfg.token.encode())
                     ):
                         log.warning("token refused", extra=kv(peer=peer))
-                        self._error(conn, frame.req_id, "auth", "wrong or missing token", close=True)
+                        self._error(
+                            conn, frame.req_id, "auth", "wrong or missing token", close=True
+                        )
                         return
                     authed = True
                     g = self.graph

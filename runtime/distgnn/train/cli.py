@@ -19,34 +19,58 @@ log = logging.getLogger("distgnn.train")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument("app", choices=APPS, help="the built-in app")
-    p.add_argument("--model", choices=["sage", "gat"], default="sage",
-                   help="GNN (default sage; link prediction uses sage)")
+    p.add_argument(
+        "--model",
+        choices=["sage", "gat"],
+        default="sage",
+        help="GNN (default sage; link prediction uses sage)",
+    )
     p.add_argument("--epochs", type=int, default=10, help="epochs (default 10)")
     p.add_argument("--num-layers", type=int, default=2, help="GNN layers (default 2)")
     p.add_argument("--hidden", type=int, default=128, help="hidden size (default 128)")
-    p.add_argument("--fanouts", default="10,25",
-                   help="CSV, one per layer, first = input layer (default 10,25)")
+    p.add_argument(
+        "--fanouts", default="10,25", help="CSV, one per layer, first = input layer (default 10,25)"
+    )
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch (default 1024)")
     p.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
-    p.add_argument("--weight-decay", type=float, default=5e-4,
-                   help="Adam weight decay (default 5e-4)")
+    p.add_argument(
+        "--weight-decay", type=float, default=5e-4, help="Adam weight decay (default 5e-4)"
+    )
     p.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
     p.add_argument("--feat", default="feat", help="node feature field (default feat)")
     p.add_argument("--label", default="label", help="node label field (default label)")
     p.add_argument("--train-mask", default="train_mask")
     p.add_argument("--val-mask", default="val_mask")
     p.add_argument("--test-mask", default="test_mask")
-    p.add_argument("--num-negs", type=int, default=1,
-                   help="negatives per positive edge (link prediction, default 1)")
-    p.add_argument("--exclude", choices=["none", "self", "reverse"], default="reverse",
-                   help="drop seed edges / and reverses from the sampled graph (default reverse)")
-    p.add_argument("--num-samplers", type=int, default=None,
-                   help=f"sampler processes per trainer (default ${contract.ENV_NUM_SAMPLERS} or 0)")
-    p.add_argument("--checkpoint-url", default=None,
-                   help=f"save/resume checkpoints here (default ${contract.ENV_CHECKPOINT_URL})")
+    p.add_argument(
+        "--num-negs",
+        type=int,
+        default=1,
+        help="negatives per positive edge (link prediction, default 1)",
+    )
+    p.add_argument(
+        "--exclude",
+        choices=["none", "self", "reverse"],
+        default="reverse",
+        help="drop seed edges / and reverses from the sampled graph (default reverse)",
+    )
+    p.add_argument(
+        "--num-samplers",
+        type=int,
+        default=None,
+        help=f"sampler processes per trainer (default ${contract.ENV_NUM_SAMPLERS} or 0)",
+    )
+    p.add_argument(
+        "--checkpoint-url",
+        default=None,
+        help=f"save/resume checkpoints here (default ${contract.ENV_CHECKPOINT_URL})",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--metrics-file", default=None,
-                   help=f"final metrics JSON (default ${contract.ENV_METRICS_FILE})")
+    p.add_argument(
+        "--metrics-file",
+        default=None,
+        help=f"final metrics JSON (default ${contract.ENV_METRICS_FILE})",
+    )
     del env
 
 

@@ -43,7 +43,9 @@ def init_ddp(env: TrainerEnv | None = None, timeout_s: float = 600.0) -> DDPCont
     if env.world_size < 1 or not 0 <= env.rank < env.world_size:
         raise ConfigError(f"RANK/WORLD_SIZE: rank {env.rank} of {env.world_size} is invalid")
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda", env.rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    device = (
+        torch.device("cuda", env.rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    )
     ctx = DDPContext(env.rank, env.world_size, device)
     if env.world_size > 1:
         if cuda:

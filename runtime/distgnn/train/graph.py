@@ -49,7 +49,8 @@ class TrainGraph:
         """All rows of a (small) node field, read in chunks."""
         n = self.num_nodes()
         parts = [
-            self.read(name, torch.arange(i, min(i + _CHUNK, n))).numpy() for i in range(0, n, _CHUNK)
+            self.read(name, torch.arange(i, min(i + _CHUNK, n))).numpy()
+            for i in range(0, n, _CHUNK)
         ]
         return np.concatenate(parts) if parts else np.zeros(0)
 

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from distgnn.log import kv
+from distgnn.nn import GraphSAGE
 from distgnn.sampling import EdgeBatcher, NeighborSampler, PairGraph
 from distgnn.sampling.loader import DistDataLoader
 from distgnn.train.config import TrainConfig
@@ -24,7 +25,6 @@ from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwr
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import padded, resume, save_epoch
 from distgnn.train.metrics import mrr, random_mrr, roc_auc
-from distgnn.nn import GraphSAGE
 
 log = logging.getLogger("distgnn.train")
 TEST_FRACTION = 0.05
@@ -33,7 +33,9 @@ _CHUNK = 1 << 18
 
 
 def score(h: torch.Tensor, pairs: PairGraph) -> torch.Tensor:
-    return (h.index_select(0, pairs.src.to(h.device)) * h.index_select(0, pairs.dst.to(h.device))).sum(1)
+    return (
+        h.index_select(0, pairs.src.to(h.device)) * h.index_select(0, pairs.dst.to(h.device))
+    ).sum(1)
 
 
 def split_edges(tg: TrainGraph, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +86,11 @@ def run(
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = resume(cfg, ctx, model, opt)
     batcher = EdgeBatcher(
-        train_eids, NeighborSampler(cfg.fanouts), cfg.batch_size, cfg.num_negs, cfg.exclude,
+        train_eids,
+        NeighborSampler(cfg.fanouts),
+        cfg.batch_size,
+        cfg.num_negs,
+        cfg.exclude,
         seed=cfg.seed * 1000 + ctx.rank,
     )
     metrics: dict[str, Any] = {}
@@ -93,8 +99,14 @@ def run(
         steps = agree_steps(ctx, len(loader))
         log.info(
             "training",
-            extra=kv(app="link-prediction", rank=ctx.rank, train_edges=int(train_eids.size),
-                     test_edges=int(test_eids.size), steps_per_epoch=steps, start_epoch=start),
+            extra=kv(
+                app="link-prediction",
+                rank=ctx.rank,
+                train_edges=int(train_eids.size),
+                test_edges=int(test_eids.size),
+                steps_per_epoch=steps,
+                start_epoch=start,
+            ),
         )
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
@@ -103,9 +115,12 @@ def run(
             for (inp, pos, neg, blocks), w in padded(iter(loader), steps):
                 h = model(blocks, tg.read(cfg.feat, inp).float().to(ctx.device))
                 ps, ns = score(h, pos), score(h, neg)
-                loss = F.binary_cross_entropy_with_logits(
-                    torch.cat([ps, ns]), torch.cat([torch.ones_like(ps), torch.zeros_like(ns)])
-                ) * w
+                loss = (
+                    F.binary_cross_entropy_with_logits(
+                        torch.cat([ps, ns]), torch.cat([torch.ones_like(ps), torch.zeros_like(ns)])
+                    )
+                    * w
+                )
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -117,8 +132,12 @@ def run(
             t_train += dt
             save_epoch(cfg, ctx, epoch, model, opt)
             if ctx.is_main:
-                log.info("epoch", extra=kv(epoch=epoch, loss=round(tot_loss / max(tot_n, 1), 4),
-                                           seconds=round(dt, 3)))
+                log.info(
+                    "epoch",
+                    extra=kv(
+                        epoch=epoch, loss=round(tot_loss / max(tot_n, 1), 4), seconds=round(dt, 3)
+                    ),
+                )
             barrier(ctx)
         if ctx.is_main:
             ev = evaluate(model, tg, cfg, test_eids, ctx.device)

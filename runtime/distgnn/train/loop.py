@@ -42,9 +42,7 @@ def padded(batches: Iterator[Any], steps: int) -> Iterator[tuple[Any, float]]:
             yield b, 1.0
 
 
-def resume(
-    cfg: TrainConfig, ctx: DDPContext, model: nn.Module, opt: torch.optim.Optimizer
-) -> int:
+def resume(cfg: TrainConfig, ctx: DDPContext, model: nn.Module, opt: torch.optim.Optimizer) -> int:
     """Load the latest checkpoint (if any); returns the first epoch to run."""
     if not cfg.checkpoint_url:
         return 0

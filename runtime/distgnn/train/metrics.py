@@ -31,7 +31,7 @@ def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
     ranks[order] = np.arange(1, scores.size + 1)
     # average ranks of ties
     s = scores[order]
-    uniq, start, counts = np.unique(s, return_index=True, return_counts=True)
+    _uniq, start, counts = np.unique(s, return_index=True, return_counts=True)
     avg = start + (counts + 1) / 2.0
     ranks[order] = np.repeat(avg, counts)
     r_pos = ranks[: pos.size].sum()

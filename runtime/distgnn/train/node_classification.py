@@ -24,7 +24,11 @@ log = logging.getLogger("distgnn.train")
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, tg: TrainGraph, cfg: TrainConfig, ids: np.ndarray, device: torch.device,
+    model: nn.Module,
+    tg: TrainGraph,
+    cfg: TrainConfig,
+    ids: np.ndarray,
+    device: torch.device,
     batch_size: int = 4096,
 ) -> float:
     """Accuracy on ``ids`` with full-neighbour blocks (sampled in this process)."""
@@ -71,8 +75,14 @@ def run(
         steps = agree_steps(ctx, len(loader))
         log.info(
             "training",
-            extra=kv(app="node-classification", rank=ctx.rank, train_nodes=int(train_ids.size),
-                     steps_per_epoch=steps, start_epoch=start, config=cfg.as_dict()),
+            extra=kv(
+                app="node-classification",
+                rank=ctx.rank,
+                train_nodes=int(train_ids.size),
+                steps_per_epoch=steps,
+                start_epoch=start,
+                config=cfg.as_dict(),
+            ),
         )
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
@@ -103,7 +113,9 @@ def run(
                 val_acc = evaluate(model, tg, cfg, val_ids, device)
                 if val_acc > best_val:
                     best_val, best_epoch = val_acc, epoch
-                    best_state = {k: v.detach().clone() for k, v in unwrap(model).state_dict().items()}
+                    best_state = {
+                        k: v.detach().clone() for k, v in unwrap(model).state_dict().items()
+                    }
                 fields["val_acc"] = round(val_acc, 4)
             save_epoch(cfg, ctx, epoch, model, opt)
             if ctx.is_main:

@@ -1,0 +1,249 @@
+"""Desired children: golden files, the restricted Pod Security profile, built-in schemas.
+
+Regenerate the golden files with
+``DISTGNN_UPDATE_GOLDEN=1 pytest tests/unit/test_operator_desired.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from distgnn import contract
+from distgnn.api import parse_graphserver, parse_job
+from distgnn_operator.desired import (
+    DesiredContext,
+    GraphServerInfo,
+    Stage,
+    desired_graphserver_children,
+    desired_job_children,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("DISTGNN_UPDATE_GOLDEN") == "1"
+CTX = DesiredContext(runtime_image="example.org/distgnn:1.0", partitions_url="s3://parts")
+GV = f"{contract.API_GROUP}/{contract.API_VERSION}"
+
+FULL_JOB: dict[str, Any] = {
+    "apiVersion": GV,
+    "kind": "DistGNNJob",
+    "metadata": {"name": "cora", "namespace": "ml", "uid": "uid-job"},
+    "spec": {
+        "graph": {"source": {"url": "s3://graphs/cora.npz"}},
+        "partitioning": {"numParts": 2, "outputURL": "s3://graphs/parts"},
+        "storage": {
+            "endpoint": "http://s3:8333",
+            "region": "us-east-1",
+            "credentialsSecret": {"name": "s3-creds"},
+        },
+        "servers": {
+            "workers": 2,
+            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+            "podTemplate": {
+                "nodeSelector": {"pool": "mem"},
+                "tolerations": [{"key": "mem", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        },
+        "trainers": {
+            "replicas": 3,
+            "numSamplers": 1,
+            "gpus": 1,
+            "resources": {"limits": {"cpu": 4, "memory": "8Gi"}},
+            "podTemplate": {"labels": {"team": "gnn"}, "env": [{"name": "X", "value": "1"}]},
+            "checkpoint": {"url": "s3://graphs/ckpt"},
+            "app": {"name": "node-classification", "epochs": 5, "weightDecay": 0.0005},
+        },
+        "runPolicy": {
+            "schedulingPolicy": {
+                "gang": {"enabled": True},
+                "priorityClassName": "gnn-high",
+                "queue": "gpu",
+            }
+        },
+    },
+}
+GS: dict[str, Any] = {
+    "apiVersion": GV,
+    "kind": "GraphServer",
+    "metadata": {"name": "papers", "namespace": "ml", "uid": "uid-gs"},
+    "spec": {
+        "graph": {"source": {"url": "s3://graphs/papers"}},
+        "partitioning": {"numParts": 4, "method": "random"},
+        "storage": {"credentialsSecret": {"name": "s3-creds"}},
+    },
+}
+ATTACHED: dict[str, Any] = {
+    "apiVersion": GV,
+    "kind": "DistGNNJob",
+    "metadata": {"name": "lp", "namespace": "ml", "uid": "uid-lp"},
+    "spec": {
+        "graph": {"graphServer": {"name": "papers"}},
+        "trainers": {"replicas": 2, "app": {"name": "link-prediction"}},
+    },
+}
+GS_INFO = GraphServerInfo(
+    name="papers",
+    manifest_url="s3://parts/ml/papers/papers.json",
+    num_parts=4,
+    token_secret="papers-token",
+)
+
+
+def cases() -> dict[str, list[dict[str, Any]]]:
+    return {
+        "job-full": desired_job_children(parse_job(FULL_JOB), CTX, token="golden-token"),
+        "graphserver": desired_graphserver_children(
+            parse_graphserver(GS), CTX, token="golden-token"
+        ),
+        "job-attached": desired_job_children(parse_job(ATTACHED), CTX, graphserver=GS_INFO),
+    }
+
+
+@pytest.mark.parametrize("name", ["job-full", "graphserver", "job-attached"])
+def test_golden(name: str) -> None:
+    got = yaml.safe_dump_all(cases()[name], sort_keys=True)
+    path = GOLDEN / f"{name}.yaml"
+    if UPDATE:
+        path.write_text(got)
+    assert path.exists(), f"{path} missing: run with DISTGNN_UPDATE_GOLDEN=1"
+    assert got == path.read_text(), f"{name} differs from {path} (DISTGNN_UPDATE_GOLDEN=1)"
+
+
+def pod_specs(objs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for o in objs:
+        tpl = (o.get("spec") or {}).get("template")
+        if tpl:
+            yield f"{o['kind']}/{o['metadata']['name']}", tpl["spec"]
+
+
+ALLOWED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def check_restricted(where: str, pod: dict[str, Any]) -> None:
+    """The Kubernetes "restricted" Pod Security Standard (v1.30), plus a read-only root."""
+    psc = pod.get("securityContext") or {}
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    for v in pod.get("volumes") or []:
+        kinds = set(v) - {"name"}
+        assert kinds <= ALLOWED_VOLUMES, (where, v)
+    for c in pod["containers"] + pod.get("initContainers", []):
+        csc = c.get("securityContext") or {}
+        nonroot = csc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        assert nonroot is True, where
+        uid = csc.get("runAsUser", psc.get("runAsUser"))
+        assert isinstance(uid, int) and uid != 0, where
+        assert csc.get("allowPrivilegeEscalation") is False, where
+        assert not csc.get("privileged"), where
+        assert csc.get("capabilities", {}).get("drop") == ["ALL"], where
+        assert not csc.get("capabilities", {}).get("add"), where
+        seccomp = (csc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        assert seccomp in ("RuntimeDefault", "Localhost"), where
+        assert csc.get("readOnlyRootFilesystem") is True, where
+        mounts = {m["mountPath"] for m in c.get("volumeMounts") or []}
+        assert {"/tmp", "/dev/shm"} <= mounts, where
+        for p in c.get("ports") or []:
+            assert "hostPort" not in p, where
+        for e in c.get("env") or []:  # credentials only by reference
+            if e["name"] in (contract.ENV_S3_KEY, contract.ENV_S3_SECRET):
+                assert "value" not in e and "secretKeyRef" in e["valueFrom"], where
+
+
+@pytest.mark.parametrize("name", ["job-full", "graphserver", "job-attached"])
+def test_every_pod_passes_restricted_profile_and_schemas(name: str) -> None:
+    objs = cases()[name]
+    pods = list(pod_specs(objs))
+    assert pods
+    for where, pod in pods:
+        check_restricted(where, pod)
+    for o in objs:
+        if o["kind"] != "PodGroup":
+            kubernetes_validate.validate(o, "1.30.0", strict=True)
+        ref = o["metadata"]["ownerReferences"][0]
+        assert ref["controller"] is True and ref["uid"].startswith("uid-")
+
+
+def test_job_children_wiring() -> None:
+    job = parse_job(FULL_JOB)
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in desired_job_children(job, CTX)}
+    sts = objs[("StatefulSet", "cora-server")]
+    assert sts["spec"]["replicas"] == 2 and sts["spec"]["serviceName"] == "cora-server"
+    svc = objs[("Service", "cora-server")]["spec"]
+    assert svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"] is True
+    server = sts["spec"]["template"]["spec"]["containers"][0]
+    assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    env = {e["name"]: e for e in server["env"]}
+    assert env[contract.ENV_POD_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env[contract.ENV_MANIFEST]["value"] == "s3://graphs/parts/cora.json"
+    tjob = objs[("Job", "cora-trainers")]
+    spec = tjob["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["backoffLimit"] == 0
+    assert spec["completions"] == spec["parallelism"] == 3
+    pod = spec["template"]["spec"]
+    tenv = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert tenv[contract.ENV_MASTER_ADDR].startswith(f"cora-trainers-0.{pod['subdomain']}.ml")
+    assert tenv[contract.ENV_WORLD_SIZE] == "3" and tenv["X"] == "1"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["schedulerName"] and pod["priorityClassName"] == "gnn-high"
+    labels = spec["template"]["metadata"]["labels"]
+    assert labels["scheduling.x-k8s.io/pod-group"] == "cora" and labels["team"] == "gnn"
+    assert objs[("PodGroup", "cora")]["spec"]["minMember"] == 3 + 2
+    netpol = objs[("NetworkPolicy", "cora-server")]["spec"]
+    peer = netpol["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    assert set(peer.items()) <= set(labels.items())  # the trainers are the allowed peers
+
+
+def _kinds(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(o["kind"], o["metadata"]["name"]) for o in objs}
+
+
+def test_stages() -> None:
+    job = parse_job(FULL_JOB)
+    full = _kinds(desired_job_children(job, CTX))
+    waiting = desired_job_children(job, CTX, stage=Stage(partitioned=False, servers_ready=False))
+    assert ("Job", "cora-trainers") not in _kinds(waiting)
+    sts = next(o for o in waiting if o["kind"] == "StatefulSet")
+    assert sts["spec"]["replicas"] == 0
+    suspended_spec = copy.deepcopy(FULL_JOB)
+    suspended_spec["spec"]["runPolicy"]["suspend"] = True
+    sus = desired_job_children(parse_job(suspended_spec), CTX)
+    assert _kinds(sus) == full - {("Job", "cora-trainers")}
+    all_policy = copy.deepcopy(FULL_JOB)
+    all_policy["spec"]["runPolicy"]["cleanPodPolicy"] = "All"
+    done = desired_job_children(parse_job(all_policy), CTX, stage=Stage(finished=True))
+    assert ("Job", "cora-trainers") not in _kinds(done)
+    assert next(o for o in done if o["kind"] == "StatefulSet")["spec"]["replicas"] == 0
+    # the restart counter is visible on the trainer Job
+    restarted = desired_job_children(job, CTX, stage=Stage(restarts=2))
+    tjob = next(
+        o for o in restarted if o["metadata"]["name"] == "cora-trainers" and o["kind"] == "Job"
+    )
+    assert tjob["metadata"]["annotations"]["distgnn.dev/restarts"] == "2"
+
+
+def test_attached_job_without_ready_graphserver_has_no_pods() -> None:
+    objs = desired_job_children(parse_job(ATTACHED), CTX)
+    assert not list(pod_specs(objs))
+
+
+def test_token_is_random_unless_given() -> None:
+    job = parse_job(FULL_JOB)
+    a = next(o for o in desired_job_children(job, CTX) if o["kind"] == "Secret")
+    b = next(o for o in desired_job_children(job, CTX) if o["kind"] == "Secret")
+    assert a["stringData"]["token"] != b["stringData"]["token"]
+    assert len(a["stringData"]["token"]) >= 32

@@ -1,0 +1,89 @@
+"""Reconcile helpers, the client's credential handling and the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import kopf
+import pytest
+
+from distgnn_operator.__main__ import build_parser, namespaces, setup
+from distgnn_operator.handlers import HandlerSettings, make_settings
+from distgnn_operator.kube import Credentials
+from distgnn_operator.reconcile import job_state, owned_by, parse_metrics, subset
+
+
+def test_subset_ignores_server_added_fields_but_sees_drift() -> None:
+    have = {"spec": {"replicas": 2, "extra": 1, "tpl": [{"a": 1, "b": 2}]}, "status": {}}
+    assert subset({"spec": {"replicas": 2, "tpl": [{"a": 1}]}}, have)
+    assert not subset({"spec": {"replicas": 3}}, have)
+    assert not subset({"spec": {"tpl": [{"a": 1}, {"a": 2}]}}, have)
+    assert not subset({"spec": {"missing": "x"}}, have)
+
+
+@pytest.mark.parametrize(
+    ("job", "state"),
+    [
+        (None, "absent"),
+        ({"spec": {"completions": 2}, "status": {"succeeded": 1}}, "running"),
+        ({"spec": {"completions": 2}, "status": {"succeeded": 2}}, "succeeded"),
+        ({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}, "failed"),
+        ({"status": {"conditions": [{"type": "Failed", "status": "False"}]}}, "running"),
+        ({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}, "succeeded"),
+    ],
+)
+def test_job_state(job: dict | None, state: str) -> None:
+    assert job_state(job) == state
+
+
+def test_parse_metrics() -> None:
+    got = parse_metrics('{"test_accuracy": 0.8, "val-acc": 1, "note": "x", "ok": true}')
+    assert got == {"testAccuracy": 0.8, "valAcc": 1.0}
+    assert parse_metrics("Traceback: boom") is None
+    assert parse_metrics("[1, 2]") is None
+    assert parse_metrics("") is None
+
+
+def test_owned_by_needs_controller_ref() -> None:
+    obj = {"metadata": {"ownerReferences": [{"uid": "u", "controller": True}]}}
+    assert owned_by(obj, "u") and not owned_by(obj, "v")
+    assert not owned_by({"metadata": {"ownerReferences": [{"uid": "u"}]}}, "u")
+
+
+def test_credentials_from_kopf_inline_cert(tmp_path: Path) -> None:
+    pem = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    info = SimpleNamespace(
+        server="https://k:6443/",
+        token="t",
+        scheme=None,
+        ca_path=None,
+        ca_data=None,
+        insecure=None,
+        certificate_path=None,
+        certificate_data=pem,
+        private_key_path=None,
+        private_key_data=None,
+    )
+    c = Credentials.from_kopf(info, str(tmp_path))
+    assert c.server == "https://k:6443" and c.token == "t"
+    assert c.certificate_path is not None and Path(c.certificate_path).read_bytes() == pem
+    assert Path(c.certificate_path).stat().st_mode & 0o077 == 0
+
+
+def test_namespaces_from_flags_or_env() -> None:
+    p = build_parser()
+    assert namespaces(p.parse_args([]), {"DISTGNN_WATCH_NAMESPACES": " a, b ,,"}) == ["a", "b"]
+    assert namespaces(p.parse_args(["-n", "x"]), {"DISTGNN_WATCH_NAMESPACES": "a"}) == ["x"]
+    assert namespaces(p.parse_args([]), {}) == []
+
+
+def test_setup_builds_registry_and_settings() -> None:
+    args = build_parser().parse_args(["--runtime-image", "img:1", "--peering", "distgnn"])
+    registry, settings, octx = setup(args)
+    assert isinstance(registry, kopf.OperatorRegistry)
+    assert octx.desired.runtime_image == "img:1"
+    assert settings.peering.standalone is False and settings.peering.name == "distgnn"
+    st = make_settings(HandlerSettings(watch_server_timeout=123))
+    assert st.watching.server_timeout == 123 and st.peering.standalone is True
+    assert st.persistence.finalizer == "distgnn.dev/finalizer"

@@ -1,0 +1,119 @@
+"""Status from observations: phase/reason table, conditions, transitions, terminal phases."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from distgnn_operator.status import (
+    GraphServerObservation,
+    JobObservation,
+    Reason,
+    graphserver_status,
+    job_status,
+)
+
+BASE = JobObservation(
+    generation=3,
+    partition_needed=True,
+    partition="succeeded",
+    num_parts=2,
+    servers_ready=2,
+    trainer_job="running",
+    trainers_active=2,
+)
+
+
+def obs(**kw: object) -> JobObservation:
+    return dataclasses.replace(BASE, **kw)  # type: ignore[arg-type]
+
+
+TABLE = [
+    (obs(), "Running", Reason.TRAINERS_RUNNING),
+    (obs(invalid="spec.x: bad"), "Failed", Reason.INVALID),
+    (obs(partition="running", trainer_job="absent"), "Partitioning", Reason.PARTITIONING),
+    (obs(partition="absent", trainer_job="absent"), "Partitioning", Reason.PARTITIONING),
+    (obs(partition="failed", partition_message="no such file"), "Failed", Reason.PARTITION_FAILED),
+    (
+        obs(partition_needed=False, partition="absent", servers_ready=1, trainer_job="absent"),
+        "Starting",
+        Reason.SERVERS_STARTING,
+    ),
+    (obs(trainer_job="absent", trainers_active=0), "Starting", Reason.TRAINERS_STARTING),
+    (obs(trainer_job="running", trainers_active=0), "Starting", Reason.TRAINERS_STARTING),
+    (obs(trainer_job="succeeded", trainers_active=0), "Succeeded", Reason.SUCCEEDED),
+    (obs(trainer_job="failed", restarting=True, restarts=1), "Starting", Reason.RESTARTING),
+    (obs(trainer_job="failed", restarts=3), "Failed", Reason.BACKOFF),
+    (obs(deadline_exceeded=True), "Failed", Reason.DEADLINE),
+    (obs(suspended=True, trainer_job="absent"), "Suspended", Reason.SUSPENDED),
+    (obs(waiting_for_graphserver="gs", partition_needed=False), "Pending", Reason.WAITING_GS),
+]
+
+
+@pytest.mark.parametrize(("o", "phase", "reason"), TABLE, ids=[f"{p}-{r}" for _, p, r in TABLE])
+def test_job_phase_table(o: JobObservation, phase: str, reason: str) -> None:
+    st = job_status(o, None, "2026-01-01T00:00:00Z")
+    assert st["phase"] == phase
+    conds = {c["type"]: c for c in st["conditions"]}
+    if phase == "Failed":
+        assert conds["Failed"]["status"] == "True" and conds["Failed"]["reason"] == reason
+        assert st["completionTime"] == "2026-01-01T00:00:00Z"
+    elif phase == "Running":
+        assert conds["Running"]["status"] == "True" and conds["Running"]["reason"] == reason
+    else:
+        assert conds["Running"]["status"] == "False"
+        assert conds["Running"]["reason"] == reason or phase == "Succeeded"
+    assert all(c["observedGeneration"] == o.generation for c in st["conditions"])
+    assert st["observedGeneration"] == o.generation
+    assert len({c["type"] for c in st["conditions"]}) == len(st["conditions"])
+
+
+def test_transition_time_kept_until_status_changes() -> None:
+    t0, t1, t2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
+    a = job_status(obs(trainer_job="absent", trainers_active=0), None, t0)
+    b = job_status(obs(trainer_job="absent", trainers_active=0), a, t1)
+    assert b == a  # nothing changed: identical status, so no patch is sent
+    c = job_status(obs(), b, t2)
+    running = {x["type"]: x for x in c["conditions"]}["Running"]
+    created = {x["type"]: x for x in c["conditions"]}["Created"]
+    assert running["lastTransitionTime"] == t2 and created["lastTransitionTime"] == t0
+    assert c["startTime"] == t0
+
+
+def test_terminal_phase_sticks_and_metrics_kept() -> None:
+    done = job_status(obs(trainer_job="succeeded", metrics={"testAccuracy": 0.8}), None, "t0")
+    assert done["metrics"] == {"testAccuracy": 0.8}
+    later = job_status(obs(trainer_job="absent", trainers_active=0), done, "t1")
+    assert later["phase"] == "Succeeded" and later["metrics"] == {"testAccuracy": 0.8}
+    assert later["completionTime"] == "t0"
+
+
+def test_backoff_message_names_cause_and_counts() -> None:
+    st = job_status(
+        obs(trainer_job="failed", restarts=2, backoff_limit=2, failure_message="OOM on rank 1"),
+        None,
+        "t",
+    )
+    msg = {c["type"]: c for c in st["conditions"]}["Failed"]["message"]
+    assert "OOM on rank 1" in msg and "2 restart" in msg
+
+
+GS_TABLE = [
+    (GraphServerObservation(num_parts=2, servers_ready=2, partition="succeeded"), "Ready"),
+    (GraphServerObservation(num_parts=2, servers_ready=1, partition="succeeded"), "Starting"),
+    (GraphServerObservation(num_parts=2, partition="running"), "Partitioning"),
+    (GraphServerObservation(num_parts=2, partition="failed"), "Failed"),
+    (GraphServerObservation(num_parts=2, partition_needed=False, servers_ready=2), "Ready"),
+    (GraphServerObservation(invalid="spec.graph: bad"), "Failed"),
+]
+
+
+@pytest.mark.parametrize(("o", "phase"), GS_TABLE, ids=[p for _, p in GS_TABLE])
+def test_graphserver_phase_table(o: GraphServerObservation, phase: str) -> None:
+    st = graphserver_status(dataclasses.replace(o, attached_jobs=["b", "a"]), None, "t")
+    assert st["phase"] == phase
+    assert st["attachedJobs"] == ["a", "b"]
+    ready = {c["type"]: c for c in st["conditions"]}.get("ServersReady")
+    if ready is not None:
+        assert (ready["status"] == "True") == (phase == "Ready")

@@ -1,0 +1,66 @@
+"""Fast paths of the partitioner give exactly the results of the plain NumPy versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distgnn.graph.data import fingerprint_arrays, release_pages
+from distgnn.graph.generate import GenerateOptions, generate_graph, write_graph_dir
+from distgnn.graph.io import load_graph, read_arrays
+from distgnn.partition import local
+from distgnn.partition.assign import symmetric_csr
+from distgnn.partition.loader import load_partition
+from distgnn.partition.partitioner import partition_graph, stable_order
+
+
+def test_stable_order_matches_argsort() -> None:
+    rng = np.random.default_rng(0)
+    key = rng.integers(0, 50, 10_000)
+    assert np.array_equal(stable_order(key, 50), np.argsort(key, kind="stable"))
+    assert stable_order(np.zeros(0, np.int64), 1).shape == (0,)
+    big = np.array([3, 1, 3, 0])  # bound * m overflows int64: argsort fallback
+    assert np.array_equal(stable_order(big, 2**61), np.argsort(big, kind="stable"))
+
+
+def test_symmetric_csr_matches_reference() -> None:
+    rng = np.random.default_rng(1)
+    n = 300
+    src, dst = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    xadj, adj = symmetric_csr(src, dst, n)
+    pairs = {(int(u), int(v)) for u, v in zip(src, dst, strict=True) if u != v}
+    pairs |= {(v, u) for u, v in pairs}
+    ref = sorted(pairs)
+    rows = np.repeat(np.arange(n), np.diff(xadj))
+    assert list(zip(rows.tolist(), adj.tolist(), strict=True)) == ref
+    assert xadj.dtype == np.int64 and adj.dtype == np.int64
+
+
+def test_fingerprint_memmap_equals_in_memory(tmp_path: Path) -> None:
+    write_graph_dir(generate_graph(GenerateOptions(nodes=300, feat_dim=5)), str(tmp_path))
+    mapped = read_arrays(str(tmp_path))
+    assert isinstance(mapped["feat"], np.memmap)
+    in_memory = {k: np.array(v) for k, v in mapped.items()}
+    assert fingerprint_arrays(mapped, chunk=1000) == fingerprint_arrays(in_memory)
+    # a view of a memmap is hashed from memory, not from its file offset
+    view = {"feat": mapped["feat"][10:20]}
+    assert fingerprint_arrays(view) == fingerprint_arrays({"feat": in_memory["feat"][10:20]})
+    release_pages(*mapped.values(), view["feat"], in_memory["feat"])
+    assert np.array_equal(mapped["feat"], in_memory["feat"])  # still readable
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_dense_and_sparse_local_ids_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hops: int
+) -> None:
+    d = tmp_path / "in"
+    write_graph_dir(generate_graph(GenerateOptions(nodes=400, avg_degree=5, feat_dim=3)), str(d))
+    g = load_graph(str(d))
+    dense = partition_graph(g, 3, str(tmp_path / "dense"), "g", halo_hops=hops, progress=False)
+    monkeypatch.setattr(local, "_DENSE_MAX_NODES", 0)  # np.unique + binary search
+    sparse = partition_graph(g, 3, str(tmp_path / "sparse"), "g", halo_hops=hops, progress=False)
+    assert [p.files for p in dense.parts] == [p.files for p in sparse.parts]
+    part = load_partition(str(tmp_path / "dense" / "g.json"), 0)
+    assert part.halo_nid.shape[0] > 0 and part.indptr[-1] == part.indices.shape[0]
