@@ -2,7 +2,9 @@
 
 Runs the real ``distgnn-operator`` entry point in a subprocess (kubeconfig login, kopf,
 our aiohttp client) and reports the time until every job has its children, the median
-create->children latency per job, and the operator's peak memory.
+create->children latency per job, the operator's peak memory, and the CPU time of the
+operator and of the (single-threaded, in-process) emulator: the emulator scans every object
+on each list/watch, so at a few hundred jobs it, not the operator, sets the pace.
 
     python bench/bench_operator.py [--jobs 200]
 """
@@ -53,28 +55,40 @@ class Emulator(kmock.KubernetesEmulator):
                 md.setdefault("generation", 1)
                 md.setdefault("creationTimestamp", dt.datetime.now(dt.UTC).isoformat())
         elif request.resource is not None and isinstance(request.data, list):
-            request.data.append({"op": "add", "path": "/metadata/resourceVersion",
-                                 "value": str(next(_RV))})
+            request.data.append(
+                {"op": "add", "path": "/metadata/resourceVersion", "value": str(next(_RV))}
+            )
         try:
             return await super()._handle(request)
         except jsonpatch.JsonPatchTestFailed as e:  # the real API server answers 422
             return aiohttp.web.json_response(
-                {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 422,
-                 "reason": "Invalid", "message": str(e)}, status=422)
+                {
+                    "apiVersion": "v1",
+                    "kind": "Status",
+                    "status": "Failure",
+                    "code": 422,
+                    "reason": "Invalid",
+                    "message": str(e),
+                },
+                status=422,
+            )
 
 
 def job(name: str) -> dict[str, Any]:
     return {
-        "apiVersion": GV, "kind": "DistGNNJob",
+        "apiVersion": GV,
+        "kind": "DistGNNJob",
         "metadata": {"name": name, "namespace": "bench"},
-        "spec": {"graph": {"source": {"url": "s3://graphs/g.npz"}},
-                 "trainers": {"app": {"name": "node-classification"}}},
+        "spec": {
+            "graph": {"source": {"url": "s3://graphs/g.npz"}},
+            "trainers": {"app": {"name": "node-classification"}},
+        },
     }
 
 
 def children_of(k: kmock.KubernetesEmulator) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for (res, _ns, name), obj in list(k.objects.items()):
+    for (res, _ns, _name), obj in list(k.objects.items()):
         if getattr(res, "plural", None) in CHILDREN and not obj.deleted:
             refs = obj.get("metadata", {}).get("ownerReferences") or []
             for r in refs:
@@ -87,32 +101,64 @@ async def run(n: int, timeout: float) -> dict[str, float]:
         data = importlib.resources.files("kmock._internal").joinpath("resources.json.gz")
         k.resources.load_data(gzip.decompress(data.read_bytes()))
         k.resources[f"{GV}/distgnnjobs"] = kmock.ResourceInfo(
-            kind="DistGNNJob", namespaced=True, subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"})
+            kind="DistGNNJob",
+            namespaced=True,
+            subresources={"status"},
+            verbs={"list", "watch", "get", "patch", "create", "delete"},
+        )
         k.resources[f"{GV}/graphservers"] = kmock.ResourceInfo(
-            kind="GraphServer", namespaced=True, subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"})
+            kind="GraphServer",
+            namespaced=True,
+            subresources={"status"},
+            verbs={"list", "watch", "get", "patch", "create", "delete"},
+        )
         tmp = tempfile.mkdtemp(prefix="bench-operator-")
         kc = Path(tmp) / "kubeconfig"
-        kc.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "e",
-            "clusters": [{"name": "e", "cluster": {"server": str(k.url).rstrip("/")}}],
-            "users": [{"name": "u", "user": {"token": "t"}}],
-            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "u"}}]}))
-        env = {**os.environ, "KUBECONFIG": str(kc), "DISTGNN_LOG_LEVEL": "WARNING"}
+        kc.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "e",
+                    "clusters": [{"name": "e", "cluster": {"server": str(k.url).rstrip("/")}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "e", "context": {"cluster": "e", "user": "u"}}],
+                }
+            )
+        )
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kc),
+            "DISTGNN_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+        }
+        log = open(os.environ.get("BENCH_LOG", os.devnull), "w")  # noqa: SIM115 (closed below)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "distgnn_operator", "--liveness", "", "--resync-seconds",
-             "600", "--partitions-url", "s3://parts"], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "distgnn_operator",
+                "--liveness",
+                "",
+                "--resync-seconds",
+                "600",
+                "--partitions-url",
+                "s3://parts",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
             await asyncio.sleep(3.0)  # operator start-up and watches
             names = [f"job-{i:04d}" for i in range(n)]
             t0 = time.monotonic()
+            cpu0 = time.process_time()
             created: dict[str, float] = {}
 
             async def create(name: str) -> None:
-                async with k.request("POST", f"/apis/{GV}/namespaces/bench/distgnnjobs",
-                                     json=job(name)) as r:
+                async with k.request(
+                    "POST", f"/apis/{GV}/namespaces/bench/distgnnjobs", json=job(name)
+                ) as r:
                     assert r.status < 300, await r.text()
                 created[name] = time.monotonic()
 
@@ -124,31 +170,47 @@ async def run(n: int, timeout: float) -> dict[str, float]:
                 for nm in names:
                     if nm not in done and counts.get(nm, 0) >= PER_JOB:
                         done[nm] = now
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(1.0)
             total = time.monotonic() - t0
         finally:
             proc.terminate()
             await asyncio.to_thread(proc.wait, 60)
-        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            log.close()
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak_kib = ru.ru_maxrss
+        op_cpu = ru.ru_utime + ru.ru_stime
+        emu_cpu = time.process_time() - cpu0
         lat = [done[nm] - created[nm] for nm in done]
-        return {"jobs": n, "complete": len(done), "all_children_s": total,
-                "median_s": statistics.median(lat) if lat else float("nan"),
-                "p90_s": sorted(lat)[int(0.9 * (len(lat) - 1))] if lat else float("nan"),
-                "peak_mib": peak_kib / 1024}
+        return {
+            "jobs": n,
+            "complete": len(done),
+            "all_children_s": total,
+            "median_s": statistics.median(lat) if lat else float("nan"),
+            "p90_s": sorted(lat)[int(0.9 * (len(lat) - 1))] if lat else float("nan"),
+            "peak_mib": peak_kib / 1024,
+            "op_cpu_s": op_cpu,
+            "emu_cpu_s": emu_cpu,
+        }
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--timeout", type=float, default=300.0)
     a = ap.parse_args()
     r = asyncio.run(run(a.jobs, a.timeout))
-    print("| jobs | with children | time to all children (s) | median create->children (s) "
-          "| p90 (s) | operator peak RSS (MiB) |")
-    print("|---|---|---|---|---|---|")
-    print(f"| {r['jobs']} | {r['complete']} | {r['all_children_s']:.2f} | {r['median_s']:.2f} "
-          f"| {r['p90_s']:.2f} | {r['peak_mib']:.0f} |")
+    print(
+        "| jobs | with children | time to all children (s) | median create->children (s) "
+        "| p90 (s) | operator peak RSS (MiB) | operator CPU (s) | emulator CPU (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {r['jobs']} | {r['complete']} | {r['all_children_s']:.2f} | {r['median_s']:.2f} "
+        f"| {r['p90_s']:.2f} | {r['peak_mib']:.0f} | {r['op_cpu_s']:.1f} "
+        f"| {r['emu_cpu_s']:.1f} |"
+    )
     return 0 if r["complete"] == r["jobs"] else 1
 
 

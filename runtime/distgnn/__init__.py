@@ -37,4 +37,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [  # noqa: PLE0604 (names resolved lazily by __getattr__)
+    "__version__",
+    *_LAZY,
+]

@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"distgnn {__version__}")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
     parser.add_argument(
-        "--log-format", choices=["text", "json"], default=None,
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
         help="log line format (default: text on a terminal, json otherwise)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

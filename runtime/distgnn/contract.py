@@ -101,7 +101,7 @@ def server_dns_name(sts_name: str, ordinal: int, service: str, namespace: str) -
 
 
 def parse_servers(value: str) -> list[tuple[str, int]]:
-    """Parse ``host:port,host:port`` (ENV_SERVERS) into pairs; raises ValueError naming the bad item."""
+    """Parse ``host:port,...`` (ENV_SERVERS) into pairs; ValueError names the bad item."""
     out: list[tuple[str, int]] = []
     for item in (v.strip() for v in value.split(",")):
         if not item:

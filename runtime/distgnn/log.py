@@ -72,9 +72,7 @@ def _short(v: Any) -> str:
 def setup(level: str | None = None, fmt: str | None = None, stream: TextIO | None = None) -> None:
     """Configure the root logger (idempotent). Level/format default to the environment."""
     stream = stream or sys.stderr
-    fmt = fmt or os.environ.get(contract.ENV_LOG_FORMAT) or (
-        "text" if stream.isatty() else "json"
-    )
+    fmt = fmt or os.environ.get(contract.ENV_LOG_FORMAT) or ("text" if stream.isatty() else "json")
     level = (level or os.environ.get(contract.ENV_LOG_LEVEL) or "INFO").upper()
     root = logging.getLogger()
     for h in list(root.handlers):
@@ -161,5 +159,9 @@ def step(name: str, logger: logging.Logger | None = None, **fields: Any) -> Iter
     t0 = time.monotonic()
     lg.info("%s: started", name, extra=kv(step=name, **fields))
     yield
-    lg.info("%s: done in %.2fs", name, time.monotonic() - t0,
-            extra=kv(step=name, seconds=round(time.monotonic() - t0, 3)))
+    lg.info(
+        "%s: done in %.2fs",
+        name,
+        time.monotonic() - t0,
+        extra=kv(step=name, seconds=round(time.monotonic() - t0, 3)),
+    )

@@ -107,6 +107,9 @@ def test_garbage_and_truncated_frames_do_not_hurt_the_server(srv: Servers) -> No
     assert reply.type == MsgType.ERROR and reply.meta["code"] in ("protocol", "auth")
     # truncated frame: connection simply closed
     assert _raw(srv, encode_bytes(MsgType.HELLO, 1, {"token": srv.token})[:20]) == b""
+    # before authentication even a modest buffer is refused (nothing is allocated)
+    pre = HEADER.pack(MAGIC, 1, int(MsgType.HELLO), 0, 1, 2, 1, 0) + (1 << 30).to_bytes(8, "little")
+    assert b"protocol" in _raw(srv, pre + b"{}")
     # authenticated, then an oversized and an unknown frame
     hello = encode_bytes(MsgType.HELLO, 1, {"token": srv.token})
     huge = (

@@ -91,3 +91,15 @@ def test_failing_trainer_writes_root_cause(cora_path: Path, tmp_path: Path) -> N
     root = json.loads((tmp_path / "termination-0.log").read_text())
     assert root["error"] == "ConfigError" and "no_such_field" in root["message"]
     assert res.metrics is None
+
+
+def test_user_script_example_trains(
+    cora_path: Path, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, repo_root: Path
+) -> None:
+    url = partition_cora(cora_path, tmp_path_factory.getbasetemp() / "cora2", num_parts=2)
+    cmd = [sys.executable, str(repo_root / "examples" / "train_custom.py"), "--epochs", "3"]
+    env = {"DISTGNN_MANIFEST": url, "DISTGNN_NUM_SAMPLERS": "1"}
+    res = run_trainers([], 1, env, tmp_path, per_rank_argv=[cmd])
+    assert res.returncodes == [0], res.explain()
+    m = json.loads(res.stdout[0].strip().splitlines()[-1])
+    assert m["epochs"] == 3 and m["test_accuracy"] > 0.6

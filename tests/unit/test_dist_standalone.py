@@ -14,6 +14,8 @@ from distgnn.dist import (
     DistTensor,
     SparseAdagrad,
     SparseAdam,
+    edge_split,
+    node_split,
     sample_neighbors,
 )
 from distgnn.errors import ConfigError, ServerError
@@ -169,3 +171,28 @@ def test_bad_inputs_raise_clear_errors(g: DistGraph) -> None:
         DistTensor((7,), torch.float32, "x", ctx=g)
     with pytest.raises(ServerError, match="prob"):
         sample_neighbors(g, [0, 1], 3, prob="missing")
+
+
+def test_node_and_edge_split_over_a_dist_graph(g: DistGraph, cora_path: Path, new2orig) -> None:
+    data = np.load(cora_path)
+    book = g.get_partition_book()
+    mask = g.ndata["train_mask"]
+    shares = [node_split(mask, book, rank=r, world_size=4) for r in range(4)]
+    want = np.flatnonzero(data["train_mask"][new2orig[0]])
+    np.testing.assert_array_equal(np.sort(torch.cat(shares).numpy()), want)
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    # rank r takes partition r % 3's nodes first, as far as its quota allows
+    off = book.node_offsets
+    for p in range(3):
+        mine = [shares[r].numpy() for r in range(4) if r % 3 == p]
+        own = sum(int(((s >= off[p]) & (s < off[p + 1])).sum()) for s in mine)
+        avail = int(((want >= off[p]) & (want < off[p + 1])).sum())
+        assert own == min(avail, sum(len(s) for s in mine))
+    eshares = [
+        edge_split(np.arange(0, g.num_edges(), 2), book, rank=r, world_size=2) for r in range(2)
+    ]
+    np.testing.assert_array_equal(
+        np.sort(torch.cat(eshares).numpy()), np.arange(0, g.num_edges(), 2)
+    )
+    local = node_split(mask, book, rank=1, world_size=3, force_even=False)
+    assert ((local >= off[1]) & (local < off[2])).all()

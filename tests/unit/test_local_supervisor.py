@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -121,3 +122,44 @@ def test_a_command_that_cannot_start_is_a_clear_error(tmp_path: os.PathLike[str]
 
     with Supervisor(io.StringIO()) as sup, pytest.raises(JobFailed, match=r"cannot start t.*nope"):
         sup.start(ProcessSpec("t", [os.path.join(str(tmp_path), "nope")]))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PDEATHSIG is Linux-only")
+def test_children_die_when_the_supervisor_is_killed() -> None:
+    """A SIGKILLed ``distgnn run`` must not leave servers behind."""
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from distgnn.local.supervisor import ProcessSpec, Supervisor
+        sup = Supervisor()
+        argv = [sys.executable, "-c", "import time; time.sleep(120)"]
+        p = sup.start(ProcessSpec("sleeper", argv))
+        print(p.pid, flush=True)
+        time.sleep(120)
+        """
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        assert psutil.pid_exists(child_pid)
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"child {child_pid} outlived its killed supervisor")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()

@@ -126,6 +126,8 @@ def test_loader_bad_input() -> None:
     g = LocalGraph(np.array([0]), np.array([1]), 2)
     with pytest.raises(ConfigError, match="num_samplers"):
         NodeDataLoader(g, [0], NeighborSampler([1]), 1, num_samplers=1)  # not re-openable
+    with pytest.raises(ConfigError, match="num_samplers"):
+        DistDataLoader(LocalSource(g), NodeBatcher(np.arange(2), NeighborSampler([1]), 1), -1)
     with pytest.raises(ConfigError, match="batch_size"):
         NodeDataLoader(g, [0], NeighborSampler([1]), 0)
     with pytest.raises(ConfigError, match="exclude"):

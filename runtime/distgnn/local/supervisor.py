@@ -2,13 +2,16 @@
 
 Every child runs in its own session (process group), so stopping it also stops the
 worker and sampler processes it spawned: SIGTERM to the group, then SIGKILL after a
-grace period. Output (stdout and stderr merged) is streamed line by line to one
+grace period. On Linux each child also gets SIGTERM if the supervising process
+dies without cleaning up (even by SIGKILL), so no server outlives a killed
+``distgnn run``. Output (stdout and stderr merged) is streamed line by line to one
 stream as ``NAME | line`` and the last lines are kept for error messages.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -17,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -27,6 +30,29 @@ from distgnn.errors import JobFailed
 from distgnn.log import kv
 
 log = logging.getLogger("distgnn.local.supervisor")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig_hook() -> Callable[[], None] | None:
+    """A pre-exec hook asking Linux for SIGTERM when the parent dies; None elsewhere.
+
+    libc's ``prctl`` is resolved here, in the parent, so the hook run in the forked
+    child only makes one foreign call (no imports, no library loading).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    sig = int(signal.SIGTERM)
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, sig)
+
+    return hook
 
 
 @dataclass(frozen=True)
@@ -80,6 +106,7 @@ class Supervisor:
         self.grace = grace
         self.procs: dict[str, ManagedProcess] = {}
         self._lock = threading.Lock()
+        self._pre_exec = _pdeathsig_hook()
 
     # -- starting ----------------------------------------------------------------
     def start(self, spec: ProcessSpec) -> ManagedProcess:
@@ -99,6 +126,9 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # Started from the main thread only: PDEATHSIG follows the thread that
+                # forked, which lives as long as the supervisor. The hook is one prctl call.
+                preexec_fn=self._pre_exec,  # noqa: PLW1509
             )
         except OSError as e:
             raise JobFailed(

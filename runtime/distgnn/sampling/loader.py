@@ -197,7 +197,7 @@ class DistDataLoader:
         self.close()
 
     def __del__(self) -> None:
-        if self._procs:
+        if getattr(self, "_procs", None):
             self.close()
 
 

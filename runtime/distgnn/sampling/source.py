@@ -7,11 +7,13 @@ re-opens its own source (its own server connections).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
+from distgnn import contract
 from distgnn.errors import ConfigError
 from distgnn.sampling.local import LocalGraph
 from distgnn.sampling.neighbor import Fanout, Hop, OneHop
@@ -106,9 +108,19 @@ class DistSource:
 
 
 def source_for(g: Any, reopen: dict[str, Any] | None = None) -> GraphSource:
-    """Wrap a graph object (LocalGraph or DistGraph) as a source."""
+    """Wrap a graph object (LocalGraph or DistGraph) as a source.
+
+    ``reopen`` is the JSON spec sampler processes open; for a DistGraph it defaults to
+    the graph named by the contract environment (``DISTGNN_SERVERS`` / ``DISTGNN_MANIFEST``).
+    """
     if isinstance(g, LocalGraph):
         return LocalSource(g, reopen.get("path") if reopen else None)
+    if reopen is None:  # sampler processes re-open the graph the environment names
+        ctx = getattr(g, "ctx", None)
+        if os.environ.get(contract.ENV_SERVERS) and not getattr(ctx, "standalone", True):
+            reopen = {"kind": "dist"}
+        elif os.environ.get(contract.ENV_MANIFEST) and getattr(ctx, "standalone", False):
+            reopen = {"kind": "standalone", "manifest": os.environ[contract.ENV_MANIFEST]}
     return DistSource(g, reopen)
 
 

@@ -181,14 +181,14 @@ class Handlers:
         seed = int(_num(meta, "seed", 0)) + 7919 * self.g.part_id
         if spec.get("kind", "zeros") not in INITS:
             raise TensorError(f"init kind {spec.get('kind')!r} is not one of {INITS}")
-        created = self.store.init(
+        created, persistent = self.store.init(
             name,
             np.dtype(dtype),
             tuple(shape),
             lambda a: fill_init(a, spec, seed),
             bool(meta.get("persistent", False)),
         )
-        return {"created": created}, []
+        return {"created": created, "persistent": persistent}, []
 
     def delete_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         name = _str(meta, "name")

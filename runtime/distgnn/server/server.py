@@ -3,8 +3,10 @@
 Order of a server's life:
 
 1. the health endpoint starts (``/healthz`` 200, ``/readyz`` 503);
-2. the protocol port is bound (once, here; workers inherit the socket);
+2. the protocol port is bound (once, here; workers inherit the socket), so a port in use
+   fails fast;
 3. partition ``I`` is loaded from object storage into shared memory (checksums verified);
+   only then does the socket listen (clients retry refused connections meanwhile);
 4. ``N`` worker processes start, attach to the shared memory and accept connections;
 5. ``/readyz`` turns 200 and the ready file (JSON: ports, pid) is written;
 6. on SIGTERM/SIGINT the workers are asked to drain, the shared memory is removed,
@@ -145,13 +147,15 @@ class GraphServer:
                 listener.bind((cfg.bind, cfg.port))
             except OSError as e:
                 raise ServerStartError(f"cannot bind {cfg.bind}:{cfg.port}: {e}") from e
-            listener.listen(1024)
             port = int(listener.getsockname()[1])
             store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
             with dlog.step("load partition", log, part=cfg.part_id):
                 info = load_into_store(cfg.manifest, cfg.part_id, store, cfg.storage_options)
             if self.stop.is_set():
                 return 0
+            # listen only now: while loading, connections are refused and clients keep
+            # retrying (DISTGNN_CONNECT_TIMEOUT) instead of waiting on a silent backlog
+            listener.listen(1024)
             for _ in range(cfg.workers):
                 self.workers.append(self._spawn(listener, store))
             details = {

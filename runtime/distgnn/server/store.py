@@ -27,6 +27,7 @@ import re
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,12 @@ class Entry:
     ino: int
 
 
+def _remove(root: str, pid: int) -> None:
+    """Remove a store folder, only in the process that created it (not in forked children)."""
+    if os.getpid() == pid:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def default_shm_root() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
@@ -70,6 +77,8 @@ class ShmStore:
         self._cache_lock = threading.Lock()
         self._tlocks: dict[str, list[threading.Lock]] = {}
         self._lockfds: dict[str, int] = {}
+        # the owner removes the folder on close, at garbage collection or at exit
+        self._cleanup = weakref.finalize(self, _remove, root, os.getpid()) if owner else None
 
     @classmethod
     def create(cls, parent: str | None = None, prefix: str = "distgnn-") -> ShmStore:
@@ -124,8 +133,8 @@ class ShmStore:
         shape: tuple[int, ...],
         fill: Callable[[np.ndarray], None],
         persistent: bool,
-    ) -> bool:
-        """Create a tensor (filled by ``fill``) or attach to an existing one; True if created."""
+    ) -> tuple[bool, bool]:
+        """Create a tensor (filled by ``fill``) or attach to it; (created, persistent)."""
         if not NAME_RE.match(name) or name.startswith("graph/"):
             raise TensorError(f"tensor name {name!r} is not valid")
         with self._registry():
@@ -141,13 +150,13 @@ class ShmStore:
                 if not meta["persistent"]:
                     meta["refs"] += 1
                     self._write_meta(name, meta)
-                return False
+                return False, bool(meta["persistent"])
             arr = self._new(name, dtype, shape)
             fill(arr)
             arr.flush()
             del arr
             self._publish(name, {"persistent": persistent, "refs": 0 if persistent else 1})
-            return True
+            return True, persistent
 
     def delete(self, name: str, force: bool = False) -> bool:
         """Drop one reference to a non-persistent tensor (or force); True if removed."""
@@ -241,8 +250,8 @@ class ShmStore:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._lockfds.clear()
-        if self.owner:
-            shutil.rmtree(self.root, ignore_errors=True)
+        if self._cleanup is not None:
+            self._cleanup()
 
 
 def map_npy(path: str) -> np.ndarray:

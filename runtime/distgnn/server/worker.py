@@ -48,6 +48,8 @@ from distgnn.server.store import ShmStore
 log = logging.getLogger("distgnn.server.worker")
 
 POLL_S = 0.2
+HELLO_LIMITS = Limits(max_meta=64 << 10, max_bufs=0, max_buf_bytes=0, max_total_bytes=0)
+"""An unauthenticated peer can make the server allocate nothing beyond a small HELLO."""
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,9 @@ class Worker:
                 if authed and not self._wait_readable(conn):
                     return
                 timeout = self.cfg.frame_timeout if authed else self.cfg.auth_timeout
+                limits = self.cfg.limits if authed else HELLO_LIMITS
                 try:
-                    frame = recv_frame(conn, peer, self.cfg.limits, time.monotonic() + timeout)
+                    frame = recv_frame(conn, peer, limits, time.monotonic() + timeout)
                 except ProtocolError as e:
                     log.warning("bad frame; closing", extra=kv(peer=peer, error=str(e)))
                     self._error(conn, 0, "protocol", str(e), close=True)
