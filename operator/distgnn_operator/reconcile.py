@@ -148,7 +148,15 @@ class Reconciler:
     ) -> dict[tuple[str, str], dict[str, Any]]:
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for kind in CHILD_KINDS:
-            for obj in await self.api.list(kind, ns, {owner_label: name}):
+            try:
+                found = await self.api.list(kind, ns, {owner_label: name})
+            except ApiError as e:
+                # PodGroups are optional: least-privilege RBAC grants them only when the
+                # chart enables gang scheduling, so a 403 there means "none of ours".
+                if kind == "PodGroup" and e.status == 403:
+                    continue
+                raise
+            for obj in found:
                 if owned_by(obj, uid):
                     out[(kind, obj["metadata"]["name"])] = obj
         return out

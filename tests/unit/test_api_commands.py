@@ -55,7 +55,10 @@ def _job(**trainers: Any) -> Any:
 def _flags(cmd: list[str]) -> dict[str, str]:
     out = {}
     for i, tok in enumerate(cmd):
-        if tok.startswith("--"):
+        if tok.startswith("--") and "=" in tok:
+            key, _, value = tok[2:].partition("=")
+            out[key] = value
+        elif tok.startswith("--"):
             nxt = cmd[i + 1] if i + 1 < len(cmd) and not cmd[i + 1].startswith("--") else ""
             out[tok[2:]] = nxt
     return out
@@ -155,7 +158,8 @@ def test_partition_command_and_manifest_url() -> None:
     cmd = partition_command("cora", sp.graph, sp.partitioning, "s3://out")
     assert cmd[:3] == ["distgnn", "partition", "s3://g/cora.npz"]
     flags = _flags(cmd)
-    assert flags["output"] == "s3://out" and flags["num-parts"] == "3"
+    assert flags["out"] == "s3://out" and flags["num-parts"] == "3" and "reuse" in flags
+    assert flags["name"] == "cora"
     assert flags["method"] == "random" and flags["seed"] == "7"
     assert "balance-edges" in flags and "balance-train" in flags
     assert manifest_url("cora", sp.graph, sp.partitioning, "s3://out") == "s3://out/cora.json"

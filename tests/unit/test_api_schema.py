@@ -198,3 +198,12 @@ def test_errors_are_collected_and_capped() -> None:
     with pytest.raises(ConfigError, match="and 12 more") as ei:
         parse_job(obj)
     assert str(ei.value).count("unknown field") == 8
+
+
+@pytest.mark.parametrize(
+    "crd", [schema.job_crd(), schema.graphserver_crd()], ids=["job", "graphserver"]
+)
+def test_crd_is_a_valid_customresourcedefinition(crd: dict[str, Any]) -> None:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(crd, "1.30.0", strict=True)

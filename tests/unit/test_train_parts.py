@@ -122,3 +122,20 @@ def test_single_trainer_context_needs_no_process_group() -> None:
     with pytest.raises(ConfigError, match="RANK"):
         init_ddp(TrainerEnv(3, 2, "127.0.0.1", 1))
     assert list(itertools.islice(padded(iter([1]), 2), 2)) == [(1, 1.0), (1, 0.0)]
+
+
+def test_embedding_state_roundtrip(cora_path: Path, tmp_path: Path) -> None:
+    from distgnn.dist import DistEmbedding, DistGraph
+    from distgnn.partition.partitioner import partition_graph
+
+    partition_graph(str(cora_path), 2, str(tmp_path / "p"), "cora", method="random", progress=False)
+    with DistGraph.standalone(str(tmp_path / "p" / "cora.json")) as g:
+        emb = DistEmbedding(g.num_nodes(), 4, "node_emb", ctx=g.ctx)
+        saved = checkpoint.embedding_state([emb], chunk=1000)
+        assert saved["node_emb"].shape == (2708, 4)
+        emb.tensor[torch.arange(10)] = torch.zeros(10, 4)
+        assert torch.count_nonzero(emb.tensor[torch.arange(10)]) == 0
+        checkpoint.restore_embeddings([emb], saved, chunk=1000)
+        assert torch.equal(checkpoint.embedding_state([emb])["node_emb"], saved["node_emb"])
+        with pytest.raises(StorageError, match="node_emb"):
+            checkpoint.restore_embeddings([emb], {})

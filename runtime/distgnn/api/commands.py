@@ -40,7 +40,10 @@ def partition_command(
     part: t.Partitioning,
     default_output: str | None = None,
 ) -> list[str]:
-    """``distgnn partition INPUT --output URL --graph-name NAME ...`` for a raw-graph source."""
+    """``distgnn partition INPUT --out URL --name NAME --reuse ...`` for a raw-graph source.
+
+    ``--reuse`` makes it a no-op when identical partitions already exist at the output.
+    """
     if graph.source is None:
         raise ConfigError("spec.graph.source: partitioning needs a source graph")
     out = part.output_url or default_output
@@ -50,9 +53,9 @@ def partition_command(
         "distgnn",
         "partition",
         graph.source.url,
-        "--output",
+        "--out",
         out,
-        "--graph-name",
+        "--name",
         graph_name(name, part),
         "--num-parts",
         str(part.num_parts),
@@ -62,6 +65,7 @@ def partition_command(
         str(part.halo_hops),
         "--seed",
         str(part.seed),
+        "--reuse",
     ]
     if part.balance_train:
         cmd.append("--balance-train")
@@ -95,8 +99,8 @@ def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
         str(app.num_layers),
         "--hidden",
         str(app.hidden),
-        "--fanouts",
-        ",".join(str(f) for f in app.fanouts),
+        # joined form: argparse would read a leading "-1" (all neighbours) as an option
+        "--fanouts=" + ",".join(str(f) for f in app.fanouts),
         "--batch-size",
         str(app.batch_size),
         "--lr",

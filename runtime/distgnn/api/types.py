@@ -250,7 +250,7 @@ class App:
     batch_size: int = fld(1024, doc="Seeds per mini-batch.", minimum=1, maximum=1048576)
     lr: float = fld(0.01, doc="Learning rate.", minimum=0, exclusive_minimum=True, maximum=10)
     dropout: float = fld(0.5, doc="Dropout probability.", minimum=0, maximum=1)
-    weight_decay: float = fld(0.0, doc="Weight decay.", minimum=0, maximum=1)
+    weight_decay: float = fld(0.0005, doc="Weight decay.", minimum=0, maximum=1)
     num_negs: int = fld(
         1, doc="Negative samples per edge (link prediction).", minimum=1, maximum=1000
     )

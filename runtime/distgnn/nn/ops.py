@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
+import numpy as np
 import torch
 
 
@@ -17,6 +21,85 @@ def scatter_mean(src: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor
     return total / cnt.view(-1, *([1] * (src.dim() - 1)))
 
 
+def _csr(
+    rows: np.ndarray, cols: np.ndarray, val: np.ndarray, shape: tuple[int, int], device: Any
+) -> torch.Tensor:
+    """A sparse CSR matrix from COO ``(rows, cols, val)`` (rows grouped with a stable sort)."""
+    order = np.argsort(rows, kind="stable")
+    crow = np.zeros(shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
+    itype = np.int32 if max(shape[1], rows.size) < 2**31 - 1 else np.int64
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+        warnings.filterwarnings(
+            "ignore", message=".*[Ss]parse CSR tensor support", category=UserWarning
+        )
+        a = torch.sparse_csr_tensor(
+            torch.from_numpy(crow.astype(itype)),
+            torch.from_numpy(np.ascontiguousarray(cols[order], dtype=itype)),
+            torch.from_numpy(np.ascontiguousarray(val[order])),
+            shape,
+            check_invariants=False,  # built sorted and in range just above
+        )
+    return a if device is None else a.to(device)
+
+
+class MeanAdjacency:
+    """The row-normalised adjacency ``A[v, u] = 1 / in_deg(v)`` of a bipartite graph
+    (edges ``src -> dst``) as a sparse CSR matrix, and lazily its transpose (for the
+    gradient). ``A @ h`` is the mean over in-edges (zeros for nodes without any)."""
+
+    def __init__(
+        self, src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int, device: Any = None
+    ) -> None:
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        deg = np.bincount(dst, minlength=num_dst)
+        self.val = (1.0 / np.maximum(deg, 1)).astype(np.float32)[dst]
+        self.src, self.dst, self.num_src, self.num_dst = src, dst, num_src, num_dst
+        self.device = device
+        self.a = _csr(dst, src, self.val, (num_dst, num_src), device)
+        self._t: torch.Tensor | None = None
+
+    def transpose(self) -> torch.Tensor:
+        if self._t is None:
+            self._t = _csr(self.src, self.dst, self.val, (self.num_src, self.num_dst), self.device)
+        return self._t
+
+
+def _spmm(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=".*[Ss]parse CSR tensor support", category=UserWarning
+        )
+        a = a if a.dtype == h.dtype else a.to(h.dtype)
+        return torch.sparse.mm(a, h)
+
+
+class _MeanAggregate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, adj: MeanAdjacency) -> torch.Tensor:
+        ctx.adj = adj
+        return _spmm(adj.a, h.contiguous())
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        return _spmm(ctx.adj.transpose(), grad.contiguous()), None
+
+
+def mean_aggregate(adj: MeanAdjacency, h: torch.Tensor) -> torch.Tensor:
+    """``adj.a @ h`` (fused sparse mean over in-edges), differentiable in ``h``.
+
+    Equals ``scatter_mean(h.index_select(0, src), dst, num_dst)`` without
+    materialising one row per edge; the gradient is ``adj.a.T @ grad``.
+    """
+    if h.dim() != 2:
+        raise ValueError("mean_aggregate: h must be 2-D")
+    out: torch.Tensor = _MeanAggregate.apply(h, adj)
+    return out
+
+
 def segment_softmax(scores: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
     """Softmax of ``scores`` (E, ...) over the edges sharing a destination ``index``."""
     shape = (n, *scores.shape[1:])
@@ -30,8 +113,15 @@ def segment_softmax(scores: torch.Tensor, index: torch.Tensor, n: int) -> torch.
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout with a ``rand`` mask (about 2x faster on CPU than ``bernoulli_``)."""
+    """Inverted dropout. The keep mask compares 16 random bits per element with
+    ``p`` (resolution 2**-16): 4 elements per 64-bit draw, about 4x cheaper on CPU
+    than a float ``rand`` and 2x cheaper than ``bernoulli_``."""
     if not training or p <= 0.0:
         return x
-    keep = torch.rand_like(x) >= p
+    if p >= 1.0:
+        return x * 0.0
+    n = x.numel()
+    bits = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=x.device)
+    r = bits.view(torch.int16)[:n].view(x.shape)
+    keep = r >= round(p * 65536) - 32768
     return x * keep.to(x.dtype) * (1.0 / (1.0 - p))

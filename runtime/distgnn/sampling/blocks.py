@@ -4,7 +4,8 @@ A :class:`Block` maps source nodes to destination nodes. As in DGL, the
 destination nodes come first among the source nodes, so ``src_nid[:num_dst]
 == dst_nid``. Edges are stored in local block indices (``edge_src`` indexes
 ``src_nid``, ``edge_dst`` indexes ``dst_nid``) together with their global edge
-IDs. Relabelling is vectorised (``np.unique`` + ``searchsorted``).
+IDs. Relabelling is vectorised: a lookup table over the ID range (O(edges), no
+sort) or, for IDs spread over a huge range, ``np.unique`` + ``searchsorted``.
 """
 
 from __future__ import annotations
@@ -101,6 +102,12 @@ def _positions(sorted_keys: np.ndarray, order: np.ndarray, ids: np.ndarray) -> n
     return np.where(found, order[pos_c], -1).astype(np.int64)
 
 
+# dense relabelling (one lookup table over the ID range) when the ID range is at
+# most this many times the work (edges + seeds); sort-based otherwise
+DENSE_RELABEL_FACTOR = 16
+DENSE_RELABEL_MIN = 1 << 20
+
+
 def to_block(
     dst_nid: np.ndarray,
     src: np.ndarray,
@@ -116,6 +123,47 @@ def to_block(
     dst_nid = np.asarray(dst_nid, dtype=np.int64)
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
+    work = src.size + dst_nid.size
+    hi = max(int(dst_nid.max(initial=-1)), int(src.max(initial=-1)), int(dst.max(initial=-1)))
+    lo = min(int(dst_nid.min(initial=0)), int(src.min(initial=0)), int(dst.min(initial=0)))
+    if lo >= 0 and hi < max(DENSE_RELABEL_MIN, DENSE_RELABEL_FACTOR * work):
+        src_nid, edge_src, edge_dst = _relabel_dense(dst_nid, src, dst, hi + 1)
+    else:
+        src_nid, edge_src, edge_dst = _relabel_sorted(dst_nid, src, dst)
+    return Block(
+        src_nid=src_nid,
+        dst_nid=dst_nid,
+        edge_src=edge_src,
+        edge_dst=edge_dst,
+        eid=np.asarray(eid, dtype=np.int64),
+        etype=None if etype is None else np.asarray(etype),
+    )
+
+
+def _relabel_dense(
+    dst_nid: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """O(edges + ID range) relabelling with a lookup table (no sort), as DGL's hash map."""
+    n_dst = dst_nid.size
+    table = np.full(n, -1, dtype=np.int64)
+    table[dst_nid] = np.arange(n_dst, dtype=np.int64)
+    if n_dst > 1 and not np.array_equal(table[dst_nid], np.arange(n_dst)):
+        raise ConfigError("seeds: destination node IDs must be unique")
+    edge_dst = table[dst]
+    if edge_dst.size and int(edge_dst.min()) < 0:
+        raise ConfigError("sampled edges: a destination is not among the seeds")
+    seen = np.zeros(n, dtype=bool)
+    seen[src] = True
+    seen[dst_nid] = False
+    new = np.flatnonzero(seen)  # the other sources, ascending
+    table[new] = np.arange(n_dst, n_dst + new.size, dtype=np.int64)
+    return np.concatenate([dst_nid, new]), table[src], edge_dst
+
+
+def _relabel_sorted(
+    dst_nid: np.ndarray, src: np.ndarray, dst: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique`` + ``searchsorted`` relabelling (IDs spread over a huge range)."""
     order = np.argsort(dst_nid, kind="stable")
     sorted_dst = dst_nid[order]
     if sorted_dst.size > 1 and bool(np.any(sorted_dst[1:] == sorted_dst[:-1])):
@@ -128,14 +176,8 @@ def to_block(
     new = pos < 0
     new_local = dst_nid.size + np.cumsum(new) - 1
     local = np.where(new, new_local, pos)
-    return Block(
-        src_nid=np.concatenate([dst_nid, uniq[new]]),
-        dst_nid=dst_nid,
-        edge_src=local[inv.reshape(-1)].astype(np.int64),
-        edge_dst=edge_dst,
-        eid=np.asarray(eid, dtype=np.int64),
-        etype=None if etype is None else np.asarray(etype),
-    )
+    src_nid = np.concatenate([dst_nid, uniq[new]])
+    return src_nid, local[inv.reshape(-1)].astype(np.int64), edge_dst
 
 
 def blocks_to_arrays(blocks: list[Block]) -> dict[str, np.ndarray]:

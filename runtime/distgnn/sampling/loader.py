@@ -15,12 +15,14 @@ import contextlib
 import json
 import logging
 import multiprocessing as mp
+import queue
+import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +34,9 @@ from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.sampling.source import GraphSource, open_source, source_for
 
 log = logging.getLogger("distgnn.sampling")
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 _END = b"E"
 _ERR = b"X"
@@ -199,6 +204,53 @@ class DistDataLoader:
     def __del__(self) -> None:
         if getattr(self, "_procs", None):
             self.close()
+
+
+def prefetch(items: Iterable[T], load: Callable[[T], R], depth: int = 1) -> Iterator[R]:
+    """``load(item)`` for every item, computed by a background thread ``depth`` items
+    ahead of the consumer (as DGL's DistDataLoader prefetches features): the next
+    batch is sampled and its input features pulled while the current one trains.
+
+    Sampling, feature pulls (socket I/O, NumPy) and torch kernels release the GIL,
+    so the thread overlaps with the trainer's compute. An exception in the thread is
+    raised in the consumer; closing the generator stops the thread.
+    """
+    if depth < 1:
+        raise ConfigError(f"prefetch depth: {depth} must be >= 1")
+    q: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(kind: int, value: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put((kind, value), timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put(0, load(item)):
+                    return
+            put(1, None)
+        except BaseException as e:  # handed to the consumer
+            put(2, e)
+
+    t = threading.Thread(target=work, name="distgnn-prefetch", daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == 1:
+                return
+            if kind == 2:
+                raise value
+            yield value
+    finally:
+        stop.set()
+        t.join(timeout=60)
 
 
 def NodeDataLoader(

@@ -91,3 +91,29 @@ def load(url: str) -> Checkpoint:
         sparse=obj.get("sparse", {}),
         extra=obj.get("extra", {}),
     )
+
+
+def embedding_state(embs: list[Any], chunk: int = 1 << 16) -> dict[str, torch.Tensor]:
+    """Full tables of ``DistEmbedding`` objects (by name), read in chunks, for ``sparse``.
+
+    The sparse optimizers' per-row state lives on the servers and is not included.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for e in embs:
+        n = int(e.num_embeddings)
+        rows = [e.tensor[torch.arange(i, min(i + chunk, n))] for i in range(0, n, chunk)]
+        out[str(e.name)] = torch.cat(rows) if rows else torch.zeros(0, e.embedding_dim)
+    return out
+
+
+def restore_embeddings(embs: list[Any], state: dict[str, Any], chunk: int = 1 << 16) -> None:
+    """Write tables saved by :func:`embedding_state` back into the ``DistEmbedding`` objects."""
+    for e in embs:
+        table = state.get(str(e.name))
+        if table is None:
+            raise StorageError(f"checkpoint has no embedding {e.name!r}")
+        if tuple(table.shape) != (int(e.num_embeddings), int(e.embedding_dim)):
+            raise StorageError(f"embedding {e.name!r}: checkpoint shape {tuple(table.shape)}")
+        for i in range(0, int(e.num_embeddings), chunk):
+            idx = torch.arange(i, min(i + chunk, int(e.num_embeddings)))
+            e.tensor[idx] = table[idx]

@@ -127,9 +127,11 @@ def _run(args: argparse.Namespace) -> int:
     from distgnn.train.ddp import init_ddp, shutdown
     from distgnn.train.graph import open_train_graph
     from distgnn.train.metrics import publish
+    from distgnn.train.proc import configure_trainer_process
 
     cfg = _config(args)
     assert isinstance(cfg, TrainConfig)
+    configure_trainer_process()
     ctx = init_ddp()
     try:
         tg = open_train_graph()

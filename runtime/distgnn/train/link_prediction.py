@@ -23,7 +23,7 @@ from distgnn.sampling.loader import DistDataLoader
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
-from distgnn.train.loop import padded, resume, save_epoch
+from distgnn.train.loop import eval_fanouts, padded, resume, save_epoch
 from distgnn.train.metrics import mrr, random_mrr, roc_auc
 
 log = logging.getLogger("distgnn.train")
@@ -61,7 +61,7 @@ def evaluate(
 ) -> dict[str, float]:
     m = unwrap(model)
     m.eval()
-    sampler = NeighborSampler([-1] * cfg.num_layers)
+    sampler = NeighborSampler(eval_fanouts(cfg, tg.num_nodes()))
     batcher = EdgeBatcher(eids, sampler, 512, EVAL_NEGS, "reverse", shuffle=False, seed=cfg.seed)
     pos_all, neg_all = [], []
     for b in range(len(batcher)):

@@ -27,6 +27,16 @@ def build_model(cfg: TrainConfig, in_feats: int, out_feats: int) -> nn.Module:
     raise ConfigError(f"--model: {cfg.model!r} is not sage or gat")
 
 
+FULL_NEIGHBOUR_EVAL_MAX_NODES = 200_000
+
+
+def eval_fanouts(cfg: TrainConfig, num_nodes: int) -> list[int]:
+    """All neighbours on small graphs; twice the training fanouts on large ones."""
+    if num_nodes <= FULL_NEIGHBOUR_EVAL_MAX_NODES:
+        return [-1] * cfg.num_layers
+    return [-1 if f == -1 else 2 * f for f in cfg.fanouts]
+
+
 def padded(batches: Iterator[Any], steps: int) -> Iterator[tuple[Any, float]]:
     """``steps`` items of ``(batch, weight)``: when this trainer runs out of batches, its
     last batch is repeated with weight 0 so every trainer joins every all-reduce."""

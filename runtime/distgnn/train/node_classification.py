@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -13,11 +14,11 @@ from torch.nn import functional as F
 
 from distgnn.log import kv
 from distgnn.sampling import NeighborSampler, NodeBatcher
-from distgnn.sampling.loader import DistDataLoader
+from distgnn.sampling.loader import DistDataLoader, prefetch
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
-from distgnn.train.loop import build_model, padded, resume, save_epoch
+from distgnn.train.loop import build_model, eval_fanouts, padded, resume, save_epoch
 
 log = logging.getLogger("distgnn.train")
 
@@ -31,12 +32,12 @@ def evaluate(
     device: torch.device,
     batch_size: int = 4096,
 ) -> float:
-    """Accuracy on ``ids`` with full-neighbour blocks (sampled in this process)."""
+    """Accuracy on ``ids`` with evaluation blocks (see ``eval_fanouts``), sampled here."""
     if ids.size == 0:
         return 0.0
     m = unwrap(model)
     m.eval()
-    sampler = NeighborSampler([-1] * cfg.num_layers)
+    sampler = NeighborSampler(eval_fanouts(cfg, tg.num_nodes()))
     batcher = NodeBatcher(ids, sampler, batch_size, shuffle=False, seed=cfg.seed)
     correct = 0
     for b in range(len(batcher)):
@@ -88,18 +89,26 @@ def run(
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_correct = tot_n = 0.0
-            for (inp, out, blocks), w in padded(iter(loader), steps):
-                x = tg.read(cfg.feat, inp).float().to(device)
-                y = tg.read(cfg.label, out).long().to(device)
-                logits = model(blocks, x)
-                loss = F.cross_entropy(logits, y) * w
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if w:
-                    tot_loss += float(loss.item()) * y.numel()
-                    tot_correct += float((logits.argmax(1) == y).sum().item())
-                    tot_n += y.numel()
+
+            def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+                # runs in the prefetch thread: the next batch's features are pulled
+                # while this one trains
+                inp, out, blocks = batch
+                return tg.read(cfg.feat, inp).float(), tg.read(cfg.label, out).long(), blocks
+
+            batches = prefetch(iter(loader), load)
+            with contextlib.closing(batches):
+                for (x_cpu, y_cpu, blocks), w in padded(batches, steps):
+                    x, y = x_cpu.to(device), y_cpu.to(device)
+                    logits = model(blocks, x)
+                    loss = F.cross_entropy(logits, y) * w
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    if w:
+                        tot_loss += float(loss.item()) * y.numel()
+                        tot_correct += float((logits.argmax(1) == y).sum().item())
+                        tot_n += y.numel()
             tot_loss, tot_correct, tot_n = all_reduce(ctx, [tot_loss, tot_correct, tot_n])
             dt = time.monotonic() - t0
             t_train += dt

@@ -1,0 +1,77 @@
+"""The fused sparse (CSR) mean aggregation and the dropout mask."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from distgnn.nn import GraphSAGE
+from distgnn.nn.ops import MeanAdjacency, dropout, mean_aggregate, scatter_mean
+from distgnn.sampling.blocks import to_block
+
+
+def _edges(n_src: int, n_dst: int, n_e: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n_src, n_e), rng.integers(0, n_dst, n_e)
+
+
+@pytest.mark.parametrize("dim", [1, 7, 64])
+def test_mean_aggregate_matches_scatter_mean_and_its_gradient(dim: int) -> None:
+    src, dst = _edges(50, 20, 300)
+    dst[dst == 3] = 4  # destination 3 has no in-edge: zeros, no NaN
+    adj = MeanAdjacency(src, dst, 50, 20)
+    h1 = torch.randn(50, dim, dtype=torch.float64, requires_grad=True)
+    h2 = h1.detach().clone().requires_grad_(True)
+    s, d = torch.from_numpy(src), torch.from_numpy(dst)
+    out1 = mean_aggregate(adj, h1)
+    out2 = scatter_mean(h2.index_select(0, s), d, 20)
+    torch.testing.assert_close(out1, out2)
+    assert torch.all(out1[3] == 0)
+    g = torch.randn(20, dim, dtype=torch.float64)
+    (out1 * g).sum().backward()
+    (out2 * g).sum().backward()
+    assert h1.grad is not None and h2.grad is not None
+    torch.testing.assert_close(h1.grad, h2.grad)
+
+
+def test_mean_aggregate_gradcheck() -> None:
+    src, dst = _edges(9, 4, 30, seed=1)
+    adj = MeanAdjacency(src, dst, 9, 4)
+    h = torch.randn(9, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: mean_aggregate(adj, x), (h,))
+
+
+def test_mean_aggregate_without_grad_and_empty_block() -> None:
+    adj = MeanAdjacency(np.zeros(0, np.int64), np.zeros(0, np.int64), 5, 2)
+    h = torch.randn(5, 4)
+    out = mean_aggregate(adj, h)
+    assert out.shape == (2, 4) and not out.requires_grad and torch.all(out == 0)
+
+
+def test_graphsage_input_features_get_no_gradient() -> None:
+    rng = np.random.default_rng(0)
+    seeds = np.arange(10)
+    src, dst = rng.integers(0, 200, 80), rng.integers(0, 10, 80)
+    b1 = to_block(seeds, src, dst, np.arange(80))
+    src0, dst0 = rng.integers(0, 500, 400), rng.integers(0, b1.num_src_nodes, 400)
+    b0 = to_block(b1.src_nid, src0, b1.src_nid[dst0], np.arange(400))
+    model = GraphSAGE(6, 8, 3, num_layers=2, dropout=0.5)
+    x = torch.randn(b0.num_src_nodes, 6)
+    model([b0, b1], x).sum().backward()
+    assert x.grad is None
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_dropout_keeps_about_1_minus_p_and_rescales() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(200_000)
+    for p in (0.1, 0.5, 0.7):
+        y = dropout(x, p, True)
+        kept = float((y != 0).float().mean())
+        assert abs(kept - (1 - p)) < 0.01
+        torch.testing.assert_close(y[y != 0], torch.full_like(y[y != 0], 1 / (1 - p)))
+    assert dropout(x, 0.5, False) is x
+    assert torch.all(dropout(x, 1.0, True) == 0)
+    z = dropout(torch.ones(3, 5, 7), 0.5, True)
+    assert z.shape == (3, 5, 7)
