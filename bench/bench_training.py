@@ -172,6 +172,7 @@ def child_train(steps: int, epochs: int, use_prefetch: bool) -> None:
         steps_per_epoch = agree_steps(ctx, len(loader))
         run_steps(loader, 2, record=False)  # warm-up (epoch 0)
         barrier(ctx)
+        cpu0 = time.process_time()
         if steps > 0:
             loader.set_epoch(1)
             run_steps(loader, steps, record=True)
@@ -183,6 +184,7 @@ def child_train(steps: int, epochs: int, use_prefetch: bool) -> None:
                 run_steps(loader, steps_per_epoch, record=True)
                 barrier(ctx)
                 epoch_times.append(time.perf_counter() - t0)
+        cpu = (time.process_time() - cpu0) / max(1, len(times))
     tg.close()
     shutdown(ctx)
     if ctx.rank == 0:
@@ -197,6 +199,7 @@ def child_train(steps: int, epochs: int, use_prefetch: bool) -> None:
                     "input_nodes": statistics.median(n_inputs),
                     "allreduce": statistics.median(ar[2:]),
                     "threads": threads,
+                    "trainer_cpu": cpu,
                     **med,
                 }
             )
@@ -204,8 +207,9 @@ def child_train(steps: int, epochs: int, use_prefetch: bool) -> None:
 
 
 def bench_epoch(
-    env: dict[str, str], trainers: int, extra: list[str], samplers: int
+    env: dict[str, str], trainers: int, extra: list[str], samplers: int, server_pids: list[int]
 ) -> dict[str, Any]:
+    cpu0 = _tree_cpu(server_pids)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -227,10 +231,30 @@ def bench_epoch(
             env=penv, stdout=subprocess.PIPE, text=True,
         ))  # fmt: skip
     outs = [p.communicate(timeout=3600)[0] for p in procs]
+    server_cpu = _tree_cpu(server_pids) - cpu0
     if any(p.returncode for p in procs):
         raise SystemExit(f"trainer failed: {[p.returncode for p in procs]}")
     res: dict[str, Any] = json.loads(outs[0].strip().splitlines()[-1])
+    res["server_cpu"] = server_cpu
     return res
+
+
+def _tree_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) used so far by ``pids`` and their descendants."""
+    try:
+        import psutil
+    except ImportError:
+        return float("nan")
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
 
 
 def main() -> None:
@@ -257,7 +281,7 @@ def main() -> None:
     with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
         env = srv.env()
         samp = bench_sampling(env, a.reps)
-        ep = bench_epoch(env, a.trainers, extra, a.num_samplers)
+        ep = bench_epoch(env, a.trainers, extra, a.num_samplers, [p.pid for p in srv.procs])
     if ep["epoch_times"]:
         epoch_s = statistics.median(ep["epoch_times"])
         how = f"full epochs, median of {len(ep['epoch_times'])}"
@@ -267,6 +291,8 @@ def main() -> None:
         how = f"EXTRAPOLATED: median step of {a.steps} x steps per epoch"
         label = "GraphSAGE epoch (s, extrapolated)"
     best = max(v for _, v in samp)
+    n_steps = (a.steps or ep["steps_per_epoch"] * a.epochs) + 2
+    server_cpu_step = ep["server_cpu"] / n_steps
     print(
         f"bench_training: {a.nodes} nodes, 2 partitions/servers, {a.trainers} trainers "
         f"({ep['threads']} torch thread(s) each), num_samplers={a.num_samplers}, "
@@ -289,6 +315,8 @@ def main() -> None:
         ("    all-reduce of the gradients alone", f"{ep['allreduce']:.3f}", "", "", ""),
         ("    optimizer", f"{ep['optimizer']:.3f}", "", "", ""),
         ("  input nodes per batch", f"{ep['input_nodes']:.0f}", "", "", ""),
+        ("  CPU s per step: trainer (rank 0)", f"{ep['trainer_cpu']:.3f}", "", "", ""),
+        ("  CPU s per step: both servers (approx.)", f"{server_cpu_step:.3f}", "", "", ""),
     ]  # fmt: skip
     for batch, v in samp:
         rows.append((f"one-hop sampling, batch {batch} (seeds/s)", f"{v / 1e3:.0f}k",

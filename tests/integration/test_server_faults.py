@@ -40,7 +40,9 @@ def test_hung_then_killed_server_gives_clear_errors(cora1: str) -> None:
         srv.kill(0)
         with pytest.raises((ServerUnavailable, RequestTimeout), match=r"127\.0\.0\.1"):
             c.recv(rid, MsgType.PULL)
-        with pytest.raises(ServerUnavailable, match="unreachable"):
+        # the worker may outlive its killed parent for a moment: then the reconnect is
+        # accepted and reset ("went away") instead of refused ("unreachable")
+        with pytest.raises(ServerUnavailable, match=r"127\.0\.0\.1:\d+.*(unreachable|went away)"):
             c.request(MsgType.PING, {})
         c.close()
     assert srv.returncodes[0] == -signal.SIGKILL

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distgnn.nn import GraphSAGE
-from distgnn.nn.ops import MeanAdjacency, dropout, mean_aggregate, scatter_mean
+from distgnn.nn.ops import MeanAdjacency, dropout, mean_aggregate, relu_dropout, scatter_mean
 from distgnn.sampling.blocks import to_block
 
 
@@ -75,3 +75,20 @@ def test_dropout_keeps_about_1_minus_p_and_rescales() -> None:
     assert torch.all(dropout(x, 1.0, True) == 0)
     z = dropout(torch.ones(3, 5, 7), 0.5, True)
     assert z.shape == (3, 5, 7)
+
+
+def test_relu_dropout_equals_relu_then_dropout() -> None:
+    x = torch.randn(4000, 8, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    torch.manual_seed(3)
+    a = relu_dropout(x, 0.4, True)
+    torch.manual_seed(3)
+    b = dropout(torch.relu(x2), 0.4, True)
+    torch.testing.assert_close(a, b)
+    g = torch.randn_like(a)
+    a.backward(g)
+    b.backward(g)
+    assert x.grad is not None and x2.grad is not None
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(relu_dropout(x, 0.4, False), torch.relu(x))
+    assert torch.all(relu_dropout(x, 1.0, True) == 0)

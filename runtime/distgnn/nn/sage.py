@@ -62,5 +62,5 @@ class GraphSAGE(nn.Module):
         for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
             h = layer(block, h)
             if i != len(self.layers) - 1:
-                h = ops.dropout(torch.relu(h), self.p, self.training)
+                h = ops.relu_dropout(h, self.p, self.training)
         return h

@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
@@ -206,7 +206,9 @@ class DistDataLoader:
             self.close()
 
 
-def prefetch(items: Iterable[T], load: Callable[[T], R], depth: int = 1) -> Iterator[R]:
+def prefetch(
+    items: Iterable[T], load: Callable[[T], R], depth: int = 1
+) -> Generator[R, None, None]:
     """``load(item)`` for every item, computed by a background thread ``depth`` items
     ahead of the consumer (as DGL's DistDataLoader prefetches features): the next
     batch is sampled and its input features pulled while the current one trains.
