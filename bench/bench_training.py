@@ -1,6 +1,6 @@
 """Training benchmark: GraphSAGE epoch time and distributed one-hop sampling throughput.
 
-Run: ``python bench/bench_training.py [--nodes 1000000] [--steps 8] [--trainers 2]``.
+Run: ``python bench/bench_training.py [--epochs 3 | --steps 20] [--trainers 2] [--no-prefetch]``.
 
 The benchmark graph (``distgnn.graph.generate``: 1M nodes, ~12M edges, 100 float32
 features) is generated once and cached under /tmp/distgnn-bench, partitioned into 2
@@ -8,11 +8,16 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
 
 * one-hop sampling: ``distgnn.dist.sampling.sample_neighbors`` (fanout 10) on batches
   of random seeds from one client; seeds/s (median of ``--reps``) vs DGL 2.1's 363k.
-* one GraphSAGE epoch (3 layers, fanouts 15,10,5, hidden 256, batch 1000) with
-  ``--trainers`` DDP trainer processes: a full epoch is too slow on a 2-core machine,
-  so ``--steps`` timed steps per trainer (after 2 warm-up steps) are extrapolated to
-  the epoch's step count (median step time x steps per epoch). DGL 2.1: 12.7 s.
-  Trainers on one machine share its cores: each gets ``cpus // trainers`` torch threads.
+* GraphSAGE epochs (3 layers, fanouts 15,10,5 in DGL order, hidden 256, batch 1000,
+  dropout 0.5) with ``--trainers`` DDP trainer processes (``distgnn.train.proc``: each
+  gets ``cpus // trainers`` torch threads and the tuned allocator), features prefetched
+  by a thread (``--no-prefetch`` to compare). Default: ``--epochs`` (3) full epochs after
+  2 warm-up steps, median epoch time; ``--steps N``: N timed steps, epoch EXTRAPOLATED
+  (median step x steps per epoch). DGL 2.1: 12.7 s on this machine, same settings.
+  Per-step breakdown (rank 0 medians): waiting for the batch, sampling and feature pull
+  (in the prefetch thread when on), forward, backward (DDP all-reduce inside), the
+  all-reduce alone, optimizer; CPU seconds per step of a trainer and of both servers
+  (psutil, approximate).
 """
 
 from __future__ import annotations
