@@ -222,35 +222,16 @@ def prepare_partitions(plan: LocalPlan) -> str:
 
 def _find_reusable(p: PartitionPlan) -> str | None:
     """The manifest URL if partitions with the same input fingerprint and options exist."""
-    from distgnn.errors import DistGNNError
-    from distgnn.graph.io import graph_fingerprint
-    from distgnn.partition.manifest import Manifest, PartitionOptions
+    from distgnn.partition.manifest import PartitionOptions
+    from distgnn.partition.reuse import find_reusable, graph_fingerprint
 
-    url = p.manifest_url
-    if not storage.exists(url):
-        return None
-    try:
-        old = Manifest.from_json(storage.read_bytes(url), storage.redact(url))
-    except DistGNNError as e:
-        log.warning("existing manifest unusable; partitioning again", extra=kv(reason=str(e)))
-        return None
     wanted = PartitionOptions(
         method=p.method,
         seed=p.seed,
         halo_hops=p.halo_hops,
         balance_train=p.balance_train,
         balance_edges=p.balance_edges,
-        train_mask=old.options.train_mask,
     )
-    if old.num_parts != p.num_parts or old.options != wanted:
-        log.info(
-            "existing partitions have other options; partitioning again",
-            extra=kv(manifest=storage.redact(url)),
-        )
-        return None
-    if old.input_fingerprint != graph_fingerprint(p.graph_url):
-        log.info(
-            "the input graph changed; partitioning again", extra=kv(manifest=storage.redact(url))
-        )
-        return None
-    return url
+    fingerprint = graph_fingerprint(p.graph_url)
+    found = find_reusable(p.out_url, p.graph_name, fingerprint, wanted, p.num_parts)
+    return p.manifest_url if found is not None else None
