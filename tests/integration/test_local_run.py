@@ -215,6 +215,8 @@ def test_example_job_reaches_the_quality_bar(example_run: tuple[Result, Path]) -
     metrics = json.loads(last)
     assert metrics["test_accuracy"] >= 0.79, metrics
     assert 0.0 <= metrics["val_accuracy"] <= 1.0
+    # val/test accuracy describe the model selected on validation: no later epoch beat it
+    assert metrics["val_accuracy"] >= metrics["final_val_accuracy"]
     assert json.loads((work / "metrics.json").read_text(encoding="utf-8")) == metrics
     # the whole stdout is the metrics line: logs went to stderr, prefixed per process
     assert res.stdout.strip() == last

@@ -133,18 +133,19 @@ def run(
         if ctx.is_main:
             test_ids = tg.mask_ids(cfg.test_mask)
             final_test = evaluate(model, tg, cfg, test_ids, device)
-            test_acc = final_test
+            test_acc, sel_val = final_test, val_acc
             if best_state is not None:  # model selection on the validation set
                 unwrap(model).load_state_dict(best_state)
-                test_acc = evaluate(model, tg, cfg, test_ids, device)
+                test_acc, sel_val = evaluate(model, tg, cfg, test_ids, device), best_val
             metrics = {
                 "app": "node-classification",
                 "model": cfg.model,
+                # test and val accuracy of the same (selected) model
                 "test_accuracy": round(test_acc, 4),
-                "val_accuracy": round(val_acc, 4),
-                "best_val_accuracy": round(best_val, 4),
+                "val_accuracy": round(sel_val, 4),
                 "best_epoch": best_epoch,
                 "final_test_accuracy": round(final_test, 4),
+                "final_val_accuracy": round(val_acc, 4),
                 "epochs": cfg.epochs,
                 "start_epoch": start,
                 "train_seconds": round(t_train, 3),
