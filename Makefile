@@ -2,7 +2,7 @@
 PY ?= python3
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: install test lint typecheck unit integration generate bench example clean
+.PHONY: install test lint typecheck unit integration generate bench example lock clean
 
 install:            ## torch (CPU), the project with extras, and the helm binary
 	bash scripts/dev-install.sh
@@ -31,6 +31,11 @@ bench:              ## every benchmark, each printing a table
 
 example:            ## the README's main job
 	distgnn run examples/cora-graphsage.yaml
+
+lock:               ## record the installed versions as the tested constraints
+	{ echo "# Versions the test suite last passed with (a fresh venv, 'make test')."; \
+	  echo "# Used as pip constraints by scripts/dev-install.sh; regenerate with 'make lock'."; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v '^distgnn'; } > constraints.txt
 
 clean:
 	rm -rf .tools .pytest_cache .mypy_cache .ruff_cache build *.egg-info

