@@ -126,7 +126,8 @@ def test_socket_errors_are_clear() -> None:
             recv_frame(b, "peer", deadline=None)
 
 
-@pytest.mark.parametrize("width", [3, 300])  # narrow rows: gathered in blocks; wide: iovecs
+# narrow rows: gathered in growing blocks by a helper thread; >= 4 KiB rows: iovecs
+@pytest.mark.parametrize("width", [3, 300, 512, 1100])
 def test_streamed_gather_equals_fancy_indexing(width: int) -> None:
     table = np.random.default_rng(width).random((5000, width)).astype(np.float32)
     rows = np.random.default_rng(1).integers(0, 5000, 4000)

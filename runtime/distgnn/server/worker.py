@@ -48,6 +48,8 @@ from distgnn.server.store import ShmStore
 log = logging.getLogger("distgnn.server.worker")
 
 POLL_S = 0.2
+SNDBUF = 4 << 20
+"""Send buffer of a connection (capped by net.core.wmem_max): a whole gather block fits."""
 HELLO_LIMITS = Limits(max_meta=64 << 10, max_bufs=0, max_buf_bytes=0, max_total_bytes=0)
 """An unauthenticated peer can make the server allocate nothing beyond a small HELLO."""
 
@@ -149,6 +151,7 @@ class Worker:
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
         authed = False
         try:
             while True:
