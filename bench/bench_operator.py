@@ -13,10 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import gzip
-import importlib.resources
-import itertools
 import os
 import resource
 import statistics
@@ -24,54 +20,22 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import aiohttp.web
-import jsonpatch
 import kmock
-import yaml
 
-from distgnn import contract
+# the emulator stand-in is shared with the operator's integration tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.emulator import (
+    GV,
+    StampingEmulator,
+    declare_resources,
+    write_kubeconfig,
+)
 
-GV = f"{contract.API_GROUP}/{contract.API_VERSION}"
 CHILDREN = ("secrets", "jobs", "services", "statefulsets", "networkpolicies")
 PER_JOB = 6  # token Secret, partition Job, 2 Services, StatefulSet, NetworkPolicy
-_RV = itertools.count(1)
-
-
-class Emulator(kmock.KubernetesEmulator):
-    """Stamps uid/resourceVersion/creationTimestamp and names generateName objects."""
-
-    async def _handle(self, request: Any) -> Any:
-        if request.resource is not None and isinstance(request.data, dict):
-            md = request.data.setdefault("metadata", {})
-            md["resourceVersion"] = str(next(_RV))
-            if request.action == kmock.action.CREATE:
-                if not md.get("name") and md.get("generateName"):
-                    md["name"] = md["generateName"] + uuid.uuid4().hex[:8]
-                md.setdefault("uid", str(uuid.uuid4()))
-                md.setdefault("generation", 1)
-                md.setdefault("creationTimestamp", dt.datetime.now(dt.UTC).isoformat())
-        elif request.resource is not None and isinstance(request.data, list):
-            request.data.append(
-                {"op": "add", "path": "/metadata/resourceVersion", "value": str(next(_RV))}
-            )
-        try:
-            return await super()._handle(request)
-        except jsonpatch.JsonPatchTestFailed as e:  # the real API server answers 422
-            return aiohttp.web.json_response(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Status",
-                    "status": "Failure",
-                    "code": 422,
-                    "reason": "Invalid",
-                    "message": str(e),
-                },
-                status=422,
-            )
 
 
 def job(name: str, ns: str) -> dict[str, Any]:
@@ -97,35 +61,10 @@ def children_of(k: kmock.KubernetesEmulator) -> dict[str, int]:
 
 
 async def run(n: int, timeout: float, spread: bool) -> dict[str, float]:
-    async with Emulator() as k, kmock.Server(k):
-        data = importlib.resources.files("kmock._internal").joinpath("resources.json.gz")
-        k.resources.load_data(gzip.decompress(data.read_bytes()))
-        k.resources[f"{GV}/distgnnjobs"] = kmock.ResourceInfo(
-            kind="DistGNNJob",
-            namespaced=True,
-            subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"},
-        )
-        k.resources[f"{GV}/graphservers"] = kmock.ResourceInfo(
-            kind="GraphServer",
-            namespaced=True,
-            subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"},
-        )
+    async with StampingEmulator() as k, kmock.Server(k):
+        declare_resources(k)
         tmp = tempfile.mkdtemp(prefix="bench-operator-")
-        kc = Path(tmp) / "kubeconfig"
-        kc.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "e",
-                    "clusters": [{"name": "e", "cluster": {"server": str(k.url).rstrip("/")}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [{"name": "e", "context": {"cluster": "e", "user": "u"}}],
-                }
-            )
-        )
+        kc = write_kubeconfig(k, Path(tmp) / "kubeconfig")
         env = {
             **os.environ,
             "KUBECONFIG": str(kc),

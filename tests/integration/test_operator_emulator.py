@@ -5,29 +5,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import gzip
-import importlib.resources
-import itertools
 import json
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp.web
-import jsonpatch
 import kmock
 import pytest
-import yaml
 from kopf.testing import KopfRunner
+from tests.support.emulator import GV, StampingEmulator, declare_resources, write_kubeconfig
 
 from distgnn import contract
 from distgnn_operator.__main__ import build_parser, setup
 
 pytestmark = pytest.mark.timeout(120)
 
-GV = f"{contract.API_GROUP}/{contract.API_VERSION}"
 NS = "ml"
 PLURAL = {
     "DistGNNJob": "distgnnjobs",
@@ -49,78 +41,6 @@ PREFIX = {
     "Service": "v1",
     "Pod": "v1",
 }
-
-
-class StampingEmulator(kmock.KubernetesEmulator):
-    """Adds what a real API server stamps: uid, resourceVersion, generation, timestamps."""
-
-    async def _handle(self, request: Any) -> Any:
-        if request.resource is not None and isinstance(request.data, dict):
-            rv = str(next(_RV))
-            md = request.data.setdefault("metadata", {})
-            if request.action == kmock.action.CREATE:
-                if not md.get("name") and md.get("generateName"):
-                    md["name"] = md["generateName"] + uuid.uuid4().hex[:8]
-                md.setdefault("uid", str(uuid.uuid4()))
-                md.setdefault("generation", 1)
-                md.setdefault(
-                    "creationTimestamp", dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                )
-                md["resourceVersion"] = rv
-            elif request.action == kmock.action.UPDATE:
-                md["resourceVersion"] = rv
-                key = (request.resource, request.namespace, request.name)
-                if "spec" in request.data and key in self.objects:
-                    cur = self.objects[key]
-                    if not cur.deleted:
-                        md["generation"] = int(cur.get("metadata", {}).get("generation", 1)) + 1
-        elif request.resource is not None and isinstance(request.data, list):
-            # a JSON patch (kopf's finalizers) gets the new resourceVersion appended
-            request.data.append(
-                {"op": "add", "path": "/metadata/resourceVersion", "value": str(next(_RV))}
-            )
-        try:
-            return await super()._handle(request)
-        except jsonpatch.JsonPatchTestFailed as e:
-            # the real API server answers a failed "test" operation with 422, not 500
-            return aiohttp.web.json_response(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Status",
-                    "status": "Failure",
-                    "code": 422,
-                    "reason": "Invalid",
-                    "message": str(e),
-                },
-                status=422,
-            )
-
-
-_RV = itertools.count(1)
-
-
-def _declare(k: kmock.KubernetesEmulator) -> None:
-    # kmock's load_bundled() uses a deprecated importlib call (warnings are errors here)
-    bundled = importlib.resources.files("kmock._internal").joinpath("resources.json.gz")
-    k.resources.load_data(gzip.decompress(bundled.read_bytes()))
-    for kind, plural in (("DistGNNJob", "distgnnjobs"), ("GraphServer", "graphservers")):
-        k.resources[f"{GV}/{plural}"] = kmock.ResourceInfo(
-            kind=kind,
-            namespaced=True,
-            subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"},
-        )
-    for gvp, kind in (
-        ("batch/v1/jobs", "Job"),
-        ("apps/v1/statefulsets", "StatefulSet"),
-        ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
-    ):
-        k.resources[gvp] = kmock.ResourceInfo(
-            kind=kind,
-            namespaced=True,
-            subresources={"status"},
-            verbs={"list", "watch", "get", "patch", "create", "delete"},
-        )
 
 
 class Cluster:
@@ -196,18 +116,8 @@ class Cluster:
 @pytest.fixture
 async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
     async with StampingEmulator() as k, kmock.Server(k):
-        _declare(k)
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "emu",
-            "clusters": [{"name": "emu", "cluster": {"server": str(k.url).rstrip("/")}}],
-            "users": [{"name": "u", "user": {"token": "test-token"}}],
-            "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "u"}}],
-        }
-        path = tmp_path / "kubeconfig"
-        path.write_text(yaml.safe_dump(kubeconfig))
-        monkeypatch.setenv("KUBECONFIG", str(path))
+        declare_resources(k)
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(k, tmp_path / "kubeconfig")))
         yield Cluster(k)
 
 
