@@ -114,3 +114,21 @@ def test_find_reusable(parted: Path) -> None:
     assert find_reusable(str(parted), "g", "0" * 64, opts) is None
     assert find_reusable(str(parted), "g", m.input_fingerprint, PartitionOptions(seed=1)) is None
     assert find_reusable(str(parted), "other", m.input_fingerprint, opts) is None
+
+
+def test_find_reusable_hashes_the_input_only_when_needed(parted: Path) -> None:
+    """The fingerprint hashes the whole input: skip it when the cheap checks already fail."""
+    m = load_manifest(str(parted / "g.json"))
+    calls: list[int] = []
+
+    def fingerprint() -> str:
+        calls.append(1)
+        return m.input_fingerprint
+
+    opts = PartitionOptions()
+    assert find_reusable(str(parted), "other", fingerprint, opts) is None
+    assert find_reusable(str(parted), "g", fingerprint, PartitionOptions(seed=1)) is None
+    assert find_reusable(str(parted), "g", fingerprint, opts, num_parts=m.num_parts + 1) is None
+    assert calls == []
+    assert find_reusable(str(parted), "g", fingerprint, opts) == m
+    assert calls == [1]

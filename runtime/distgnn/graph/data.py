@@ -48,6 +48,7 @@ class GraphData:
     edge_data: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     source: str = ""
     arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
     """The raw input arrays by key (for the fingerprint)."""
 
     @property
@@ -90,8 +91,10 @@ class GraphData:
         return np.asarray(ids, dtype=np.int64) + self.ntype_offsets[t]
 
     def fingerprint(self) -> str:
-        """sha256 of the input's array names, shapes, dtypes and bytes."""
-        return fingerprint_arrays(self.arrays)
+        """sha256 of the input's array names, shapes, dtypes and bytes (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint_arrays(self.arrays)
+        return self._fingerprint
 
 
 def _file_region(a: np.ndarray) -> tuple[str, int] | None:

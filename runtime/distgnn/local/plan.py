@@ -11,13 +11,16 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from distgnn import storage
 from distgnn.errors import ConfigError
 from distgnn.log import kv
+
+if TYPE_CHECKING:
+    from distgnn.graph.data import GraphData
 
 log = logging.getLogger("distgnn.local")
 
@@ -186,9 +189,11 @@ def prepare_partitions(plan: LocalPlan) -> str:
         raise ConfigError(f"{plan.kind} {plan.name!r} has no graph to serve")
     if not storage.exists(p.graph_url):
         raise ConfigError(f"spec.graph.source.url: {storage.redact(p.graph_url)} does not exist")
+    from distgnn.graph.io import load_graph
     from distgnn.partition.partitioner import partition_graph
 
-    reuse = _find_reusable(p)
+    graph = load_graph(p.graph_url)  # once: for the reuse check and for partitioning
+    reuse = _find_reusable(p, graph)
     if reuse is not None:
         log.info(
             "reusing existing partitions (same input and options)",
@@ -207,7 +212,7 @@ def prepare_partitions(plan: LocalPlan) -> str:
     if storage.is_local(p.out_url):
         os.makedirs(storage.local_path(p.out_url), exist_ok=True)
     partition_graph(
-        p.graph_url,
+        graph,
         p.num_parts,
         p.out_url,
         p.graph_name,
@@ -220,10 +225,10 @@ def prepare_partitions(plan: LocalPlan) -> str:
     return p.manifest_url
 
 
-def _find_reusable(p: PartitionPlan) -> str | None:
+def _find_reusable(p: PartitionPlan, graph: GraphData) -> str | None:
     """The manifest URL if partitions with the same input fingerprint and options exist."""
     from distgnn.partition.manifest import PartitionOptions
-    from distgnn.partition.reuse import find_reusable, graph_fingerprint
+    from distgnn.partition.reuse import find_reusable
 
     wanted = PartitionOptions(
         method=p.method,
@@ -232,6 +237,5 @@ def _find_reusable(p: PartitionPlan) -> str | None:
         balance_train=p.balance_train,
         balance_edges=p.balance_edges,
     )
-    fingerprint = graph_fingerprint(p.graph_url)
-    found = find_reusable(p.out_url, p.graph_name, fingerprint, wanted, p.num_parts)
+    found = find_reusable(p.out_url, p.graph_name, graph.fingerprint, wanted, p.num_parts)
     return p.manifest_url if found is not None else None

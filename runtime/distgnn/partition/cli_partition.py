@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
             args.balance_edges,
             args.train_mask,
         )
-        m = find_reusable(args.out, args.name, graph.fingerprint(), opts, args.num_parts)
+        m = find_reusable(args.out, args.name, graph.fingerprint, opts, args.num_parts)
         if m is not None:
             print(f"reused {args.out.rstrip('/')}/{args.name}.json (edge cut {m.edge_cut:.4f})")
             return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from distgnn import storage
@@ -21,7 +21,7 @@ __all__ = ["find_reusable", "graph_fingerprint"]
 def find_reusable(
     out_url: str,
     name: str,
-    fingerprint: str,
+    fingerprint: str | Callable[[], str],
     options: PartitionOptions,
     num_parts: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
@@ -29,7 +29,9 @@ def find_reusable(
     """The manifest at ``OUT/NAME.json`` if it has this input fingerprint and these options.
 
     A missing, unreadable or malformed manifest means "not reusable" (None), never an
-    error. Compute ``fingerprint`` with :func:`distgnn.graph.io.graph_fingerprint`.
+    error. ``fingerprint`` is the input's (:meth:`GraphData.fingerprint`), or a function
+    computing it: it hashes the whole input, so it is called only once a manifest with
+    the same options and part count exists.
     """
     url = storage.join(out_url, f"{name}.json")
     try:
@@ -39,8 +41,10 @@ def find_reusable(
     except (StorageError, ManifestError) as e:
         log.info("existing manifest not reusable", extra=kv(url=storage.redact(url), why=str(e)))
         return None
-    same = m.input_fingerprint == fingerprint and m.options == options
-    if same and (num_parts is None or m.num_parts == num_parts):
-        log.info("reusing partitions", extra=kv(url=storage.redact(url)))
-        return m
-    return None
+    if m.options != options or (num_parts is not None and m.num_parts != num_parts):
+        return None
+    fp = fingerprint() if callable(fingerprint) else fingerprint
+    if m.input_fingerprint != fp:
+        return None
+    log.info("reusing partitions", extra=kv(url=storage.redact(url)))
+    return m
