@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 def ensure_graph(nodes: int) -> str:
     from distgnn.graph.generate import GenerateOptions, generate_graph, write_graph_dir
 
-    graph = f"{CACHE}/gen-{nodes}"
+    graph = f"{CACHE}/gen2-{nodes}"
     if not os.path.exists(f"{graph}/.complete"):
         print(f"generating {graph} ...", file=sys.stderr)
         write_graph_dir(generate_graph(GenerateOptions(nodes=nodes)), graph)
@@ -53,7 +53,7 @@ def ensure_graph(nodes: int) -> str:
 def ensure_parts(graph: str, nodes: int, method: str) -> str:
     from distgnn.partition.partitioner import partition_graph
 
-    out = f"{CACHE}/train-{nodes}-{method}-2"
+    out = f"{CACHE}/train2-{nodes}-{method}-2"
     manifest = f"{out}/bench.json"
     if not os.path.exists(manifest):
         print(f"partitioning into {out} ...", file=sys.stderr)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -31,7 +34,7 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray,
     np.add(keys[:e], dst, out=keys[:e])
     np.multiply(dst, n, out=keys[e:])
     np.add(keys[e:], src, out=keys[e:])
-    keys.sort()  # value sort (SIMD quicksort), much faster than an argsort
+    keys = _parallel_sort(keys, (n // 2) * n)
     if keys.shape[0]:
         uniq = np.empty(keys.shape[0], dtype=bool)
         uniq[0] = True
@@ -43,6 +46,27 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray,
     xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
     np.remainder(keys, n, out=keys)
     return xadj, keys
+
+
+def _parallel_sort(keys: np.ndarray, pivot: int) -> np.ndarray:
+    """Sort ``keys`` by splitting at ``pivot`` and sorting both sides in two threads.
+
+    NumPy's sort releases the GIL; the split is one pass, so two cores nearly halve
+    the time of the largest step before METIS.
+    """
+    if keys.shape[0] < 1 << 20 or (os.cpu_count() or 1) < 2:
+        keys.sort()  # value sort (SIMD quicksort), much faster than an argsort
+        return keys
+    low = keys < pivot
+    c = int(np.count_nonzero(low))
+    out = np.empty_like(keys)
+    np.compress(low, keys, out=out[:c])
+    np.logical_not(low, out=low)
+    np.compress(low, keys, out=out[c:])
+    del keys, low
+    with ThreadPoolExecutor(2, thread_name_prefix="sort") as pool:
+        list(pool.map(np.ndarray.sort, (out[:c], out[c:])))
+    return out
 
 
 def metis_assign(
@@ -59,7 +83,6 @@ def metis_assign(
     pymetis 2025.2 passes a single balance constraint to METIS (``ncon`` = 1), so
     several balance goals are folded into ``vweights`` and refined by :func:`rebalance`.
     """
-    import pymetis
 
     if num_parts == 1 or n == 0:
         return np.zeros(n, dtype=np.int64)
@@ -69,15 +92,75 @@ def metis_assign(
     release_pages(src, dst)
     vw = None if vweights is None else np.ascontiguousarray(vweights, dtype=np.int64)
     with step("metis", log, parts=num_parts, weighted=vw is not None):
+        parts = _kway(xadj, adjncy, num_parts, vw, seed)
+    del xadj, adjncy
+    return parts
+
+
+_METIS_OK = 1
+_METIS_NOPTIONS = 40
+
+
+def _kway(
+    xadj: np.ndarray, adjncy: np.ndarray, k: int, vw: np.ndarray | None, seed: int
+) -> np.ndarray:
+    """``METIS_PartGraphKway`` from pymetis' own library, called through ctypes.
+
+    A ctypes foreign call releases the GIL, so other threads (the input fingerprint,
+    the edge sort for relabelling) run on the other cores while METIS works;
+    ``pymetis.part_graph`` holds the GIL for the whole call. Same library, same
+    inputs, same result; falls back to ``pymetis.part_graph`` if the symbols or the
+    64-bit index width are not there.
+    """
+    import pymetis
+    from pymetis import _internal
+
+    try:
+        if _internal._idx_type_width() != 64:
+            raise OSError("METIS is not built with 64-bit indices")
+        lib = ctypes.CDLL(_internal.__file__)
+        set_defaults, kway = lib.METIS_SetDefaultOptions, lib.METIS_PartGraphKway
+    except (OSError, AttributeError):
         res = pymetis.part_graph(
-            num_parts,
+            k,
             pymetis.CSRAdjacency(xadj, adjncy),
             vweights=vw,
             options=pymetis.Options(seed=seed),
             recursive=False,
         )
-    del xadj, adjncy
-    return np.asarray(res.vertex_part, dtype=np.int64)
+        return np.asarray(res.vertex_part, dtype=np.int64)
+    i64 = ctypes.c_int64
+    options = (i64 * _METIS_NOPTIONS)()
+    set_defaults(options)
+    options[int(_internal.OptionKey.SEED)] = seed
+    n = xadj.shape[0] - 1
+    nvtxs, ncon, nparts, edgecut = i64(n), i64(1), i64(k), i64(0)
+    part = np.zeros(n, dtype=np.int64)
+
+    def ptr(a: np.ndarray | None) -> ctypes.c_void_p | None:
+        return None if a is None else ctypes.c_void_p(a.ctypes.data)
+
+    xadj = np.ascontiguousarray(xadj, dtype=np.int64)
+    adjncy = np.ascontiguousarray(adjncy, dtype=np.int64)
+    kway.restype = ctypes.c_int
+    status = kway(
+        ctypes.byref(nvtxs),
+        ctypes.byref(ncon),
+        ptr(xadj),
+        ptr(adjncy),
+        ptr(vw),
+        None,
+        None,
+        ctypes.byref(nparts),
+        None,
+        None,
+        options,
+        ctypes.byref(edgecut),
+        ptr(part),
+    )
+    if status != _METIS_OK:
+        raise MemoryError(f"METIS_PartGraphKway failed with status {status}")
+    return part
 
 
 def rebalance(

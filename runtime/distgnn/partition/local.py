@@ -23,6 +23,17 @@ class Relabeled:
     num_etypes: int = 1
     _by_dst: tuple[np.ndarray, np.ndarray | None] | None = None
 
+    def edge_cut(self) -> float:
+        """Fraction of edges whose endpoints are owned by different partitions."""
+        if self.nsrc.shape[0] == 0:
+            return 0.0
+        cross = 0
+        for p in range(self.num_parts):
+            a, b = self.node_offsets[p], self.node_offsets[p + 1]
+            s = self.nsrc[self.edge_offsets[p] : self.edge_offsets[p + 1]]
+            cross += s.shape[0] - int(np.count_nonzero((s >= a) & (s < b)))
+        return cross / self.nsrc.shape[0]
+
     def in_edge_index(self) -> tuple[np.ndarray, np.ndarray | None]:
         """(indptr over new node IDs, permutation to new edge IDs or None) of all in-edges."""
         if self._by_dst is None:

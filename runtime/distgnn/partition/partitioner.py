@@ -109,21 +109,38 @@ def stable_order(key: np.ndarray, bound: int) -> np.ndarray:
     return np.remainder(packed, m, out=packed)
 
 
-def relabel(g: GraphData, parts: np.ndarray, num_parts: int) -> Relabeled:
-    """New node IDs (by partition, then type, then original ID) and new edge IDs."""
+def relabel(
+    g: GraphData, parts: np.ndarray, num_parts: int, dst_order: np.ndarray | None = None
+) -> Relabeled:
+    """New node IDs (by partition, then type, then original ID) and new edge IDs.
+
+    ``dst_order`` is ``stable_order(g.dst, g.num_nodes)`` if already computed (it does not
+    depend on ``parts``, so :func:`partition_graph` sorts while METIS runs).
+    """
     n = g.num_nodes
     new2orig = stable_order(parts, num_parts)
     orig2new = np.empty(n, dtype=np.int64)
     orig2new[new2orig] = np.arange(n, dtype=np.int64)
     node_offsets = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=num_parts))])
-    ndst_orig = orig2new[g.dst]
     etypes = None if len(g.edge_types) == 1 else g.edge_type_ids()
     edge_offsets: np.ndarray | None
     if etypes is None:
-        # new IDs are grouped by partition, so destination order is owner order
-        eorder = stable_order(ndst_orig, n)
-        edge_offsets = None
+        # New IDs keep the original order inside a partition, so edges sorted by new
+        # destination are the destination-sorted edges grouped (stably) by owner.
+        if dst_order is None:
+            dst_order = stable_order(np.asarray(g.dst), n)
+        owner = parts.astype(np.int8 if num_parts <= 127 else np.int32)[
+            np.asarray(g.dst)[dst_order]
+        ]
+        eorder = dst_order[np.argsort(owner, kind="stable")]  # radix sort on small ints
+        del owner, dst_order
+        # sorted by new destination: each new ID repeated by its in-degree
+        in_deg = np.bincount(np.asarray(g.dst), minlength=n)[new2orig]
+        ndst = np.repeat(np.arange(n, dtype=np.int64), in_deg)
+        edge_offsets = np.concatenate([[0], np.cumsum(in_deg)])[node_offsets]
+        del in_deg
     else:
+        ndst_orig = orig2new[g.dst]
         pd = parts[g.dst]
         edge_offsets = np.concatenate([[0], np.cumsum(np.bincount(pd, minlength=num_parts))])
         t = len(g.edge_types)
@@ -131,10 +148,8 @@ def relabel(g: GraphData, parts: np.ndarray, num_parts: int) -> Relabeled:
         del pd
         eorder = stable_order(key, num_parts * t * n)
         del key
-    ndst = ndst_orig[eorder]
-    del ndst_orig
-    if edge_offsets is None:  # sorted by new destination: owners' ranges by binary search
-        edge_offsets = np.concatenate([[0], np.searchsorted(ndst, node_offsets[1:])])
+        ndst = ndst_orig[eorder]
+        del ndst_orig
     nsrc = orig2new[np.asarray(g.src)[eorder]]
     return Relabeled(
         num_parts=num_parts,
@@ -194,14 +209,20 @@ def partition_graph(
     # The input fingerprint (full sha256 of every input array) is computed from plain
     # file reads in a background thread while the main thread symmetrises the graph for
     # METIS (hashlib and NumPy's sort release the GIL).
+    # The edge sort by destination (independent of the assignment) follows in the same
+    # thread while METIS runs (called so that it releases the GIL).
     with ThreadPoolExecutor(1, thread_name_prefix="fingerprint") as fp_pool:
         fp_future = fp_pool.submit(_timed_fingerprint, g)
+        homogeneous = len(g.edge_types) == 1
+        order_future = fp_pool.submit(_dst_order, g) if homogeneous else None
         with step("assign", log, method=method, parts=num_parts):
             parts = assign_parts(g, num_parts, opts, train)
         fingerprint = fp_future.result()
-    edge_cut = float(np.mean(parts[g.src] != parts[g.dst])) if g.num_edges else 0.0
+        dst_order = order_future.result() if order_future else None
     with step("relabel", log):
-        r = relabel(g, parts, num_parts)
+        r = relabel(g, parts, num_parts, dst_order)
+    del dst_order
+    edge_cut = r.edge_cut()
     ntype_offsets = _typed_offsets(parts, g.ntype_offsets, g.node_types, num_parts)
     enames = [etype_str(e) for e in g.edge_types]
     if len(enames) == 1:
@@ -288,6 +309,11 @@ def partition_graph(
         ),
     )
     return m
+
+
+def _dst_order(g: GraphData) -> np.ndarray:
+    with step("sort edges", log):
+        return stable_order(np.asarray(g.dst), g.num_nodes)
 
 
 def _timed_fingerprint(g: GraphData) -> str:
