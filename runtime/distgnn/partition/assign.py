@@ -98,7 +98,8 @@ def metis_assign(
 
 
 _METIS_OK = 1
-_METIS_NOPTIONS = 40
+_METIS_NOPTIONS = 40  # metis.h (5.1): size of the options array
+_METIS_OPTION_SEED = 8  # metis.h (5.1): index of METIS_OPTION_SEED
 
 
 def _kway(
@@ -132,7 +133,7 @@ def _kway(
     i64 = ctypes.c_int64
     options = (i64 * _METIS_NOPTIONS)()
     set_defaults(options)
-    options[int(_internal.OptionKey.SEED)] = seed
+    options[_METIS_OPTION_SEED] = seed
     n = xadj.shape[0] - 1
     nvtxs, ncon, nparts, edgecut = i64(n), i64(1), i64(k), i64(0)
     part = np.zeros(n, dtype=np.int64)
