@@ -64,3 +64,40 @@ def test_dense_and_sparse_local_ids_agree(
     assert [p.files for p in dense.parts] == [p.files for p in sparse.parts]
     part = load_partition(str(tmp_path / "dense" / "g.json"), 0)
     assert part.halo_nid.shape[0] > 0 and part.indptr[-1] == part.indices.shape[0]
+
+
+def test_symmetric_csr_parallel_sort_path() -> None:
+    """Above 1M keys the sort splits at a pivot and runs in two threads."""
+    rng = np.random.default_rng(2)
+    n = 50_000
+    src, dst = rng.integers(0, n, 600_000), rng.integers(0, n, 600_000)
+    xadj, adj = symmetric_csr(src, dst, n)
+    keep = src != dst
+    keys = np.unique(np.concatenate([src[keep] * n + dst[keep], dst[keep] * n + src[keep]]))
+    assert np.array_equal(adj, keys % n)
+    assert np.array_equal(xadj, np.searchsorted(keys, np.arange(n + 1) * n))
+
+
+def test_kway_through_ctypes_matches_pymetis(cora_path: Path) -> None:
+    """The GIL-releasing ctypes call gives pymetis' own k-way result."""
+    import pymetis
+
+    from distgnn.partition.assign import _kway
+
+    g = load_graph(str(cora_path))
+    xadj, adj = symmetric_csr(np.asarray(g.src), np.asarray(g.dst), g.num_nodes)
+    ours = _kway(xadj, adj, 4, None, seed=7)
+    ref = pymetis.part_graph(
+        4, pymetis.CSRAdjacency(xadj, adj), options=pymetis.Options(seed=7), recursive=False
+    )
+    assert np.array_equal(ours, np.asarray(ref.vertex_part))
+    vw = np.arange(1, g.num_nodes + 1, dtype=np.int64) % 3 + 1
+    ours_w = _kway(xadj, adj, 2, vw, seed=1)
+    ref_w = pymetis.part_graph(
+        2,
+        pymetis.CSRAdjacency(xadj, adj),
+        vweights=vw,
+        options=pymetis.Options(seed=1),
+        recursive=False,
+    )
+    assert np.array_equal(ours_w, np.asarray(ref_w.vertex_part))
