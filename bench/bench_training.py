@@ -1,6 +1,7 @@
 """Training benchmark: GraphSAGE epoch time and distributed one-hop sampling throughput.
 
-Run: ``python bench/bench_training.py [--epochs 3 | --steps 20] [--trainers 2] [--no-prefetch]``.
+Run: ``python bench/bench_training.py [--epochs 3 | --steps 20] [--trainers 2] [--no-prefetch]
+[--precision 32|bf16-mixed]``.
 
 The benchmark graph (``distgnn.graph.generate``: 1M nodes, ~12M edges, 100 float32
 features) is generated once and cached under /tmp/distgnn-bench, partitioned into 2
@@ -86,7 +87,7 @@ def bench_sampling(env: dict[str, str], reps: int) -> list[tuple[int, float]]:
     return out
 
 
-def child_train(steps: int, epochs: int, use_prefetch: bool) -> None:
+def child_train(steps: int, epochs: int, use_prefetch: bool, precision: str) -> None:
     """One DDP trainer. ``steps > 0``: time ``steps`` steps after 2 warm-up steps;
     ``steps == 0``: time ``epochs`` full epochs after 2 warm-up steps."""
     import torch
@@ -96,12 +97,14 @@ def child_train(steps: int, epochs: int, use_prefetch: bool) -> None:
     from distgnn.nn import GraphSAGE
     from distgnn.sampling import NeighborSampler, NodeBatcher
     from distgnn.sampling.loader import DistDataLoader, prefetch
+    from distgnn.train.config import TrainConfig
     from distgnn.train.ddp import agree_steps, barrier, init_ddp, shutdown, wrap
     from distgnn.train.graph import open_train_graph
-    from distgnn.train.loop import padded
+    from distgnn.train.loop import autocast, padded
     from distgnn.train.proc import configure_trainer_process
 
     threads = configure_trainer_process()
+    cfg = TrainConfig(precision=precision).validate()
     ctx = init_ddp()
     tg = open_train_graph()
     ids = tg.split_nodes("train_mask", ctx)
@@ -149,7 +152,9 @@ def child_train(steps: int, epochs: int, use_prefetch: bool) -> None:
             # padded: a trainer out of batches repeats its last one with weight 0
             for (t_sample, t_fetch, x, y, blocks, n_in), w in padded(batches, n):
                 t1 = time.perf_counter()
-                loss = F.cross_entropy(model(blocks, x), y) * w
+                with autocast(cfg, x.device):
+                    logits = model(blocks, x).float()
+                loss = F.cross_entropy(logits, y) * w
                 t2 = time.perf_counter()
                 opt.zero_grad()
                 loss.backward()
@@ -272,16 +277,18 @@ def main() -> None:
     ap.add_argument("--no-prefetch", action="store_true", help="no feature-prefetch thread")
     ap.add_argument("--reps", type=int, default=15, help="sampling repetitions")
     ap.add_argument("--method", default="metis", choices=["metis", "random"])
+    ap.add_argument("--precision", default="32", choices=["32", "bf16-mixed"])
     ap.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_train:
-        child_train(a.steps, a.epochs, not a.no_prefetch)
+        child_train(a.steps, a.epochs, not a.no_prefetch, a.precision)
         return
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     from servers import running_servers
 
     extra = ["--steps", str(a.steps), "--epochs", str(a.epochs)]
     extra += ["--no-prefetch"] if a.no_prefetch else []
+    extra += ["--precision", a.precision]
     manifest = ensure_parts(ensure_graph(a.nodes), a.nodes, a.method)
     with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
         env = srv.env()
@@ -301,7 +308,7 @@ def main() -> None:
     print(
         f"bench_training: {a.nodes} nodes, 2 partitions/servers, {a.trainers} trainers "
         f"({ep['threads']} torch thread(s) each), num_samplers={a.num_samplers}, "
-        f"prefetch={'off' if a.no_prefetch else 'on'}; epoch: {how}"
+        f"prefetch={'off' if a.no_prefetch else 'on'}, precision {a.precision}; epoch: {how}"
     )
     if ep["epoch_times"]:
         print("epoch times (s): " + ", ".join(f"{t:.1f}" for t in ep["epoch_times"]))

@@ -15,6 +15,7 @@ import torch
 from servers import Servers, partition_cora, running_servers
 
 from distgnn.dist import DistGraph, DistTensor, initialize, node_split, sample_neighbors
+from distgnn.dist.tensor import _segment_plan, group
 from distgnn.errors import AuthError, ServerError
 from distgnn.partition.loader import load_partition
 from distgnn.rpc.client import Connection, Timeouts
@@ -49,6 +50,15 @@ def test_every_feature_read_equals_input(srv: Servers, cora_path: Path, new2orig
         np.testing.assert_array_equal(feat.numpy(), data["feat"][new2orig[0][perm]])
         lab = g.ndata["label"][perm]
         np.testing.assert_array_equal(lab.numpy(), data["label"][new2orig[0][perm]])
+        # sampler order (random seeds, then ascending runs): long runs are received in
+        # place, short ones through a scratch buffer
+        mixed = np.concatenate([perm[:300], np.sort(perm[300:])])
+        parts, _ = g.ndata["feat"].policy.locate(mixed)
+        order, b = group(parts, 2)
+        assert _segment_plan(parts, order, b, np.empty((mixed.size, 3))) is not None
+        np.testing.assert_array_equal(
+            g.ndata["feat"][mixed].numpy(), data["feat"][new2orig[0][mixed]]
+        )
         # one partition only (answer received straight into the output)
         first = np.arange(10)
         np.testing.assert_array_equal(

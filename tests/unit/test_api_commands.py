@@ -85,6 +85,7 @@ def test_trainer_command_maps_every_app_field() -> None:
         "seed",
         "num_negs",
         "exclude",
+        "precision",
     ):
         assert flags[name.replace("_", "-")] == str(getattr(app, name)), name
     for name in ("lr", "dropout", "weight_decay"):

@@ -56,6 +56,37 @@ def test_schema_and_features_match_input(g: DistGraph, cora_path: Path, new2orig
     assert feat.dtype == torch.float32
     np.testing.assert_array_equal(feat.numpy(), data["feat"][new2orig[0][nid]])
     np.testing.assert_array_equal(g.ndata["label"][nid].numpy(), data["label"][new2orig[0][nid]])
+    # sampler order: seeds, then ascending runs (the segmented receive plan)
+    mixed = np.concatenate([nid[:200], np.sort(nid[200:1500]), np.sort(nid[1500:])])
+    np.testing.assert_array_equal(g.ndata["feat"][mixed].numpy(), data["feat"][new2orig[0][mixed]])
+
+
+def test_segment_plan_covers_every_row_once() -> None:
+    from distgnn.dist.tensor import MIN_DIRECT_RUN, _segment_plan, group
+
+    rng = np.random.default_rng(5)
+    parts = np.concatenate(
+        [rng.integers(0, 3, 100), np.repeat([0, 1, 2], 500), np.repeat([0, 2], [3, 700])]
+    ).astype(np.int16)
+    out = np.zeros((parts.size, 2))
+    order, b = group(parts, 3)
+    plan = _segment_plan(parts, order, b, out)
+    assert plan is not None
+    segs, short_pos, tmp = plan
+    tmp[...] = 0  # scratch comes uninitialised
+    # mark every destination row with its partition: each row of out or tmp exactly once
+    for p, s in segs.items():
+        assert sum(d.shape[0] for d in s.arrays) == b[p + 1] - b[p]
+        for d in s.arrays:
+            assert np.shares_memory(d, out) or np.shares_memory(d, tmp)
+            d[:, 0] += 1
+            d[:, 1] = p
+    assert np.all(tmp[:, 0] == 1)
+    out[short_pos] = tmp
+    assert np.all(out[:, 0] == 1) and np.array_equal(out[:, 1], parts)
+    assert short_pos.size < 100 + MIN_DIRECT_RUN  # the long runs went in place
+    random_parts = rng.integers(0, 3, 5000).astype(np.int16)  # no long runs: no plan
+    assert _segment_plan(random_parts, *group(random_parts, 3), np.zeros((5000, 2))) is None
 
 
 def test_structure_matches_input(g: DistGraph, cora_path: Path, new2orig) -> None:

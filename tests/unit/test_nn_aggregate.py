@@ -92,3 +92,18 @@ def test_relu_dropout_equals_relu_then_dropout() -> None:
     torch.testing.assert_close(x.grad, x2.grad)
     torch.testing.assert_close(relu_dropout(x, 0.4, False), torch.relu(x))
     assert torch.all(relu_dropout(x, 1.0, True) == 0)
+
+
+def test_mean_aggregate_under_bf16_autocast_matches_float32() -> None:
+    """CPU has no bfloat16 CSR kernel: the aggregation runs in float32 inside autocast."""
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, 40, 200), rng.integers(0, 10, 200)
+    adj = MeanAdjacency(src, dst, 40, 10)
+    h = torch.randn(40, 8, requires_grad=True)
+    ref = mean_aggregate(adj, h)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mean_aggregate(adj, h.bfloat16())
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+    out.sum().backward()
+    assert h.grad is not None and h.grad.dtype == torch.float32

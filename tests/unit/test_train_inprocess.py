@@ -35,11 +35,20 @@ def planted_graph(n: int = 300, seed: int = 0) -> TrainGraph:
     return TrainGraph(g, LocalSource(g))
 
 
-@pytest.mark.parametrize("model", ["sage", "gat"])
-def test_node_classification_learns_from_neighbours(model: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "precision"), [("sage", "32"), ("gat", "32"), ("sage", "bf16-mixed")]
+)
+def test_node_classification_learns_from_neighbours(model: str, precision: str) -> None:
     tg = planted_graph()
     cfg = TrainConfig(
-        model=model, epochs=4, hidden=16, batch_size=16, fanouts=[5, 5], dropout=0.0, lr=0.02
+        model=model,
+        epochs=4,
+        hidden=16,
+        batch_size=16,
+        fanouts=[5, 5],
+        dropout=0.0,
+        lr=0.02,
+        precision=precision,
     ).validate()
     m = node_classification.run(cfg, tg, init_ddp(TrainerEnv(0, 1, "127.0.0.1", 1)))
     assert m["model"] == model and m["epochs"] == 4 and m["steps_per_epoch"] == 4
@@ -47,10 +56,16 @@ def test_node_classification_learns_from_neighbours(model: str) -> None:
     assert m["test_accuracy"] > 0.8, m
 
 
-def test_link_prediction_metrics() -> None:
+@pytest.mark.parametrize("precision", ["32", "bf16-mixed"])
+def test_link_prediction_metrics(precision: str) -> None:
     tg = planted_graph()
     cfg = TrainConfig(
-        app="link-prediction", epochs=2, hidden=8, batch_size=256, fanouts=[3, 3]
+        app="link-prediction",
+        epochs=2,
+        hidden=8,
+        batch_size=256,
+        fanouts=[3, 3],
+        precision=precision,
     ).validate()
     m = link_prediction.run(cfg, tg, init_ddp(TrainerEnv(0, 1, "127.0.0.1", 1)))
     assert 0.0 <= m["test_auc"] <= 1.0 and m["test_edges"] == int(tg.num_edges() * 0.05)

@@ -79,6 +79,8 @@ def test_config_validation_names_the_option() -> None:
         TrainConfig(model="gcn").validate()
     with pytest.raises(ConfigError, match="--dropout"):
         TrainConfig(dropout=1.5).validate()
+    with pytest.raises(ConfigError, match="--precision"):
+        TrainConfig(precision="fp8").validate()
     with pytest.raises(ConfigError, match="--fanouts"):
         parse_fanouts("10,x")
 

@@ -107,6 +107,8 @@ def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
         _num(app.lr),
         "--dropout",
         _num(app.dropout),
+        "--precision",
+        app.precision,
         "--weight-decay",
         _num(app.weight_decay),
         "--feat",

@@ -24,6 +24,10 @@ from distgnn.api.fields import (
 )
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+PRECISIONS = ("32", "bf16-mixed")
+"""``32``: float32 throughout. ``bf16-mixed``: the forward pass under bfloat16 autocast
+(matrix products in bfloat16, sparse aggregation in float32); parameters, gradients
+and optimizer state stay float32."""
 IMMUTABLE = "self == oldSelf"
 
 
@@ -250,6 +254,12 @@ class App:
     batch_size: int = fld(1024, doc="Seeds per mini-batch.", minimum=1, maximum=1048576)
     lr: float = fld(0.01, doc="Learning rate.", minimum=0, exclusive_minimum=True, maximum=10)
     dropout: float = fld(0.5, doc="Dropout probability.", minimum=0, maximum=1)
+    precision: str = fld(
+        "32",
+        doc="Training precision: 32 (float32) or bf16-mixed (bfloat16 autocast for the "
+        "forward pass; weights, gradients and optimizer state stay float32).",
+        enum=PRECISIONS,
+    )
     weight_decay: float = fld(0.0005, doc="Weight decay.", minimum=0, maximum=1)
     num_negs: int = fld(
         1, doc="Negative samples per edge (link prediction).", minimum=1, maximum=1000

@@ -191,9 +191,33 @@ def _scratch(nbytes: int) -> list[np.ndarray]:
 Chunk = memoryview | bytes | Gathered
 
 
-Into = Callable[[int, np.dtype, tuple[int, ...]], "np.ndarray | None"]
-"""``into(index, dtype, shape)`` may return a writable C-contiguous array to receive buffer
-``index`` directly (zero extra copy), or None to let the codec allocate one."""
+class Segments:
+    """Destinations that receive one buffer together, in order (a scatter receive).
+
+    Each is a writable C-contiguous array of the buffer's dtype and row shape; their
+    rows add up to the buffer's. After the receive, ``received`` is True and the frame
+    holds an empty placeholder for that buffer.
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        self.arrays = list(arrays)
+        self.received = False
+
+    def fits(self, dt: np.dtype, shape: tuple[int, ...]) -> bool:
+        rows = 0
+        for a in self.arrays:
+            if a.dtype != dt or a.shape[1:] != shape[1:] or not a.flags.c_contiguous:
+                return False
+            if not a.flags.writeable:
+                return False
+            rows += a.shape[0]
+        return len(shape) > 0 and rows == shape[0]
+
+
+Into = Callable[[int, np.dtype, tuple[int, ...]], "np.ndarray | Segments | None"]
+"""``into(index, dtype, shape)`` may return a writable C-contiguous array (or
+:class:`Segments`) to receive buffer ``index`` directly (zero extra copy), or None to let
+the codec allocate one."""
 
 
 def _as_buffer(a: np.ndarray | Gathered) -> np.ndarray | Gathered:
@@ -367,6 +391,15 @@ def recv_frame(
     bufs = []
     for i, (dt, shape) in enumerate(descs):
         arr = into(i, dt, shape) if into is not None else None
+        if isinstance(arr, Segments):
+            if arr.fits(dt, shape):
+                for seg in arr.arrays:
+                    if seg.nbytes:
+                        recv_exact(sock, seg.data.cast("B"), peer, deadline)
+                arr.received = True
+                bufs.append(np.empty((0, *shape[1:]), dtype=dt))
+                continue
+            arr = None
         if arr is None or arr.dtype != dt or arr.shape != shape or not arr.flags.c_contiguous:
             arr = np.empty(shape, dtype=dt)
         if arr.nbytes:

@@ -9,6 +9,7 @@ import os
 import traceback
 
 from distgnn import contract
+from distgnn.api.types import PRECISIONS
 
 HELP = "train a GNN (node classification or link prediction) as one DDP trainer"
 APPS = ("node-classification", "link-prediction")
@@ -37,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--weight-decay", type=float, default=5e-4, help="Adam weight decay (default 5e-4)"
     )
     p.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
+    p.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="32",
+        help="32 (float32) or bf16-mixed (bfloat16 autocast forward; default 32)",
+    )
     p.add_argument("--feat", default="feat", help="node feature field (default feat)")
     p.add_argument("--label", default="label", help="node label field (default label)")
     p.add_argument("--train-mask", default="train_mask")
@@ -88,6 +95,7 @@ def _config(args: argparse.Namespace) -> object:
         lr=args.lr,
         weight_decay=args.weight_decay,
         dropout=args.dropout,
+        precision=args.precision,
         feat=args.feat,
         label=args.label,
         train_mask=args.train_mask,

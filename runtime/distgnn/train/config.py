@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distgnn import contract
+from distgnn.api.types import PRECISIONS
 from distgnn.errors import ConfigError
 
 
@@ -22,6 +23,7 @@ class TrainConfig:
     lr: float = 0.01
     weight_decay: float = 5e-4
     dropout: float = 0.5
+    precision: str = "32"
     feat: str = "feat"
     label: str = "label"
     train_mask: str = "train_mask"
@@ -49,6 +51,8 @@ class TrainConfig:
             raise ConfigError("--fanouts: each must be >= 1 or -1 (all neighbours)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"--dropout: {self.dropout} is not in [0, 1)")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision: {self.precision!r} is not one of {PRECISIONS}")
         if self.lr <= 0 or self.weight_decay < 0:
             raise ConfigError("--lr must be > 0 and --weight-decay >= 0")
         if self.num_samplers < 0:

@@ -23,7 +23,7 @@ from distgnn.sampling.loader import DistDataLoader
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
-from distgnn.train.loop import eval_fanouts, padded, resume, save_epoch
+from distgnn.train.loop import autocast, eval_fanouts, padded, resume, save_epoch
 from distgnn.train.metrics import mrr, random_mrr, roc_auc
 
 log = logging.getLogger("distgnn.train")
@@ -113,7 +113,8 @@ def run(
             loader.set_epoch(epoch)
             tot_loss = tot_n = 0.0
             for (inp, pos, neg, blocks), w in padded(iter(loader), steps):
-                h = model(blocks, tg.read(cfg.feat, inp).float().to(ctx.device))
+                with autocast(cfg, ctx.device):
+                    h = model(blocks, tg.read(cfg.feat, inp).float().to(ctx.device)).float()
                 ps, ns = score(h, pos), score(h, neg)
                 loss = (
                     F.binary_cross_entropy_with_logits(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,13 @@ from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, broadcast_int, unwrap
 
 log = logging.getLogger("distgnn.train")
+
+
+def autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The forward pass's autocast context for ``cfg.precision``."""
+    if cfg.precision == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def build_model(cfg: TrainConfig, in_feats: int, out_feats: int) -> nn.Module:

@@ -18,7 +18,7 @@ from distgnn.sampling.loader import DistDataLoader, prefetch
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
-from distgnn.train.loop import build_model, eval_fanouts, padded, resume, save_epoch
+from distgnn.train.loop import autocast, build_model, eval_fanouts, padded, resume, save_epoch
 
 log = logging.getLogger("distgnn.train")
 
@@ -100,7 +100,8 @@ def run(
             with contextlib.closing(batches):
                 for (x_cpu, y_cpu, blocks), w in padded(batches, steps):
                     x, y = x_cpu.to(device), y_cpu.to(device)
-                    logits = model(blocks, x)
+                    with autocast(cfg, device):
+                        logits = model(blocks, x).float()
                     loss = F.cross_entropy(logits, y) * w
                     opt.zero_grad()
                     loss.backward()
