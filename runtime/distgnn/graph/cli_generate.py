@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "generate a power-law graph with planted communities as a folder of .npy"
+HELP = "generate a power-law graph with nested communities as a folder of .npy"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
