@@ -129,10 +129,10 @@ def relabel(
         # destination are the destination-sorted edges grouped (stably) by owner.
         if dst_order is None:
             dst_order = stable_order(np.asarray(g.dst), n)
-        owner = parts.astype(np.int8 if num_parts <= 127 else np.int32)[
-            np.asarray(g.dst)[dst_order]
-        ]
-        eorder = dst_order[np.argsort(owner, kind="stable")]  # radix sort on small ints
+        # np.take: 2-3x faster than fancy indexing for these int64 gathers
+        small = parts.astype(np.int8 if num_parts <= 127 else np.int32)
+        owner = np.take(small, np.take(np.asarray(g.dst), dst_order))
+        eorder = np.take(dst_order, np.argsort(owner, kind="stable"))  # radix sort
         del owner, dst_order
         # sorted by new destination: each new ID repeated by its in-degree
         in_deg = np.bincount(np.asarray(g.dst), minlength=n)[new2orig]
@@ -150,7 +150,7 @@ def relabel(
         del key
         ndst = ndst_orig[eorder]
         del ndst_orig
-    nsrc = orig2new[np.asarray(g.src)[eorder]]
+    nsrc = np.take(orig2new, np.take(np.asarray(g.src), eorder))
     return Relabeled(
         num_parts=num_parts,
         num_nodes=n,
@@ -355,7 +355,7 @@ def _write_part(
         rows = r.new2orig[start : start + cnt] - noffs[t]
         start += cnt
         for dname, arr in sorted(g.node_data[ntype].items()):
-            w.write(f"node/{ntype}/{dname}.npy", arr[rows])
+            w.write(f"node/{ntype}/{dname}.npy", np.take(arr, rows, axis=0))
     eoffs = g.etype_offsets
     start = ea
     for t, et in enumerate(g.edge_types):
@@ -364,7 +364,7 @@ def _write_part(
         rows = r.eorder[start : start + cnt] - eoffs[t]
         start += cnt
         for dname, arr in sorted(g.edge_data[ename].items()):
-            w.write(f"edge/{ename}/{dname}.npy", arr[rows])
+            w.write(f"edge/{ename}/{dname}.npy", np.take(arr, rows, axis=0))
     return PartInfo(
         part_id=p,
         path=part_dir(name, p),
