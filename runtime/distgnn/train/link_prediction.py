@@ -7,6 +7,7 @@ the held-out edges against uniform negatives (and MRR of random scores).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -19,7 +20,7 @@ from torch.nn import functional as F
 from distgnn.log import kv
 from distgnn.nn import GraphSAGE
 from distgnn.sampling import EdgeBatcher, NeighborSampler, PairGraph
-from distgnn.sampling.loader import DistDataLoader
+from distgnn.sampling.loader import DistDataLoader, prefetch
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
@@ -112,22 +113,32 @@ def run(
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_n = 0.0
-            for (inp, pos, neg, blocks), w in padded(iter(loader), steps):
-                with autocast(cfg, ctx.device):
-                    h = model(blocks, tg.read(cfg.feat, inp).float().to(ctx.device)).float()
-                ps, ns = score(h, pos), score(h, neg)
-                loss = (
-                    F.binary_cross_entropy_with_logits(
-                        torch.cat([ps, ns]), torch.cat([torch.ones_like(ps), torch.zeros_like(ns)])
+
+            def load(batch: Any) -> tuple[torch.Tensor, PairGraph, PairGraph, Any]:
+                # runs in the prefetch thread: the next batch's features are pulled
+                # while this one trains
+                inp, pos, neg, blocks = batch
+                return tg.read(cfg.feat, inp).float(), pos, neg, blocks
+
+            batches = prefetch(iter(loader), load)
+            with contextlib.closing(batches):
+                for (x_cpu, pos, neg, blocks), w in padded(batches, steps):
+                    with autocast(cfg, ctx.device):
+                        h = model(blocks, x_cpu.to(ctx.device)).float()
+                    ps, ns = score(h, pos), score(h, neg)
+                    loss = (
+                        F.binary_cross_entropy_with_logits(
+                            torch.cat([ps, ns]),
+                            torch.cat([torch.ones_like(ps), torch.zeros_like(ns)]),
+                        )
+                        * w
                     )
-                    * w
-                )
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if w:
-                    tot_loss += float(loss.item())
-                    tot_n += 1
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    if w:
+                        tot_loss += float(loss.item())
+                        tot_n += 1
             tot_loss, tot_n = all_reduce(ctx, [tot_loss, tot_n])
             dt = time.monotonic() - t0
             t_train += dt
