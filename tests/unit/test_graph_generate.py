@@ -62,3 +62,12 @@ def test_cli_generate(tmp_path: Path) -> None:
     g = load_graph(str(out))
     assert g.num_nodes == 500 and g.num_edges == 2000
     assert g.node_data["_N"]["feat"].shape == (500, 3)
+
+
+def test_cli_generate_flat_model_and_bad_locality(tmp_path: Path) -> None:
+    out = tmp_path / "flat"
+    base = ["generate", "--nodes", "400", "--avg-degree", "3", "--feat-dim", "2"]
+    assert cli_main([*base, "--group-sizes", "", "--locality", "0.8", "--out", str(out)]) == 0
+    assert load_graph(str(out)).num_edges == 1200
+    assert cli_main([*base, "--locality", "0.5", "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()

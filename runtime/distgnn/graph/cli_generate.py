@@ -12,6 +12,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--avg-degree", type=float, default=12.0)
     p.add_argument("--feat-dim", type=int, default=100)
     p.add_argument("--communities", type=int, default=16)
+    p.add_argument(
+        "--group-sizes",
+        default="64,2048",
+        help="nested group sizes below the communities, smallest first (CSV; '' for none)",
+    )
+    p.add_argument(
+        "--locality",
+        default="0.55,0.25,0.12",
+        help="P(edge stays in its group) per group size, then the community (CSV); "
+        "'--group-sizes '' --locality 0.8' is a flat community model",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output directory")
 
@@ -22,8 +33,23 @@ def main(args: argparse.Namespace) -> int:
 
     if args.nodes < 2 or args.avg_degree <= 0 or args.feat_dim < 0 or args.communities < 1:
         raise ConfigError("--nodes >= 2, --avg-degree > 0, --feat-dim >= 0, --communities >= 1")
+    try:
+        sizes = tuple(int(x) for x in args.group_sizes.split(",") if x.strip())
+        locality = tuple(float(x) for x in args.locality.split(",") if x.strip())
+    except ValueError as e:
+        raise ConfigError(f"--group-sizes / --locality: {e}") from None
+    if len(locality) != len(sizes) + 1:
+        raise ConfigError("--locality needs one probability per group size plus the community")
+    if any(s < 1 for s in sizes) or any(p < 0 for p in locality) or sum(locality) > 1:
+        raise ConfigError("--group-sizes must be >= 1; --locality >= 0 and summing to <= 1")
     opts = GenerateOptions(
-        args.nodes, args.avg_degree, args.feat_dim, args.communities, seed=args.seed
+        args.nodes,
+        args.avg_degree,
+        args.feat_dim,
+        args.communities,
+        group_sizes=sizes,
+        locality=locality,
+        seed=args.seed,
     )
     write_graph_dir(generate_graph(opts), args.out)
     print(f"wrote {args.out}: {opts.nodes} nodes, {round(opts.nodes * opts.avg_degree)} edges")
