@@ -18,6 +18,7 @@ from :data:`DTYPES`; anything else raises :class:`~distgnn.errors.ProtocolError`
 from __future__ import annotations
 
 import json
+import math
 import socket
 import struct
 import threading
@@ -133,7 +134,7 @@ class Gathered:
 
     @property
     def row_bytes(self) -> int:
-        return int(np.prod(self.table.shape[1:], dtype=np.int64)) * self.table.dtype.itemsize
+        return math.prod(self.table.shape[1:]) * self.table.dtype.itemsize
 
     def blocks(self) -> Iterator[list[memoryview]]:
         rb, n = self.row_bytes, len(self.rows)
@@ -371,7 +372,7 @@ def _parse_meta(raw: bytes, lens: Sequence[int]) -> tuple[dict[str, Any], list[A
             raise ProtocolError(f"buffer {i}: bad descriptor {str(d)[:80]} (dtype not allowed?)")
         dt = np.dtype(d[0])
         shape = tuple(d[1])
-        if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != n:
+        if math.prod(shape) * dt.itemsize != n:
             raise ProtocolError(f"buffer {i}: {n} bytes do not match {d[0]}{list(shape)}")
         out.append((dt, shape))
     return meta, out

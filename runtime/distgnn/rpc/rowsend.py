@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import math
 import os
 import select
 import socket
@@ -67,7 +68,7 @@ def available(table: np.ndarray) -> bool:
 def send_rows(sock: socket.socket, table: np.ndarray, rows: np.ndarray) -> None:
     """Send ``table[rows]`` (C order) on ``sock``; raises like ``socket.sendall``."""
     assert _SENDMSG is not None
-    rb = table.itemsize * int(np.prod(table.shape[1:], dtype=np.int64))
+    rb = table.itemsize * math.prod(table.shape[1:])
     n = int(rows.shape[0])
     if rb == 0 or n == 0:
         return

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import mmap
 import os
 import re
@@ -266,7 +267,7 @@ def map_npy(path: str) -> np.ndarray:
         )
         shape, fortran, dtype = read(f)
         offset = f.tell()
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = math.prod(shape) * dtype.itemsize
         if fortran or dtype.hasobject:
             raise TensorError(f"{path}: not a C-order plain array")
         if size == 0:
