@@ -101,3 +101,12 @@ def test_kway_through_ctypes_matches_pymetis(cora_path: Path) -> None:
         recursive=False,
     )
     assert np.array_equal(ours_w, np.asarray(ref_w.vertex_part))
+
+
+def test_kway_error_status_is_a_clear_error(capfd: pytest.CaptureFixture[str]) -> None:
+    from distgnn.errors import GraphFormatError
+    from distgnn.partition.assign import _kway
+
+    with pytest.raises(GraphFormatError, match="rejected the graph"):
+        _kway(np.array([0, 1, 2]), np.array([1, 0]), 0, None, seed=0)
+    capfd.readouterr()  # METIS prints its own "Input Error" line

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from distgnn.errors import GraphFormatError
 from distgnn.graph.data import release_pages
 from distgnn.log import step
 
@@ -98,6 +99,7 @@ def metis_assign(
 
 
 _METIS_OK = 1
+_METIS_ERROR_MEMORY = -3
 _METIS_NOPTIONS = 40  # metis.h (5.1): size of the options array
 _METIS_OPTION_SEED = 8  # metis.h (5.1): index of METIS_OPTION_SEED
 
@@ -159,8 +161,10 @@ def _kway(
         ctypes.byref(edgecut),
         ptr(part),
     )
+    if status == _METIS_ERROR_MEMORY:
+        raise MemoryError("METIS ran out of memory partitioning the graph")
     if status != _METIS_OK:
-        raise MemoryError(f"METIS_PartGraphKway failed with status {status}")
+        raise GraphFormatError(f"METIS_PartGraphKway rejected the graph (status {status})")
     return part
 
 
