@@ -445,25 +445,9 @@ def desired_job_children(
         server_name, secret_name = names(graphserver.name)["server"], graphserver.token_secret
         servers_up = stage.servers_ready
     else:
-        labels = _labels(contract.LABEL_JOB, meta.name, None, ctx)
-        out.append(token_secret(n["token"], meta.namespace, labels, owner, token))
-        manifest = cmds.manifest_url(
-            meta.name, spec.graph, spec.partitioning, output_url(meta, spec.partitioning, ctx)
-        )
+        graph_objs, manifest = _graph_children(contract.LABEL_JOB, meta, spec, owner, ctx, token)
+        out += graph_objs
         num_parts, server_name, secret_name = spec.partitioning.num_parts, n["server"], n["token"]
-        if spec.graph.source is not None:
-            out.append(
-                partition_job(
-                    meta,
-                    spec.graph,
-                    spec.partitioning,
-                    spec.storage,
-                    spec.servers,
-                    _labels(contract.LABEL_JOB, meta.name, contract.ROLE_PARTITIONER, ctx),
-                    owner,
-                    ctx,
-                )
-            )
         keep_servers = not (stage.finished and spec.run_policy.clean_pod_policy != "None")
         replicas = num_parts if stage.partitioned and not suspended and keep_servers else 0
         trainer_sel = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
@@ -498,17 +482,24 @@ def desired_job_children(
     return out
 
 
-def desired_graphserver_children(
-    gs: t.GraphServer, ctx: DesiredContext, *, token: str | None = None, stage: Stage | None = None
-) -> list[dict[str, Any]]:
-    """Every child object the GraphServer should have now."""
-    stage = stage or Stage()
-    meta, spec = gs.metadata, gs.spec
-    owner = owner_ref("GraphServer", meta)
-    n = names(meta.name)
-    lbl = contract.LABEL_GRAPHSERVER
+def _graph_children(
+    lbl: str,
+    meta: t.ObjectMeta,
+    spec: t.DistGNNJobSpec | t.GraphServerSpec,
+    owner: dict[str, Any],
+    ctx: DesiredContext,
+    token: str | None,
+) -> tuple[list[dict[str, Any]], str]:
+    """What a DistGNNJob with its own servers and a GraphServer both own for their graph:
+    the token Secret and, for a source graph, the partitioning Job; with the manifest URL."""
     out = [
-        token_secret(n["token"], meta.namespace, _labels(lbl, meta.name, None, ctx), owner, token)
+        token_secret(
+            names(meta.name)["token"],
+            meta.namespace,
+            _labels(lbl, meta.name, None, ctx),
+            owner,
+            token,
+        )
     ]
     manifest = cmds.manifest_url(
         meta.name, spec.graph, spec.partitioning, output_url(meta, spec.partitioning, ctx)
@@ -526,6 +517,18 @@ def desired_graphserver_children(
                 ctx,
             )
         )
+    return out, manifest
+
+
+def desired_graphserver_children(
+    gs: t.GraphServer, ctx: DesiredContext, *, token: str | None = None, stage: Stage | None = None
+) -> list[dict[str, Any]]:
+    """Every child object the GraphServer should have now."""
+    stage = stage or Stage()
+    meta, spec = gs.metadata, gs.spec
+    owner = owner_ref("GraphServer", meta)
+    lbl = contract.LABEL_GRAPHSERVER
+    out, manifest = _graph_children(lbl, meta, spec, owner, ctx, token)
     clients = [{lbl: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}]
     out += server_children(
         meta,
