@@ -70,9 +70,7 @@ def test_segment_plan_covers_every_row_once() -> None:
     ).astype(np.int16)
     out = np.zeros((parts.size, 2))
     order, b = group(parts, 3)
-    plan = _segment_plan(parts, order, b, out)
-    assert plan is not None
-    segs, short_pos, tmp = plan
+    segs, short_pos, tmp = _segment_plan(parts, order, b, out)
     tmp[...] = 0  # scratch comes uninitialised
     # mark every destination row with its partition: each row of out or tmp exactly once
     for p, s in segs.items():
@@ -85,8 +83,15 @@ def test_segment_plan_covers_every_row_once() -> None:
     out[short_pos] = tmp
     assert np.all(out[:, 0] == 1) and np.array_equal(out[:, 1], parts)
     assert short_pos.size < 100 + MIN_DIRECT_RUN  # the long runs went in place
-    random_parts = rng.integers(0, 3, 5000).astype(np.int16)  # no long runs: no plan
-    assert _segment_plan(random_parts, *group(random_parts, 3), np.zeros((5000, 2))) is None
+    # no long runs: every row through the scratch array, one destination per partition,
+    # scattered by the grouping order
+    random_parts = rng.integers(0, 3, 5000).astype(np.int16)
+    r_order, r_b = group(random_parts, 3)
+    r_out = np.zeros((5000, 2))
+    r_segs, r_pos, r_tmp = _segment_plan(random_parts, r_order, r_b, r_out)
+    assert np.array_equal(r_pos, r_order) and r_tmp.shape == r_out.shape
+    assert not np.shares_memory(r_tmp, r_out)
+    assert all(len(s.arrays) == 1 for s in r_segs.values()) and len(r_segs) == 3
 
 
 def test_structure_matches_input(g: DistGraph, cora_path: Path, new2orig) -> None:

@@ -147,26 +147,27 @@ MAX_SEGMENTS = 8192
 
 def _segment_plan(
     parts: np.ndarray, order: np.ndarray, b: np.ndarray, out: np.ndarray
-) -> tuple[dict[int, Segments], np.ndarray, np.ndarray] | None:
-    """Receive plan for IDs that come in long same-partition runs, or None.
+) -> tuple[dict[int, Segments], np.ndarray, np.ndarray]:
+    """Where each partition's answer lands: ``(destinations per partition, scatter
+    positions, scratch)``; after the receive, ``out[positions] = scratch``.
 
     Sampled input nodes are the seeds followed by each hop's new nodes in ascending ID
     order, i.e. a few long runs per partition (partitions own contiguous ID ranges).
     Each long run is received straight into its rows of ``out``; the rows of short runs
-    go to one scratch array and are scattered after. Random IDs (no long runs) return
-    None: the caller receives grouped and scatters everything.
+    go to the scratch array. IDs without enough long runs (random IDs) go to the
+    scratch array entirely, grouped by partition, and are scattered once.
     """
     brk = np.flatnonzero(parts[1:] != parts[:-1]) + 1
-    if brk.size + 1 > MAX_SEGMENTS:
-        return None
     starts = np.concatenate([[0], brk])
     ends = np.concatenate([brk, [parts.size]])
     long = (ends - starts) >= MIN_DIRECT_RUN
-    if int((ends - starts)[long].sum()) * 2 < parts.size:
-        return None
-    short_at = np.repeat(~long, ends - starts)
-    short_pos = [order[b[p] : b[p + 1]][short_at[order[b[p] : b[p + 1]]]] for p in range(len(b) - 1)]
-    pos_all = np.concatenate(short_pos) if short_pos else np.zeros(0, np.int64)
+    if brk.size + 1 > MAX_SEGMENTS or int((ends - starts)[long].sum()) * 2 < parts.size:
+        tmp = np.empty_like(out)
+        whole = {p: Segments([tmp[b[p] : b[p + 1]]]) for p in range(len(b) - 1) if b[p + 1] > b[p]}
+        return whole, order, tmp
+    # ``order`` is grouped by partition in position order, so this keeps each
+    # partition's short rows together, in the order they arrive
+    pos_all = order[np.repeat(~long, ends - starts)[order]]
     tmp = np.empty((pos_all.size, *out.shape[1:]), dtype=out.dtype)
     run_part = parts[starts]
     segs: dict[int, Segments] = {}
@@ -320,43 +321,24 @@ class DistTensor:
             out[...] = got
             return out
         order, b = group(parts, nparts)
-        plan = _segment_plan(parts, order, b, out)
-        if plan is not None:
-            segs, short_pos, tmp_short = plan
-            calls = {
-                p: Call(
-                    MsgType.PULL,
-                    {"name": self.key},
-                    [local[order[b[p] : b[p + 1]]]],
-                    into=_segments_into(s),
-                )
-                for p, s in segs.items()
-            }
-            for p, f in self.ctx.call_many(calls).items():
-                if not segs[p].received:  # in-process answer: copy into the destinations
-                    pos = 0
-                    for d in segs[p].arrays:
-                        d[...] = f.bufs[0][pos : pos + d.shape[0]]
-                        pos += d.shape[0]
-            if short_pos.size:
-                out[short_pos] = tmp_short
-            return out
-        tmp = np.empty_like(out)
-        calls = {}
-        for p in range(nparts):
-            if b[p + 1] > b[p]:
-                dest = tmp[b[p] : b[p + 1]]
-                calls[p] = Call(
-                    MsgType.PULL,
-                    {"name": self.key},
-                    [local[order[b[p] : b[p + 1]]]],
-                    into=_into(dest),
-                )
-        res = self.ctx.call_many(calls)
-        for p, f in res.items():
-            if not np.shares_memory(f.bufs[0], tmp):
-                tmp[b[p] : b[p + 1]] = f.bufs[0]
-        out[order] = tmp
+        segs, scatter_pos, scratch = _segment_plan(parts, order, b, out)
+        calls = {
+            p: Call(
+                MsgType.PULL,
+                {"name": self.key},
+                [local[order[b[p] : b[p + 1]]]],
+                into=_segments_into(s),
+            )
+            for p, s in segs.items()
+        }
+        for p, f in self.ctx.call_many(calls).items():
+            if not segs[p].received:  # in-process answer: copy into the destinations
+                pos = 0
+                for d in segs[p].arrays:
+                    d[...] = f.bufs[0][pos : pos + d.shape[0]]
+                    pos += d.shape[0]
+        if scatter_pos.size:
+            out[scatter_pos] = scratch
         return out
 
     def __getitem__(self, ids: Any) -> torch.Tensor:
