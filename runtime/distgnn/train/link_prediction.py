@@ -7,7 +7,6 @@ the held-out edges against uniform negatives (and MRR of random scores).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import Any
@@ -20,11 +19,11 @@ from torch.nn import functional as F
 from distgnn.log import kv
 from distgnn.nn import GraphSAGE
 from distgnn.sampling import EdgeBatcher, NeighborSampler, PairGraph
-from distgnn.sampling.loader import DistDataLoader, prefetch
+from distgnn.sampling.loader import DistDataLoader
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
-from distgnn.train.loop import autocast, eval_fanouts, padded, resume, save_epoch
+from distgnn.train.loop import autocast, epoch_batches, eval_fanouts, resume, save_epoch
 from distgnn.train.metrics import mrr, random_mrr, roc_auc
 
 log = logging.getLogger("distgnn.train")
@@ -109,20 +108,17 @@ def run(
                 start_epoch=start,
             ),
         )
+
+        def load(batch: Any) -> tuple[torch.Tensor, PairGraph, PairGraph, Any]:
+            inp, pos, neg, blocks = batch
+            return tg.read(cfg.feat, inp).float(), pos, neg, blocks
+
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_n = 0.0
-
-            def load(batch: Any) -> tuple[torch.Tensor, PairGraph, PairGraph, Any]:
-                # runs in the prefetch thread: the next batch's features are pulled
-                # while this one trains
-                inp, pos, neg, blocks = batch
-                return tg.read(cfg.feat, inp).float(), pos, neg, blocks
-
-            batches = prefetch(iter(loader), load)
-            with contextlib.closing(batches):
-                for (x_cpu, pos, neg, blocks), w in padded(batches, steps):
+            with epoch_batches(loader, steps, load) as batches:
+                for (x_cpu, pos, neg, blocks), w in batches:
                     with autocast(cfg, ctx.device):
                         h = model(blocks, x_cpu.to(ctx.device)).float()
                     ps, ns = score(h, pos), score(h, neg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -13,6 +13,7 @@ from torch import nn
 from distgnn.errors import ConfigError
 from distgnn.log import kv
 from distgnn.nn import GAT, GraphSAGE
+from distgnn.sampling.loader import prefetch
 from distgnn.train import checkpoint
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, broadcast_int, unwrap
@@ -43,6 +44,18 @@ def eval_fanouts(cfg: TrainConfig, num_nodes: int) -> list[int]:
     if num_nodes <= FULL_NEIGHBOUR_EVAL_MAX_NODES:
         return [-1] * cfg.num_layers
     return [-1 if f == -1 else 2 * f for f in cfg.fanouts]
+
+
+@contextlib.contextmanager
+def epoch_batches(
+    loader: Iterable[Any], steps: int, load: Callable[[Any], Any]
+) -> Iterator[Iterator[tuple[Any, float]]]:
+    """This epoch's ``steps`` ``(load(batch), weight)`` pairs (see :func:`padded`), each
+    loaded by a prefetch thread one batch ahead of training (the next batch's features
+    are pulled while this one trains); the thread stops when the block exits."""
+    batches = prefetch(iter(loader), load)
+    with contextlib.closing(batches):
+        yield padded(batches, steps)
 
 
 def padded(batches: Iterator[Any], steps: int) -> Iterator[tuple[Any, float]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import Any
@@ -14,11 +13,18 @@ from torch.nn import functional as F
 
 from distgnn.log import kv
 from distgnn.sampling import NeighborSampler, NodeBatcher
-from distgnn.sampling.loader import DistDataLoader, prefetch
+from distgnn.sampling.loader import DistDataLoader
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
-from distgnn.train.loop import autocast, build_model, eval_fanouts, padded, resume, save_epoch
+from distgnn.train.loop import (
+    autocast,
+    build_model,
+    epoch_batches,
+    eval_fanouts,
+    resume,
+    save_epoch,
+)
 
 log = logging.getLogger("distgnn.train")
 
@@ -85,20 +91,17 @@ def run(
                 config=cfg.as_dict(),
             ),
         )
+
+        def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+            inp, out, blocks = batch
+            return tg.read(cfg.feat, inp).float(), tg.read(cfg.label, out).long(), blocks
+
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_correct = tot_n = 0.0
-
-            def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
-                # runs in the prefetch thread: the next batch's features are pulled
-                # while this one trains
-                inp, out, blocks = batch
-                return tg.read(cfg.feat, inp).float(), tg.read(cfg.label, out).long(), blocks
-
-            batches = prefetch(iter(loader), load)
-            with contextlib.closing(batches):
-                for (x_cpu, y_cpu, blocks), w in padded(batches, steps):
+            with epoch_batches(loader, steps, load) as batches:
+                for (x_cpu, y_cpu, blocks), w in batches:
                     x, y = x_cpu.to(device), y_cpu.to(device)
                     with autocast(cfg, device):
                         logits = model(blocks, x).float()
