@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,11 @@ def subset(want: Any, have: Any) -> bool:
 def owned_by(obj: dict[str, Any], uid: str) -> bool:
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def ready_replicas(sts: dict[str, Any] | None) -> int:
+    """Ready pods of a StatefulSet (0 when absent)."""
+    return int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
 def job_state(job: dict[str, Any] | None) -> str:
@@ -262,17 +267,13 @@ class Reconciler:
                 ns, spec.graph.graph_server.name
             )
         partition_needed = spec.graph.source is not None
-        pstate = job_state(have.get(("Job", n["partition"])))
-        partition_msg = ""
-        if pstate == "failed":
-            partition_msg = await self._failure_message(ns, n["partition"])
+        pstate, partition_msg = await self._partition_state(ns, have, n["partition"])
         partitioned = not partition_needed or pstate == "succeeded"
         if gs_info is not None:
             num_parts, servers_ready = gs_info.num_parts, gs_ready
         else:
             num_parts = spec.partitioning.num_parts
-            sts = have.get(("StatefulSet", n["server"]))
-            servers_ready = int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
+            servers_ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         tjob = have.get(("Job", n["trainers"]))
         tstate = job_state(tjob)
         tst = (tjob or {}).get("status") or {}
@@ -381,6 +382,14 @@ class Reconciler:
         )
         return info, int(st.get("partitionsReady") or 0), None
 
+    async def _partition_state(
+        self, ns: str, have: Mapping[tuple[str, str], dict[str, Any]], job_name: str
+    ) -> tuple[str, str]:
+        """(state of the partitioning Job, its pods' failure message when it failed)."""
+        state = job_state(have.get(("Job", job_name)))
+        msg = await self._failure_message(ns, job_name) if state == "failed" else ""
+        return state, msg
+
     async def _failure_message(self, ns: str, job_name: str) -> str:
         for pod in await self.api.list("Pod", ns, {"job-name": job_name}):
             term = _terminated(pod)
@@ -434,15 +443,9 @@ class Reconciler:
         meta = gs.metadata
         n = d.names(meta.name)
         have = await self.observe(meta.namespace, contract.LABEL_GRAPHSERVER, meta.name, meta.uid)
-        pstate = job_state(have.get(("Job", n["partition"])))
+        pstate, msg = await self._partition_state(meta.namespace, have, n["partition"])
         needed = gs.spec.graph.source is not None
-        msg = (
-            await self._failure_message(meta.namespace, n["partition"])
-            if pstate == "failed"
-            else ""
-        )
-        sts = have.get(("StatefulSet", n["server"]))
-        ready = int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
+        ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         parts = gs.spec.partitioning.num_parts
         obs = s.GraphServerObservation(
             generation=meta.generation,

@@ -11,7 +11,7 @@ import pytest
 from distgnn_operator.__main__ import build_parser, namespaces, setup
 from distgnn_operator.handlers import HandlerSettings, make_settings
 from distgnn_operator.kube import Credentials
-from distgnn_operator.reconcile import job_state, owned_by, parse_metrics, subset
+from distgnn_operator.reconcile import job_state, owned_by, parse_metrics, ready_replicas, subset
 
 
 def test_subset_ignores_server_added_fields_but_sees_drift() -> None:
@@ -35,6 +35,11 @@ def test_subset_ignores_server_added_fields_but_sees_drift() -> None:
 )
 def test_job_state(job: dict | None, state: str) -> None:
     assert job_state(job) == state
+
+
+def test_ready_replicas() -> None:
+    assert ready_replicas(None) == 0 and ready_replicas({"status": {}}) == 0
+    assert ready_replicas({"status": {"readyReplicas": 3, "replicas": 4}}) == 3
 
 
 def test_parse_metrics() -> None:
