@@ -137,6 +137,30 @@ def _container(
     return c
 
 
+def headless_service(
+    name: str,
+    ns: str,
+    labels: dict[str, str],
+    owner: dict[str, Any],
+    selector: dict[str, str],
+    ports: dict[str, int],
+) -> dict[str, Any]:
+    """A headless Service (stable per-pod DNS, ready or not) with named TCP ports."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, ns, labels, owner),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector,
+            "ports": [
+                {"name": k, "port": v, "targetPort": v, "protocol": "TCP"} for k, v in ports.items()
+            ],
+        },
+    }
+
+
 def token_secret(
     name: str, ns: str, labels: dict[str, str], owner: dict[str, Any], token: str | None
 ) -> dict[str, Any]:
@@ -202,31 +226,14 @@ def server_children(
     ns = meta.namespace
     labels = _labels(owner_label, meta.name, contract.ROLE_SERVER, ctx)
     selector = {owner_label: meta.name, contract.LABEL_ROLE: contract.ROLE_SERVER}
-    ports = [
-        {
-            "name": "rpc",
-            "port": contract.SERVER_PORT,
-            "targetPort": contract.SERVER_PORT,
-            "protocol": "TCP",
-        },
-        {
-            "name": "health",
-            "port": contract.SERVER_HEALTH_PORT,
-            "targetPort": contract.SERVER_HEALTH_PORT,
-            "protocol": "TCP",
-        },
-    ]
-    svc = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(n["server"], ns, labels, owner),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": selector,
-            "ports": ports,
-        },
-    }
+    svc = headless_service(
+        n["server"],
+        ns,
+        labels,
+        owner,
+        selector,
+        {"rpc": contract.SERVER_PORT, "health": contract.SERVER_HEALTH_PORT},
+    )
     env = ps.env_list(
         {"HOME": "/tmp", **cmds.server_env(srv, st, manifest=manifest, token_file=ps.TOKEN_FILE)}
     )
@@ -312,24 +319,9 @@ def trainer_children(
     ns = meta.namespace
     labels = _labels(contract.LABEL_JOB, meta.name, contract.ROLE_TRAINER, ctx)
     selector = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
-    svc = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(n["trainers"], ns, labels, owner),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": selector,
-            "ports": [
-                {
-                    "name": "rendezvous",
-                    "port": contract.RENDEZVOUS_PORT,
-                    "targetPort": contract.RENDEZVOUS_PORT,
-                    "protocol": "TCP",
-                }
-            ],
-        },
-    }
+    svc = headless_service(
+        n["trainers"], ns, labels, owner, selector, {"rendezvous": contract.RENDEZVOUS_PORT}
+    )
     servers = [
         (contract.server_dns_name(server_name, i, server_name, ns), contract.SERVER_PORT)
         for i in range(num_parts)
