@@ -71,3 +71,26 @@ def test_cli_generate_flat_model_and_bad_locality(tmp_path: Path) -> None:
     assert load_graph(str(out)).num_edges == 1200
     assert cli_main([*base, "--locality", "0.5", "--out", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_drop_repeats() -> None:
+    from distgnn.graph.data import drop_repeats
+
+    assert drop_repeats(np.array([1, 1, 2, 5, 5, 5, 9])).tolist() == [1, 2, 5, 9]
+    a = np.array([1, 2, 3])
+    assert drop_repeats(a) is a and drop_repeats(np.zeros(0, np.int64)).size == 0
+
+
+def test_options_reject_bad_values() -> None:
+    import pytest
+
+    from distgnn.errors import ConfigError
+
+    for bad in (
+        {"nodes": 1},
+        {"locality": (0.5,)},
+        {"group_sizes": (0, 8)},
+        {"locality": (0.6, 0.3, 0.2)},
+    ):
+        with pytest.raises(ConfigError):
+            GenerateOptions(**bad)  # type: ignore[arg-type]

@@ -31,17 +31,11 @@ def main(args: argparse.Namespace) -> int:
     from distgnn.errors import ConfigError
     from distgnn.graph.generate import GenerateOptions, generate_graph, write_graph_dir
 
-    if args.nodes < 2 or args.avg_degree <= 0 or args.feat_dim < 0 or args.communities < 1:
-        raise ConfigError("--nodes >= 2, --avg-degree > 0, --feat-dim >= 0, --communities >= 1")
     try:
         sizes = tuple(int(x) for x in args.group_sizes.split(",") if x.strip())
         locality = tuple(float(x) for x in args.locality.split(",") if x.strip())
     except ValueError as e:
         raise ConfigError(f"--group-sizes / --locality: {e}") from None
-    if len(locality) != len(sizes) + 1:
-        raise ConfigError("--locality needs one probability per group size plus the community")
-    if any(s < 1 for s in sizes) or any(p < 0 for p in locality) or sum(locality) > 1:
-        raise ConfigError("--group-sizes must be >= 1; --locality >= 0 and summing to <= 1")
     opts = GenerateOptions(
         args.nodes,
         args.avg_degree,

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distgnn.errors import ConfigError
+from distgnn.graph.data import drop_repeats
 from distgnn.log import step
 
 log = logging.getLogger("distgnn.graph")
@@ -40,12 +42,22 @@ class GenerateOptions:
     """Pareto shape of the degree weights (smaller: heavier tail)."""
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.nodes < 2 or self.avg_degree <= 0 or self.feat_dim < 0 or self.communities < 1:
+            raise ConfigError("--nodes >= 2, --avg-degree > 0, --feat-dim >= 0, --communities >= 1")
+        if len(self.locality) != len(self.group_sizes) + 1:
+            raise ConfigError("--locality needs one probability per group size plus the community")
+        if (
+            any(s < 1 for s in self.group_sizes)
+            or any(p < 0 for p in self.locality)
+            or sum(self.locality) > 1
+        ):
+            raise ConfigError("--group-sizes must be >= 1; --locality >= 0 and summing to <= 1")
+
 
 def _level_sizes(opts: GenerateOptions, n: int) -> np.ndarray:
     csize = -(-n // max(1, opts.communities))
-    sizes = [min(max(1, s), n) for s in opts.group_sizes] + [csize, n]
-    if len(opts.locality) != len(sizes) - 1:
-        raise ValueError("locality needs one probability per group size plus the community")
+    sizes = [min(s, n) for s in opts.group_sizes] + [csize, n]
     return np.asarray(sizes, dtype=np.int64)
 
 
@@ -67,16 +79,6 @@ def _edges(
     return src, dst
 
 
-def _sorted_unique(keys: np.ndarray) -> np.ndarray:
-    keys.sort()  # value sort (SIMD); np.unique is several times slower here
-    if keys.shape[0] < 2:
-        return keys
-    keep = np.empty(keys.shape[0], dtype=bool)
-    keep[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-    return keys[keep]
-
-
 def generate_graph(opts: GenerateOptions) -> dict[str, np.ndarray]:
     """Arrays in the input format (src, dst, feat, label, train/val/test masks)."""
     rng = np.random.default_rng(opts.seed)
@@ -93,7 +95,9 @@ def generate_graph(opts: GenerateOptions) -> dict[str, np.ndarray]:
             s, d = _edges(rng, opts, cw, draw)
             ok = s != d
             new = node_at[s[ok]] * n + node_at[d[ok]]
-            keys = _sorted_unique(np.concatenate([keys, new]))
+            keys = np.concatenate([keys, new])
+            keys.sort()
+            keys = drop_repeats(keys)
             if keys.shape[0] >= m:
                 break
             draw = int((m - keys.shape[0]) * 1.5) + 16

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from distgnn.errors import GraphFormatError
-from distgnn.graph.data import release_pages
+from distgnn.graph.data import drop_repeats, release_pages
 from distgnn.log import step
 
 log = logging.getLogger("distgnn.partition")
@@ -35,14 +35,7 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray,
     np.add(keys[:e], dst, out=keys[:e])
     np.multiply(dst, n, out=keys[e:])
     np.add(keys[e:], src, out=keys[e:])
-    keys = _parallel_sort(keys, (n // 2) * n)
-    if keys.shape[0]:
-        uniq = np.empty(keys.shape[0], dtype=bool)
-        uniq[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=uniq[1:])
-        if not uniq.all():
-            keys = keys[uniq]
-        del uniq
+    keys = drop_repeats(_parallel_sort(keys, (n // 2) * n))
     # keys are sorted: row starts by binary search, then reuse the buffer for columns
     xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
     np.remainder(keys, n, out=keys)
