@@ -126,7 +126,7 @@ def test_socket_errors_are_clear() -> None:
             recv_frame(b, "peer", deadline=None)
 
 
-# narrow rows: gathered in growing blocks by a helper thread; >= 4 KiB rows: iovecs
+# narrow rows: gathered (split over threads) in blocks of BLOCK_BYTES; >= 4 KiB rows: iovecs
 @pytest.mark.parametrize("width", [3, 300, 512, 1100])
 def test_streamed_gather_equals_fancy_indexing(width: int) -> None:
     table = np.random.default_rng(width).random((5000, width)).astype(np.float32)
@@ -142,3 +142,15 @@ def test_streamed_gather_equals_fancy_indexing(width: int) -> None:
         got = recv_frame(b, "peer", deadline=None)
         t.join(10)
     np.testing.assert_array_equal(got.bufs[0], table[rows])
+
+
+def test_streamed_gather_in_many_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import distgnn.rpc.protocol as proto
+
+    monkeypatch.setattr(proto, "BLOCK_BYTES", 1000)  # 25 rows of 40 bytes a block
+    table = np.arange(3000 * 10, dtype=np.float32).reshape(3000, 10)
+    rows = np.random.default_rng(2).integers(0, 3000, 1001)
+    blocks = [bytes(m) for blk in Gathered(table, rows).blocks() for m in blk]
+    assert len(blocks) == 41 and len(blocks[-1]) == 40
+    got = np.frombuffer(b"".join(blocks), dtype=np.float32).reshape(-1, 10)
+    np.testing.assert_array_equal(got, table[rows])

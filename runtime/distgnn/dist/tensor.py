@@ -83,12 +83,17 @@ class PartPolicy:
 
     def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(partition, local row) of each ID; out-of-range IDs raise ConfigError."""
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.size):
+        dtype = np.int16 if len(self.offsets) < 30000 else np.int64
+        if not ids.size:
+            return np.empty(0, dtype), ids
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.size:
             raise ConfigError(f"{self.kind} IDs out of range [0, {self.size}) for {self.type_name}")
+        p_lo, p_hi = np.searchsorted(self.offsets, [lo, hi], side="right") - 1
+        if p_lo == p_hi:  # all in one partition (always so with one): no per-ID search
+            return np.full(len(ids), p_lo, dtype), ids - self.offsets[p_lo]
         part = np.searchsorted(self.offsets, ids, side="right") - 1
-        return part.astype(np.int16 if len(self.offsets) < 30000 else np.int64), ids - self.offsets[
-            part
-        ]
+        return part.astype(dtype), ids - self.offsets[part]
 
 
 def resolve_policy(

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from distgnn.rpc.gather import default_gatherer
 from distgnn.rpc.protocol import DTYPES, Gathered, MsgType
 from distgnn.server import sampling
 from distgnn.server.state import GraphState
@@ -135,7 +136,7 @@ class Handlers:
         if self.zero_copy and arr.ndim > 1:
             return {}, [Gathered(arr, rows)]
         out = np.empty((len(rows), *arr.shape[1:]), dtype=arr.dtype)
-        np.take(arr, rows, axis=0, out=out)
+        default_gatherer().gather(arr, rows, out)
         return {}, [out]
 
     def _values(self, name: str, arr: np.ndarray, bufs: list[np.ndarray], n: int) -> np.ndarray:
