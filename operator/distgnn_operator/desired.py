@@ -183,10 +183,13 @@ def partition_job(
     labels: dict[str, str],
     owner: dict[str, Any],
     ctx: DesiredContext,
+    train_mask: str = cmds.DEFAULT_TRAIN_MASK,
 ) -> dict[str, Any]:
     """A batch Job running ``distgnn partition`` (it no-ops when the partitions exist)."""
     n = names(meta.name)
-    cmd = cmds.partition_command(meta.name, graph, part, output_url(meta, part, ctx))
+    cmd = cmds.partition_command(
+        meta.name, graph, part, output_url(meta, part, ctx), train_mask=train_mask
+    )
     env = ps.env_list({"HOME": "/tmp", **cmds.storage_env(st)}) + ps.credential_env(st)
     c = _container(
         "partition",
@@ -507,6 +510,7 @@ def _graph_children(
                 _labels(lbl, meta.name, contract.ROLE_PARTITIONER, ctx),
                 owner,
                 ctx,
+                train_mask=cmds.balance_mask(spec),
             )
         )
     return out, manifest

@@ -16,6 +16,7 @@ from distgnn.api import (
     trainer_command,
     trainer_env,
 )
+from distgnn.api.commands import balance_mask
 from distgnn.errors import ConfigError
 
 BASE: dict[str, Any] = {
@@ -163,4 +164,17 @@ def test_partition_command_and_manifest_url() -> None:
     assert flags["name"] == "cora"
     assert flags["method"] == "random" and flags["seed"] == "7"
     assert "balance-edges" in flags and "balance-train" in flags
+    assert flags["train-mask"] == "train_mask"
     assert manifest_url("cora", sp.graph, sp.partitioning, "s3://out") == "s3://out/cora.json"
+
+
+def test_balance_train_uses_the_apps_train_mask() -> None:
+    app = copy.deepcopy(BASE["spec"]["trainers"]["app"])
+    job = _job(app={**app, "trainMask": "labelled"})
+    assert balance_mask(job.spec) == "labelled"
+    cmd = partition_command(
+        "cora", job.spec.graph, job.spec.partitioning, "s3://out", balance_mask(job.spec)
+    )
+    assert _flags(cmd)["train-mask"] == "labelled"
+    own = _job(app=None, command=["python", "train.py"])  # a user's command: the default name
+    assert balance_mask(own.spec) == "train_mask"

@@ -207,6 +207,11 @@ def test_relative_paths_resolve_against_the_manifest_folder(tmp_path: Path) -> N
     plan, _ = plan_from_manifest(obj, sub / "job.yaml", tmp_path / "w")
     assert plan.partitioning is not None
     assert plan.partitioning.out_url == str(tmp_path / "w" / "partitions")
+    assert plan.partitioning.train_mask == "train_mask"
+    # balanceTrain balances the app's own train mask
+    obj["spec"]["trainers"]["app"]["trainMask"] = "labelled"
+    plan, _ = plan_from_manifest(obj, sub / "job.yaml", tmp_path / "w")
+    assert plan.partitioning is not None and plan.partitioning.train_mask == "labelled"
 
 
 def test_malformed_manifests_are_rejected_with_the_field(tmp_path: Path) -> None:

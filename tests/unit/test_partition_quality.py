@@ -49,10 +49,34 @@ def test_balance_edges(tmp_path: Path) -> None:
     assert _spread([p.edges for p in bal.parts]) < _spread([p.edges for p in plain.parts])
 
 
-def test_balance_train_needs_mask(tmp_path: Path) -> None:
+def test_balance_train_without_the_mask_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # balanceTrain is on by default: a graph without the mask still partitions
     g = graph_from_arrays({"src": np.array([0, 1]), "dst": np.array([1, 2])})
-    with pytest.raises(GraphFormatError, match="train_mask"):
-        partition_graph(g, 2, str(tmp_path), "g", balance_train=True, progress=False)
+    with caplog.at_level("WARNING", logger="distgnn.partition"):
+        m = partition_graph(g, 2, str(tmp_path / "a"), "g", balance_train=True, progress=False)
+    assert m.num_parts == 2 and sum(p.train_nodes for p in m.parts) == 0
+    assert any("train mask" in r.getMessage() for r in caplog.records)
+    bad = graph_from_arrays({"src": np.array([0]), "dst": np.array([1]), "m": np.ones((2, 2))})
+    with pytest.raises(GraphFormatError, match="1-D"):
+        partition_graph(bad, 2, str(tmp_path / "b"), "g", balance_train=True, train_mask="m")
+
+
+def test_balance_train_on_a_named_mask(cora_path: Path, tmp_path: Path) -> None:
+    g = load_graph(str(cora_path))
+    nd = g.node_data["_N"]
+    nd["labelled"] = nd.pop("train_mask")
+    m = partition_graph(
+        g, 4, str(tmp_path), "c", balance_train=True, train_mask="labelled", progress=False
+    )
+    counts = [p.train_nodes for p in m.parts]
+    assert sum(counts) == int(nd["labelled"].sum()) and _spread(counts) <= 0.1
+    assert m.options.train_mask == "labelled"
+
+
+def test_bad_partition_options(tmp_path: Path) -> None:
+    g = graph_from_arrays({"src": np.array([0, 1]), "dst": np.array([1, 2])})
     with pytest.raises(ConfigError, match="halo_hops"):
         partition_graph(g, 2, str(tmp_path), "g", halo_hops=0, progress=False)
     with pytest.raises(ConfigError, match="num_parts"):

@@ -34,15 +34,27 @@ def manifest_url(
     return storage.join(out, f"{graph_name(name, part)}.json")
 
 
+def balance_mask(spec: t.DistGNNJobSpec | t.GraphServerSpec) -> str:
+    """The node data that ``balanceTrain`` balances: the training app's ``trainMask``
+    (a GraphServer, or a job with its own command, uses ``train_mask``)."""
+    app = spec.trainers.app if isinstance(spec, t.DistGNNJobSpec) else None
+    return app.train_mask if app is not None else DEFAULT_TRAIN_MASK
+
+
+DEFAULT_TRAIN_MASK = "train_mask"
+
+
 def partition_command(
     name: str,
     graph: t.JobGraph | t.ServerGraph,
     part: t.Partitioning,
     default_output: str | None = None,
+    train_mask: str = DEFAULT_TRAIN_MASK,
 ) -> list[str]:
     """``distgnn partition INPUT --out URL --name NAME --reuse ...`` for a raw-graph source.
 
-    ``--reuse`` makes it a no-op when identical partitions already exist at the output.
+    ``--reuse`` makes it a no-op when identical partitions already exist at the output;
+    ``train_mask`` (see :func:`balance_mask`) is what ``balanceTrain`` balances.
     """
     if graph.source is None:
         raise ConfigError("spec.graph.source: partitioning needs a source graph")
@@ -68,7 +80,7 @@ def partition_command(
         "--reuse",
     ]
     if part.balance_train:
-        cmd.append("--balance-train")
+        cmd += ["--balance-train", "--train-mask", train_mask]
     if part.balance_edges:
         cmd.append("--balance-edges")
     return cmd

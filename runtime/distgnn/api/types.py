@@ -114,7 +114,9 @@ class Partitioning:
     method: str = fld(
         "metis", doc="Node assignment: METIS (min edge cut) or random.", enum=("metis", "random")
     )
-    balance_train: bool = fld(True, doc="Balance training nodes across partitions (METIS).")
+    balance_train: bool = fld(
+        True, doc="Balance training nodes (the job app's trainMask, else train_mask) across parts."
+    )
     balance_edges: bool = fld(False, doc="Balance edges across partitions (METIS).")
     halo_hops: int = fld(
         1, doc="Hops of halo structure kept around each partition.", minimum=1, maximum=4

@@ -43,6 +43,7 @@ class PartitionPlan:
     balance_edges: bool
     halo_hops: int
     seed: int
+    train_mask: str = "train_mask"
 
     @property
     def manifest_url(self) -> str:
@@ -99,6 +100,7 @@ def _partition_plan(
     spec: Any, name: str, graph_url: str, base: Path, workdir: Path
 ) -> PartitionPlan:
     from distgnn.api import graph_name
+    from distgnn.api.commands import balance_mask
 
     p = spec.partitioning
     out = resolve(p.output_url, base) if p.output_url else str(workdir / "partitions")
@@ -112,6 +114,7 @@ def _partition_plan(
         balance_edges=p.balance_edges,
         halo_hops=p.halo_hops,
         seed=p.seed,
+        train_mask=balance_mask(spec),
     )
 
 
@@ -221,6 +224,7 @@ def prepare_partitions(plan: LocalPlan) -> str:
         balance_edges=p.balance_edges,
         halo_hops=p.halo_hops,
         seed=p.seed,
+        train_mask=p.train_mask,
     )
     return p.manifest_url
 
@@ -236,6 +240,7 @@ def _find_reusable(p: PartitionPlan, graph: GraphData) -> str | None:
         halo_hops=p.halo_hops,
         balance_train=p.balance_train,
         balance_edges=p.balance_edges,
+        train_mask=p.train_mask,
     )
     found = find_reusable(p.out_url, p.graph_name, graph.fingerprint, wanted, p.num_parts)
     return p.manifest_url if found is not None else None

@@ -54,8 +54,9 @@ def check_options(num_parts: int, name: str, opts: PartitionOptions) -> None:
         raise ConfigError(f"halo_hops must be >= 1, got {opts.halo_hops}")
 
 
-def train_mask_of(g: GraphData, mask_name: str, required: bool) -> np.ndarray:
-    """(N,) bool train mask in homogeneous order (False for types without the mask)."""
+def train_mask_of(g: GraphData, mask_name: str) -> tuple[np.ndarray, bool]:
+    """(N,) bool train mask in homogeneous order (False for types without the mask), and
+    whether any node type has it."""
     mask = np.zeros(g.num_nodes, dtype=bool)
     offs = g.ntype_offsets
     found = False
@@ -66,11 +67,7 @@ def train_mask_of(g: GraphData, mask_name: str, required: bool) -> np.ndarray:
                 raise GraphFormatError(f"{g.source}: train mask {mask_name!r} must be 1-D")
             mask[offs[t] : offs[t + 1]] = np.asarray(m).astype(bool)
             found = True
-    if required and not found:
-        raise GraphFormatError(
-            f"{g.source}: balance_train needs node data {mask_name!r}, which no node type has"
-        )
-    return mask
+    return mask, found
 
 
 def assign_parts(
@@ -205,7 +202,12 @@ def partition_graph(
     else:
         with step("read graph", log, url=storage.redact(str(graph_or_url))):
             g = load_graph(str(graph_or_url), storage_options)
-    train = train_mask_of(g, train_mask, required=balance_train)
+    train, has_mask = train_mask_of(g, train_mask)
+    if balance_train and not has_mask:  # balanceTrain is on by default: not an error
+        log.warning(
+            "no node type has the train mask; partitions are balanced without it",
+            extra=kv(train_mask=train_mask, graph=g.source),
+        )
     # The input fingerprint (full sha256 of every input array) is computed from plain
     # file reads in a background thread while the main thread symmetrises the graph for
     # METIS (hashlib and NumPy's sort release the GIL).
