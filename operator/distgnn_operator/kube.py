@@ -38,7 +38,8 @@ RESOURCES: dict[str, tuple[str, str]] = {
 
 
 class ApiError(Exception):
-    """A non-2xx answer of the API server."""
+    """A non-2xx answer of the API server; status 0: no answer (connection failed, or the
+    client is closed because the operator is stopping)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
@@ -171,15 +172,20 @@ class KubeApi:
         s, _ = self._sess()
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": ctype} if body is not None else {}
-        async with s.request(method, url, data=data, headers=headers, params=params) as r:
-            text = await r.text()
-            if r.status >= 300:
-                try:
-                    msg = json.loads(text).get("message", text)
-                except (ValueError, AttributeError):
-                    msg = text
-                raise ApiError(r.status, str(msg)[:500])
-            return json.loads(text) if text else {}
+        try:
+            async with s.request(method, url, data=data, headers=headers, params=params) as r:
+                text = await r.text()
+        except (TimeoutError, aiohttp.ClientError) as e:
+            # a connection failure (or the session closed under a request while stopping):
+            # an ApiError, so callers retry it or, when stopping, drop it
+            raise ApiError(0, f"{method} {url}: {type(e).__name__}: {e}"[:500]) from e
+        if r.status >= 300:
+            try:
+                msg = json.loads(text).get("message", text)
+            except (ValueError, AttributeError):
+                msg = text
+            raise ApiError(r.status, str(msg)[:500])
+        return json.loads(text) if text else {}
 
     async def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
         """The object, or None if it does not exist."""

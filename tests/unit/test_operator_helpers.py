@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,7 +12,7 @@ import pytest
 
 from distgnn_operator.__main__ import build_parser, namespaces, setup
 from distgnn_operator.handlers import HandlerSettings, make_settings
-from distgnn_operator.kube import Credentials
+from distgnn_operator.kube import ApiError, Credentials, KubeApi
 from distgnn_operator.reconcile import job_state, owned_by, parse_metrics, ready_replicas, subset
 
 
@@ -92,3 +94,25 @@ def test_setup_builds_registry_and_settings() -> None:
     st = make_settings(HandlerSettings(watch_server_timeout=123))
     assert st.watching.server_timeout == 123 and st.peering.standalone is True
     assert st.persistence.finalizer == "distgnn.dev/finalizer"
+
+
+def test_connection_failures_are_api_errors() -> None:
+    """A refused connection (or a session closed under a request while the operator stops)
+    is an ApiError the reconcile loop retries or drops, never a raw aiohttp exception."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def go() -> None:
+        api = KubeApi(timeout_s=5)
+        api._creds = Credentials(server=f"http://127.0.0.1:{port}")
+        try:
+            with pytest.raises(ApiError) as e:
+                await api.get("Pod", "ns", "p")
+            assert e.value.status == 0 and "127.0.0.1" in str(e.value)
+        finally:
+            await api.close()
+        with pytest.raises(ApiError, match="stopping"):
+            await api.get("Pod", "ns", "p")
+
+    asyncio.run(go())
