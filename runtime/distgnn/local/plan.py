@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from distgnn.log import kv
 
 if TYPE_CHECKING:
     from distgnn.graph.data import GraphData
+    from distgnn.partition.manifest import PartitionOptions
 
 log = logging.getLogger("distgnn.local")
 
@@ -48,6 +49,20 @@ class PartitionPlan:
     @property
     def manifest_url(self) -> str:
         return storage.join(self.out_url, f"{self.graph_name}.json")
+
+    @property
+    def options(self) -> PartitionOptions:
+        """The options partitioning runs with (also the reuse key)."""
+        from distgnn.partition.manifest import PartitionOptions
+
+        return PartitionOptions(
+            method=self.method,
+            seed=self.seed,
+            halo_hops=self.halo_hops,
+            balance_train=self.balance_train,
+            balance_edges=self.balance_edges,
+            train_mask=self.train_mask,
+        )
 
 
 @dataclass(frozen=True)
@@ -219,28 +234,14 @@ def prepare_partitions(plan: LocalPlan) -> str:
         p.num_parts,
         p.out_url,
         p.graph_name,
-        method=p.method,
-        balance_train=p.balance_train,
-        balance_edges=p.balance_edges,
-        halo_hops=p.halo_hops,
-        seed=p.seed,
-        train_mask=p.train_mask,
+        **asdict(p.options),
     )
     return p.manifest_url
 
 
 def _find_reusable(p: PartitionPlan, graph: GraphData) -> str | None:
     """The manifest URL if partitions with the same input fingerprint and options exist."""
-    from distgnn.partition.manifest import PartitionOptions
     from distgnn.partition.reuse import find_reusable
 
-    wanted = PartitionOptions(
-        method=p.method,
-        seed=p.seed,
-        halo_hops=p.halo_hops,
-        balance_train=p.balance_train,
-        balance_edges=p.balance_edges,
-        train_mask=p.train_mask,
-    )
-    found = find_reusable(p.out_url, p.graph_name, graph.fingerprint, wanted, p.num_parts)
+    found = find_reusable(p.out_url, p.graph_name, graph.fingerprint, p.options, p.num_parts)
     return p.manifest_url if found is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 
 HELP = "partition a graph (.npz or folder of .npy, any fsspec URL) into N parts"
 
@@ -32,15 +33,15 @@ def main(args: argparse.Namespace) -> int:
     from distgnn.partition.reuse import find_reusable
 
     graph = load_graph(args.graph)
+    opts = PartitionOptions(
+        args.method,
+        args.seed,
+        args.halo_hops,
+        args.balance_train,
+        args.balance_edges,
+        args.train_mask,
+    )
     if args.reuse:
-        opts = PartitionOptions(
-            args.method,
-            args.seed,
-            args.halo_hops,
-            args.balance_train,
-            args.balance_edges,
-            args.train_mask,
-        )
         m = find_reusable(args.out, args.name, graph.fingerprint, opts, args.num_parts)
         if m is not None:
             print(f"reused {args.out.rstrip('/')}/{args.name}.json (edge cut {m.edge_cut:.4f})")
@@ -50,12 +51,7 @@ def main(args: argparse.Namespace) -> int:
         args.num_parts,
         args.out,
         args.name,
-        method=args.method,
-        balance_train=args.balance_train,
-        balance_edges=args.balance_edges,
-        halo_hops=args.halo_hops,
-        seed=args.seed,
-        train_mask=args.train_mask,
+        **asdict(opts),
     )
     print(
         f"wrote {args.out.rstrip('/')}/{args.name}.json: {m.num_parts} parts, "

@@ -68,8 +68,7 @@ class RowGatherer:
     def gather(self, table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out[:] = table[rows]``; every row must be in ``[0, len(table))`` (not re-checked)."""
         n = len(rows)
-        row_bytes = max(1, out.nbytes // max(1, n))
-        k = min(self.threads, max(1, n * row_bytes // MIN_SLICE_BYTES))
+        k = min(self.threads, max(1, out.nbytes // MIN_SLICE_BYTES))
         if k <= 1:
             return np.take(table, rows, 0, out, "clip")
         cuts = [n * i // k for i in range(k + 1)]
