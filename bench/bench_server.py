@@ -146,7 +146,7 @@ def bench_pull(
     """
     import torch
 
-    from distgnn.dist import DistGraph, initialize
+    from distgnn.distributed import DistGraph, initialize
 
     rng = np.random.default_rng(1)
     nbytes = batch * dim * 4
@@ -198,7 +198,7 @@ def touch_all(srv: Server, dims: list[int], nodes: int, workers: int) -> None:
 
 
 def bench_sampling(manifest: str, srv: Server, nodes: int, reps: int) -> list[tuple[str, float]]:
-    from distgnn.dist import DistGraph, initialize, sample_neighbors
+    from distgnn.distributed import DistGraph, initialize, sample_neighbors
 
     rng = np.random.default_rng(2)
     out = []

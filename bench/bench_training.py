@@ -7,7 +7,7 @@ The benchmark graph (``distgnn.graph.generate``: 1M nodes, ~12M edges, 100 float
 features) is generated once and cached under /tmp/distgnn-bench, partitioned into 2
 parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopback.
 
-* one-hop sampling: ``distgnn.dist.sampling.sample_neighbors`` (fanout 10) on batches
+* one-hop sampling: ``distgnn.distributed.sampling.sample_neighbors`` (fanout 10) on batches
   of random seeds from one client; seeds/s (median of ``--reps``) vs DGL 2.1's 363k.
 * GraphSAGE epochs (3 layers, fanouts 15,10,5 in DGL order, hidden 256, batch 1000,
   dropout 0.5) with ``--trainers`` DDP trainer processes (``distgnn.train.proc``: each
@@ -65,9 +65,9 @@ def ensure_parts(graph: str, nodes: int, method: str) -> str:
 def bench_sampling(env: dict[str, str], reps: int) -> list[tuple[int, float]]:
     import numpy as np
 
-    from distgnn.dist.context import initialize
-    from distgnn.dist.graph import DistGraph
-    from distgnn.dist.sampling import sample_neighbors
+    from distgnn.distributed.context import initialize
+    from distgnn.distributed.graph import DistGraph
+    from distgnn.distributed.sampling import sample_neighbors
 
     g = DistGraph(initialize(env=env), own=True)
     rng = np.random.default_rng(0)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-import distgnn.dist as dgl_dist
+import distgnn.distributed as dgl_dist
 from distgnn import log
 from distgnn.nn import GraphSAGE
 from distgnn.sampling import DistNodeDataLoader, NeighborSampler

@@ -13,7 +13,7 @@ import pytest
 import torch
 from servers import Servers, partition_cora, running_servers
 
-from distgnn.dist import DistEmbedding, DistTensor, initialize
+from distgnn.distributed import DistEmbedding, DistTensor, initialize
 
 CLIENTS = 3
 STEPS = 15
@@ -23,7 +23,7 @@ CLIENT = textwrap.dedent(
     import sys
     import numpy as np
     import torch
-    from distgnn.dist import DistEmbedding, DistTensor, SparseAdagrad, initialize
+    from distgnn.distributed import DistEmbedding, DistTensor, SparseAdagrad, initialize
 
     k = int(sys.argv[1])
     steps = int(sys.argv[2])

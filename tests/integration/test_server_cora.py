@@ -14,8 +14,8 @@ import pytest
 import torch
 from servers import Servers, partition_cora, running_servers
 
-from distgnn.dist import DistGraph, DistTensor, initialize, node_split, sample_neighbors
-from distgnn.dist.tensor import _segment_plan, group
+from distgnn.distributed import DistGraph, DistTensor, initialize, node_split, sample_neighbors
+from distgnn.distributed.tensor import _segment_plan, group
 from distgnn.errors import AuthError, ServerError
 from distgnn.partition.loader import load_partition
 from distgnn.rpc.client import Connection, Timeouts

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from servers import running_servers
 
-from distgnn.dist import DistGraph, initialize, sample_neighbors
+from distgnn.distributed import DistGraph, initialize, sample_neighbors
 from distgnn.partition.loader import load_partition
 from distgnn.partition.partitioner import partition_graph
 

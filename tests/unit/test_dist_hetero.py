@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn.dist import DistGraph, DistTensor, sample_neighbors
+from distgnn.distributed import DistGraph, DistTensor, sample_neighbors
 from distgnn.graph.io import graph_from_arrays
 from distgnn.partition.loader import load_partition
 from distgnn.partition.partitioner import partition_graph

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distgnn.dist.split import split_even, split_local
+from distgnn.distributed.split import split_even, split_local
 from distgnn.server import sampling
 
 

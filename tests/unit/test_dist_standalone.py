@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn.dist import (
+from distgnn.distributed import (
     DistEmbedding,
     DistGraph,
     DistTensor,
@@ -62,7 +62,7 @@ def test_schema_and_features_match_input(g: DistGraph, cora_path: Path, new2orig
 
 
 def test_segment_plan_covers_every_row_once() -> None:
-    from distgnn.dist.tensor import MIN_DIRECT_RUN, _segment_plan, group
+    from distgnn.distributed.tensor import MIN_DIRECT_RUN, _segment_plan, group
 
     rng = np.random.default_rng(5)
     parts = np.concatenate(

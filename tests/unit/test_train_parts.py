@@ -127,7 +127,7 @@ def test_single_trainer_context_needs_no_process_group() -> None:
 
 
 def test_embedding_state_roundtrip(cora_path: Path, tmp_path: Path) -> None:
-    from distgnn.dist import DistEmbedding, DistGraph
+    from distgnn.distributed import DistEmbedding, DistGraph
     from distgnn.partition.partitioner import partition_graph
 
     partition_graph(str(cora_path), 2, str(tmp_path / "p"), "cora", method="random", progress=False)

@@ -57,7 +57,7 @@ class LocalSource:
 
 class _DistOneHop:
     def __init__(self, g: Any, rng: np.random.Generator) -> None:
-        from distgnn.dist.sampling import sample_neighbors
+        from distgnn.distributed.sampling import sample_neighbors
 
         self.g, self.rng, self._sample = g, rng, sample_neighbors
 
@@ -81,7 +81,7 @@ class _DistOneHop:
 
 
 class DistSource:
-    """A ``distgnn.dist.DistGraph``; ``reopen`` is the spec a sampler process opens again."""
+    """A ``distgnn.distributed.DistGraph``; ``reopen`` is the spec a sampler process opens again."""
 
     def __init__(self, g: Any, reopen: dict[str, Any] | None, owner: Any = None) -> None:
         self.g, self._spec, self._owner = g, reopen, owner
@@ -130,7 +130,7 @@ def open_source(spec: dict[str, Any]) -> GraphSource:
     if kind == "local":
         return LocalSource(LocalGraph.from_npz(str(spec["path"])), str(spec["path"]))
     if kind == "standalone":
-        from distgnn.dist.graph import DistGraph
+        from distgnn.distributed.graph import DistGraph
 
         return DistSource(DistGraph.standalone(str(spec["manifest"])), spec)
     if kind == "dist":

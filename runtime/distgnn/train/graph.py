@@ -1,6 +1,6 @@
 """The graph a trainer trains on: the servers, a standalone manifest, or a local file.
 
-* ``DISTGNN_SERVERS`` set: ``distgnn.dist.initialize()`` + ``DistGraph`` (servers);
+* ``DISTGNN_SERVERS`` set: ``distgnn.distributed.initialize()`` + ``DistGraph`` (servers);
   sampler processes re-open their own connections from the same environment.
 * otherwise ``DISTGNN_MANIFEST``: ``DistGraph.standalone(manifest)`` (all partitions
   in-process), or, for a ``.npz`` graph file, an in-memory :class:`LocalGraph`.
@@ -60,7 +60,7 @@ class TrainGraph:
     def split_nodes(self, name: str, ctx: DDPContext) -> np.ndarray:
         """This trainer's share of the nodes in mask ``name`` (locality-aware when possible)."""
         if ctx.world_size > 1 and not isinstance(self.g, LocalGraph):
-            from distgnn.dist.split import node_split
+            from distgnn.distributed.split import node_split
 
             mask = torch.from_numpy(self.read_all(name).astype(bool))
             out = node_split(
@@ -75,8 +75,8 @@ class TrainGraph:
 
 def open_dist_graph(spec: Mapping[str, Any]) -> tuple[Any, Any]:
     """``(DistGraph, context)`` connected to the servers named by the environment."""
-    from distgnn.dist.context import initialize
-    from distgnn.dist.graph import DistGraph
+    from distgnn.distributed.context import initialize
+    from distgnn.distributed.graph import DistGraph
 
     return DistGraph(initialize(), own=True), None
 
@@ -96,7 +96,7 @@ def open_train_graph(env: Mapping[str, str] | None = None) -> TrainGraph:
     if manifest.endswith(".npz"):
         lg = LocalGraph.from_npz(manifest)
         return TrainGraph(lg, LocalSource(lg, manifest))
-    from distgnn.dist.graph import DistGraph
+    from distgnn.distributed.graph import DistGraph
 
     dg = DistGraph.standalone(manifest)
     return TrainGraph(dg, source_for(dg, {"kind": "standalone", "manifest": manifest}))

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from distgnn import contract
-from distgnn.dist.tensor import DistTensor, as_ids
+from distgnn.distributed.tensor import DistTensor, as_ids
 from distgnn.errors import ConfigError
 from distgnn.partition.book import PartitionBook
 

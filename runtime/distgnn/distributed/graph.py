@@ -1,6 +1,6 @@
 """``DistGraph``: the whole partitioned graph as DGL users know it.
 
-Node and edge data are :class:`~distgnn.dist.tensor.DistTensor` views on the servers.
+Node and edge data are :class:`~distgnn.distributed.tensor.DistTensor` views on the servers.
 IDs are the partitioned (new) global IDs; ``nodes[ntype]``/``edges[etype]`` data use
 type-wise IDs as in DGL. ``DistGraph.standalone(manifest_url)`` loads every partition
 in-process (no servers) and supports the same calls.
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from distgnn.dist.context import DistContext, initialize
-from distgnn.dist.tensor import DistTensor, PartPolicy, as_ids, group, resolve_policy
+from distgnn.distributed.context import DistContext, initialize
+from distgnn.distributed.tensor import DistTensor, PartPolicy, as_ids, group, resolve_policy
 from distgnn.errors import ConfigError
 from distgnn.partition.book import PartitionBook
 from distgnn.rpc.client import Call

@@ -1,7 +1,7 @@
 """``DistEmbedding``: a learnable embedding table on the servers, updated sparsely.
 
 ``emb(ids)`` pulls the rows and, while autograd is on, remembers ``(ids, rows)``;
-after ``loss.backward()`` a sparse optimizer (:mod:`distgnn.dist.optim`) sends the
+after ``loss.backward()`` a sparse optimizer (:mod:`distgnn.distributed.optim`) sends the
 row gradients to the servers, which apply the update and keep the optimizer state.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distgnn.dist.tensor import DistTensor, as_ids
+from distgnn.distributed.tensor import DistTensor, as_ids
 
 
 class DistEmbedding:

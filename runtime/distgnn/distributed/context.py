@@ -22,7 +22,7 @@ from distgnn.partition.manifest import Manifest
 from distgnn.rpc.client import Call, ServerPool, Timeouts
 from distgnn.rpc.protocol import FLAG_RESPONSE, Frame, MsgType
 
-log = logging.getLogger("distgnn.dist")
+log = logging.getLogger("distgnn.distributed")
 
 
 class Backend(Protocol):

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from distgnn.dist.tensor import as_ids, group
+from distgnn.distributed.tensor import as_ids, group
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import MsgType

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from distgnn.dist.embedding import DistEmbedding
-from distgnn.dist.tensor import group
+from distgnn.distributed.embedding import DistEmbedding
+from distgnn.distributed.tensor import group
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import MsgType
