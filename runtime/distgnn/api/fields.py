@@ -34,6 +34,7 @@ class Meta:
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
     min_length: int | None = None
     max_length: int = NAME_MAX
     pattern: str | None = None

@@ -48,6 +48,8 @@ def _scalar(tp: Any, m: Meta) -> dict[str, Any]:
                 s["exclusiveMinimum"] = True
         if m.maximum is not None:
             s["maximum"] = m.maximum if tp is float else int(m.maximum)
+            if m.exclusive_maximum:
+                s["exclusiveMaximum"] = True
         return s
     raise TypeError(f"unsupported field type {tp}")
 
@@ -58,6 +60,7 @@ def _item_meta(m: Meta) -> Meta:
         minimum=m.item_minimum,
         maximum=m.item_maximum,
         exclusive_minimum=False,
+        exclusive_maximum=False,
         min_length=None,
         fmt=None,
     )

@@ -260,7 +260,9 @@ class App:
     )
     batch_size: int = fld(1024, doc="Seeds per mini-batch.", minimum=1, maximum=1048576)
     lr: float = fld(0.01, doc="Learning rate.", minimum=0, exclusive_minimum=True, maximum=10)
-    dropout: float = fld(0.5, doc="Dropout probability.", minimum=0, maximum=1)
+    dropout: float = fld(
+        0.5, doc="Dropout probability (below 1).", minimum=0, maximum=1, exclusive_maximum=True
+    )
     precision: str = fld(
         "32",
         doc="Training precision: 32 (float32) or bf16-mixed (bfloat16 autocast for the "
