@@ -17,6 +17,9 @@ from distgnn.api.fields import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_NAME,
+    HTTP_URL,
+    IMAGE_REF,
+    STORAGE_SCHEMES,
     URL_MAX,
     Quantity,
     Rule,
@@ -43,9 +46,10 @@ class UrlSource:
     """A raw graph (``.npz`` file or folder of ``.npy`` files) to partition."""
 
     url: str = fld(
-        doc="fsspec URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
+        doc="URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
 
@@ -58,6 +62,7 @@ class PartitionsSource:
         name="manifestURL",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
 
@@ -135,6 +140,7 @@ class Partitioning:
         name="outputURL",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
     RULES: ClassVar[tuple[Rule, ...]] = (Rule(IMMUTABLE, "spec.partitioning is immutable"),)
@@ -161,7 +167,10 @@ class Storage:
     """Object storage settings shared by partitioner, servers and trainers."""
 
     endpoint: str | None = fld(
-        None, doc="S3 endpoint URL (AWS_ENDPOINT_URL_S3).", max_length=URL_MAX
+        None,
+        doc="S3 endpoint URL, http:// or https:// (AWS_ENDPOINT_URL_S3).",
+        max_length=URL_MAX,
+        pattern=HTTP_URL,
     )
     region: str | None = fld(None, doc="S3 region (AWS_DEFAULT_REGION).", max_length=64)
     credentials_secret: CredentialsSecret | None = fld(None, doc="S3 credentials Secret.")
@@ -229,7 +238,11 @@ class Servers:
 
     workers: int = fld(1, doc="Worker processes per server pod.", minimum=1, maximum=64)
     image: str | None = fld(
-        None, doc="Image; default: the operator's runtime image.", max_length=512
+        None,
+        doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
+        "runtime image.",
+        max_length=512,
+        pattern=IMAGE_REF,
     )
     image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
     resources: Resources | None = fld(None, doc="Server container resources.")
@@ -255,7 +268,9 @@ class App:
     )
     batch_size: int = fld(1024, doc="Seeds per mini-batch.", minimum=1, maximum=1048576)
     lr: float = fld(0.01, doc="Learning rate.", minimum=0, exclusive_minimum=True, maximum=10)
-    dropout: float = fld(0.5, doc="Dropout probability.", minimum=0, maximum=1)
+    dropout: float = fld(
+        0.5, doc="Dropout probability, below 1.", minimum=0, maximum=1, exclusive_maximum=True
+    )
     precision: str = fld(
         "32",
         doc="Training precision: 32 (float32) or bf16-mixed (bfloat16 autocast for the "
@@ -292,7 +307,9 @@ class App:
 class Checkpoint:
     """Where trainers save checkpoints and resume from."""
 
-    url: str = fld(doc="Checkpoint folder URL.", max_length=URL_MAX, min_length=1)
+    url: str = fld(
+        doc="Checkpoint folder URL.", max_length=URL_MAX, min_length=1, schemes=STORAGE_SCHEMES
+    )
 
 
 @dataclass
@@ -303,7 +320,11 @@ class Trainers:
     num_samplers: int = fld(0, doc="Sampler processes per trainer.", minimum=0, maximum=64)
     gpus: int = fld(0, doc="GPUs per trainer (nvidia.com/gpu).", minimum=0, maximum=16)
     image: str | None = fld(
-        None, doc="Image; default: the operator's runtime image.", max_length=512
+        None,
+        doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
+        "runtime image.",
+        max_length=512,
+        pattern=IMAGE_REF,
     )
     image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
     resources: Resources | None = fld(None, doc="Trainer container resources.")
@@ -328,6 +349,12 @@ class Trainers:
             "args needs command",
             lambda t: t.args is None or t.command is not None,
             field="args",
+        ),
+        Rule(
+            "self.replicas == oldSelf.replicas",
+            "spec.trainers.replicas is immutable (the world size of the trainer group): "
+            "delete the job and create it again to change it",
+            field="replicas",
         ),
     )
 

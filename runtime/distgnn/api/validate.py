@@ -26,6 +26,7 @@ from distgnn.api.fields import (
     has_default,
     json_name,
     meta_of,
+    scheme_problem,
 )
 from distgnn.errors import ConfigError
 
@@ -81,6 +82,9 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             )
         if m.pattern is not None and not re.match(m.pattern, v):
             errs.add(path, f"{v!r} does not match {m.pattern}")
+        problem = scheme_problem(m, v)
+        if problem is not None:
+            errs.add(path, problem)
         return v
     if tp is bool:
         if not isinstance(v, bool):
@@ -96,15 +100,24 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
                 errs.add(path, f"must be > {m.minimum:g}")
             elif v < m.minimum:
                 errs.add(path, f"must be >= {m.minimum:g}")
-        if m.maximum is not None and v > m.maximum:
-            errs.add(path, f"must be <= {m.maximum:g}")
+        if m.maximum is not None:
+            if m.exclusive_maximum and v >= m.maximum:
+                errs.add(path, f"must be < {m.maximum:g}")
+            elif v > m.maximum:
+                errs.add(path, f"must be <= {m.maximum:g}")
         return float(v) if tp is float else v
     raise TypeError(f"unsupported field type {tp}")
 
 
 def _item_meta(m: Meta) -> Meta:
     return dataclasses.replace(
-        m, minimum=m.item_minimum, maximum=m.item_maximum, exclusive_minimum=False, min_length=None
+        m,
+        minimum=m.item_minimum,
+        maximum=m.item_maximum,
+        exclusive_minimum=False,
+        exclusive_maximum=False,
+        min_length=None,
+        schemes=None,
     )
 
 
