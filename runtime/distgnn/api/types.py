@@ -269,7 +269,7 @@ class App:
     batch_size: int = fld(1024, doc="Seeds per mini-batch.", minimum=1, maximum=1048576)
     lr: float = fld(0.01, doc="Learning rate.", minimum=0, exclusive_minimum=True, maximum=10)
     dropout: float = fld(
-        0.5, doc="Dropout probability, below 1.", minimum=0, maximum=1, exclusive_maximum=True
+        0.5, doc="Dropout probability (below 1).", minimum=0, maximum=1, exclusive_maximum=True
     )
     precision: str = fld(
         "32",
