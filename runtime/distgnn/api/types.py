@@ -17,6 +17,9 @@ from distgnn.api.fields import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_NAME,
+    HTTP_URL,
+    IMAGE_REF,
+    STORAGE_SCHEMES,
     URL_MAX,
     Quantity,
     Rule,
@@ -45,9 +48,10 @@ class UrlSource:
     """A raw graph (``.npz`` file or folder of ``.npy`` files) to partition."""
 
     url: str = fld(
-        doc="fsspec URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
+        doc="URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
 
@@ -60,6 +64,7 @@ class PartitionsSource:
         name="manifestURL",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
 
@@ -137,6 +142,7 @@ class Partitioning:
         name="outputURL",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
     RULES: ClassVar[tuple[Rule, ...]] = (Rule(IMMUTABLE, "spec.partitioning is immutable"),)
@@ -163,7 +169,10 @@ class Storage:
     """Object storage settings shared by partitioner, servers and trainers."""
 
     endpoint: str | None = fld(
-        None, doc="S3 endpoint URL (AWS_ENDPOINT_URL_S3).", max_length=URL_MAX
+        None,
+        doc="S3 endpoint URL, http:// or https:// (AWS_ENDPOINT_URL_S3).",
+        max_length=URL_MAX,
+        pattern=HTTP_URL,
     )
     region: str | None = fld(None, doc="S3 region (AWS_DEFAULT_REGION).", max_length=64)
     credentials_secret: CredentialsSecret | None = fld(None, doc="S3 credentials Secret.")
@@ -231,7 +240,11 @@ class Servers:
 
     workers: int = fld(1, doc="Worker processes per server pod.", minimum=1, maximum=64)
     image: str | None = fld(
-        None, doc="Image; default: the operator's runtime image.", max_length=512
+        None,
+        doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
+        "runtime image.",
+        max_length=512,
+        pattern=IMAGE_REF,
     )
     image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
     resources: Resources | None = fld(None, doc="Server container resources.")
@@ -319,7 +332,8 @@ class App:
             field="fanouts",
         ),
         Rule(
-            "(self.name != 'inference' && !self.inferAfterTraining) || has(self.outputURL)",
+            "(self.name != 'inference' && !(has(self.inferAfterTraining) && "
+            "self.inferAfterTraining)) || has(self.outputURL)",
             "inference (app inference or inferAfterTraining) needs outputURL",
             lambda a: (
                 (a.name != "inference" and not a.infer_after_training) or a.output_url is not None
@@ -327,7 +341,7 @@ class App:
             field="outputURL",
         ),
         Rule(
-            "self.name != 'inference' || !self.inferAfterTraining",
+            "self.name != 'inference' || !has(self.inferAfterTraining) || !self.inferAfterTraining",
             "inferAfterTraining is for the training apps",
             lambda a: a.name != "inference" or not a.infer_after_training,
             field="inferAfterTraining",
@@ -339,7 +353,9 @@ class App:
 class Checkpoint:
     """Where trainers save checkpoints and resume from."""
 
-    url: str = fld(doc="Checkpoint folder URL.", max_length=URL_MAX, min_length=1)
+    url: str = fld(
+        doc="Checkpoint folder URL.", max_length=URL_MAX, min_length=1, schemes=STORAGE_SCHEMES
+    )
 
 
 @dataclass
@@ -350,7 +366,11 @@ class Trainers:
     num_samplers: int = fld(0, doc="Sampler processes per trainer.", minimum=0, maximum=64)
     gpus: int = fld(0, doc="GPUs per trainer (nvidia.com/gpu).", minimum=0, maximum=16)
     image: str | None = fld(
-        None, doc="Image; default: the operator's runtime image.", max_length=512
+        None,
+        doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
+        "runtime image.",
+        max_length=512,
+        pattern=IMAGE_REF,
     )
     image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
     resources: Resources | None = fld(None, doc="Trainer container resources.")
@@ -383,7 +403,8 @@ class Trainers:
             field="app",
         ),
         Rule(
-            "!has(self.app) || !self.app.inferAfterTraining || has(self.checkpoint)",
+            "!has(self.app) || !has(self.app.inferAfterTraining) || "
+            "!self.app.inferAfterTraining || has(self.checkpoint)",
             "app.inferAfterTraining needs checkpoint (inference loads the last checkpoint)",
             lambda t: t.app is None or not t.app.infer_after_training or t.checkpoint is not None,
             field="checkpoint",
@@ -393,6 +414,12 @@ class Trainers:
             "args needs command",
             lambda t: t.args is None or t.command is not None,
             field="args",
+        ),
+        Rule(
+            "self.replicas == oldSelf.replicas",
+            "spec.trainers.replicas is immutable (the world size of the trainer group): "
+            "delete the job and create it again to change it",
+            field="replicas",
         ),
     )
 
