@@ -169,6 +169,11 @@ class DistContext:
         self._finalizers = [f for f in self._finalizers if f.alive]
         self._finalizers.append(finalizer)
 
+    def flush_releases(self) -> None:
+        """Send the pending releases now."""
+        if not self.closed:
+            self._flush_deletes()
+
     def _flush_deletes(self) -> None:
         while self.pending_deletes:
             key, parts = self.pending_deletes.pop()

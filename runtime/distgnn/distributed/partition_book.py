@@ -93,6 +93,16 @@ class RangePartitionBook:
             raise ConfigError(f"edge type {etype!r} {why}")
         return found[0]
 
+    @property
+    def node_offsets(self) -> np.ndarray:
+        """(DistGNN) homogeneous node ID range of each partition: ``[off[p], off[p+1])``."""
+        return self.book.node_offsets
+
+    @property
+    def edge_offsets(self) -> np.ndarray:
+        """(DistGNN) homogeneous edge ID range of each partition."""
+        return self.book.edge_offsets
+
     def metadata(self) -> list[dict[str, int]]:
         """Per partition: ``machine_id``, ``num_nodes``, ``num_edges`` (DGL's keys)."""
         n, e = self.book.node_offsets, self.book.edge_offsets

@@ -295,6 +295,12 @@ class DistTensor:
             res[p] = self.ctx.call(p, call)
         return all(f.meta.get("persistent", self.persistent) for f in res.values())
 
+    def release(self) -> None:
+        """Drop this handle's reference on the servers now (what ``del`` does later)."""
+        if self._finalizer is not None and self._finalizer.alive:
+            self._finalizer()
+            self.ctx.flush_releases()
+
     @classmethod
     def view(
         cls, ctx: Any, policy: PartitionPolicy, name: str, dtype: Any, row_shape: tuple
