@@ -2,6 +2,7 @@
 sparse optimizers, node/edge splits and one-hop distributed sampling."""
 
 from distgnn.distributed.context import DistContext, initialize
+from distgnn.distributed.dataloader import DistDataLoader
 from distgnn.distributed.embedding import DistEmbedding
 from distgnn.distributed.graph import DistGraph
 from distgnn.distributed.optim import SparseAdagrad, SparseAdam
@@ -11,6 +12,7 @@ from distgnn.distributed.tensor import DistTensor
 
 __all__ = [
     "DistContext",
+    "DistDataLoader",
     "DistEmbedding",
     "DistGraph",
     "DistTensor",
