@@ -54,7 +54,7 @@ def hetero(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _homo_edges(g: DistGraph) -> set[tuple[int, int, int]]:
     """(src, dst, homogeneous eid) of every edge."""
     eids = np.arange(g.num_edges())
-    s, d = g.find_edges(eids)
+    s, d = g._find_homo(eids)
     return set(zip(s.tolist(), d.tolist(), eids.tolist(), strict=True))
 
 
@@ -80,9 +80,9 @@ def test_dict_seeds_give_typed_blocks(hetero: str) -> None:
                     rel = b[cet]
                     s_typed = rel.src_nid[rel.edge_src]
                     d_typed = rel.dst_nid[rel.edge_dst]
-                    homo_e = book.to_homogeneous_eids(":".join(cet), rel.eid)
-                    s_h = book.to_homogeneous_nids(cet[0], s_typed)
-                    d_h = book.to_homogeneous_nids(cet[2], d_typed)
+                    homo_e = book.map_to_homo_eid(rel.eid, cet).numpy()
+                    s_h = book.map_to_homo_nid(s_typed, cet[0]).numpy()
+                    d_h = book.map_to_homo_nid(d_typed, cet[2]).numpy()
                     for trip in zip(s_h.tolist(), d_h.tolist(), homo_e.tolist(), strict=True):
                         assert trip in edges  # typed indices point at real edges
                     k = {"follows": 2, "bought-by": 1, "buys": 3}[cet[1]]

@@ -35,7 +35,9 @@ def _arr(x: Any) -> np.ndarray:
 
 @dataclass(frozen=True)
 class GraphTyping:
-    """A heterogeneous graph's types and its partition book's ID maps."""
+    """A heterogeneous graph's types and its partition book's ID maps (DGL's
+    ``map_to_per_ntype``/``map_to_homo_nid`` ...); edge-type indices follow
+    ``canonical_etypes``."""
 
     book: Any
     types: BlockTypes
@@ -62,31 +64,22 @@ class GraphTyping:
         for ntype, ids in nids.items():
             if ntype not in self.types.ntypes:
                 raise ConfigError(f"nids: unknown node type {ntype!r} (graph has {self.ntypes})")
-            typed = to_numpy(ids)
-            fn = getattr(self.book, "to_homogeneous_nids", None)
-            homo = fn(ntype, typed) if fn else self.book.map_to_homo_nid(typed, ntype)
-            parts.append(_arr(homo))
+            parts.append(_arr(self.book.map_to_homo_nid(to_numpy(ids), ntype)))
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def homo_eids(self, eids: Mapping[Any, Any]) -> np.ndarray:
         parts = []
         for etype, ids in eids.items():
             key = self.etype_key(etype)
-            parts.append(_arr(self.book.to_homogeneous_eids(key, to_numpy(ids))))
+            parts.append(_arr(self.book.map_to_homo_eid(to_numpy(ids), key)))
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def map_nids(self, homo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if hasattr(self.book, "map_nids"):
-            t, tid = self.book.map_nids(homo)
-        else:
-            t, tid = self.book.map_to_per_ntype(homo)
+        t, tid = self.book.map_to_per_ntype(homo)
         return _arr(t).astype(np.int64), _arr(tid).astype(np.int64)
 
     def map_eids(self, homo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if hasattr(self.book, "map_eids"):
-            t, tid = self.book.map_eids(homo)
-        else:
-            t, tid = self.book.map_to_per_etype(homo)
+        t, tid = self.book.map_to_per_etype(homo)
         return _arr(t).astype(np.int64), _arr(tid).astype(np.int64)
 
     def per_type(self, homo: np.ndarray) -> dict[str, torch.Tensor]:

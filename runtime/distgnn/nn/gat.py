@@ -68,6 +68,14 @@ class GATConv(nn.Module):
         if isinstance(self.res_fc, nn.Linear):
             nn.init.xavier_normal_(self.res_fc.weight, gain=gain)
 
+    @property
+    def num_heads(self) -> int:
+        return self._num_heads
+
+    @property
+    def out_feats(self) -> int:
+        return self._out_feats
+
     def forward(
         self,
         graph: Any,

@@ -36,7 +36,7 @@ from distgnn.errors import ConfigError, DistGNNError
 from distgnn.log import kv
 from distgnn.server.health import HealthServer
 from distgnn.server.state import load_into_store
-from distgnn.server.store import ShmStore, default_shm_root
+from distgnn.server.store import ShmStore, default_shm_root, sweep_stale
 
 log = logging.getLogger("distgnn.server")
 
@@ -148,6 +148,8 @@ class GraphServer:
             except OSError as e:
                 raise ServerStartError(f"cannot bind {cfg.bind}:{cfg.port}: {e}") from e
             port = int(listener.getsockname()[1])
+            # folders of servers killed before they could clean up (SIGKILL, OOM)
+            sweep_stale(cfg.shm_dir)
             store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
             with dlog.step("load partition", log, part=cfg.part_id):
                 info = load_into_store(cfg.manifest, cfg.part_id, store, cfg.storage_options)
