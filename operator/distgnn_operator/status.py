@@ -238,6 +238,8 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
         st["manifestURL"] = o.manifest_url
     if o.graph_server:
         st["graphServer"] = o.graph_server
+    if old.get("progress"):  # written by distgnn_operator.progress; kept as last seen
+        st["progress"] = old["progress"]
     return st
 
 
