@@ -41,7 +41,7 @@ from distgnn.metrics_http import MetricsEndpoint, serve
 from distgnn.server.health import HealthServer
 from distgnn.server.metrics import ServerState, server_registry, stats_path
 from distgnn.server.state import load_into_store
-from distgnn.server.store import ShmStore, default_shm_root
+from distgnn.server.store import ShmStore, default_shm_root, sweep_stale
 
 log = logging.getLogger("distgnn.server")
 
@@ -174,6 +174,8 @@ class GraphServer:
             except OSError as e:
                 raise ServerStartError(f"cannot bind {cfg.bind}:{cfg.port}: {e}") from e
             port = int(listener.getsockname()[1])
+            # folders of servers killed before they could clean up (SIGKILL, OOM)
+            sweep_stale(cfg.shm_dir)
             store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
             self.stats.shm_root = store.root
             t_load = time.monotonic()
