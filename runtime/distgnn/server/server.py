@@ -34,6 +34,7 @@ from distgnn import log as dlog
 from distgnn import storage
 from distgnn.errors import ConfigError, DistGNNError
 from distgnn.log import kv
+from distgnn.partition.loader import LoadCancelled
 from distgnn.server.health import HealthServer
 from distgnn.server.state import load_into_store
 from distgnn.server.store import ShmStore, default_shm_root, sweep_stale
@@ -152,7 +153,13 @@ class GraphServer:
             sweep_stale(cfg.shm_dir)
             store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
             with dlog.step("load partition", log, part=cfg.part_id):
-                info = load_into_store(cfg.manifest, cfg.part_id, store, cfg.storage_options)
+                try:  # SIGTERM stays live: the loader polls the stop event between reads
+                    info = load_into_store(
+                        cfg.manifest, cfg.part_id, store, cfg.storage_options, self.stop.is_set
+                    )
+                except LoadCancelled:
+                    log.info("stopped while loading the partition")
+                    return 0
             if self.stop.is_set():
                 return 0
             # listen only now: while loading, connections are refused and clients keep
