@@ -27,6 +27,7 @@ from distgnn.api.fields import (
     has_default,
     json_name,
     meta_of,
+    scheme_problem,
 )
 from distgnn.api.manifest_yaml import MAX_DEPTH, MAX_NODES, short
 from distgnn.errors import ConfigError
@@ -95,6 +96,9 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             )
         if m.pattern is not None and not re.match(m.pattern, v):
             errs.add(path, f"{short(v)} does not match {m.pattern}")
+        problem = scheme_problem(m, v)
+        if problem is not None:
+            errs.add(path, problem)
         return v
     if tp is bool:
         if not isinstance(v, bool):
@@ -130,6 +134,7 @@ def _item_meta(m: Meta) -> Meta:
         exclusive_minimum=False,
         exclusive_maximum=False,
         min_length=None,
+        schemes=None,
     )
 
 

@@ -339,3 +339,20 @@ def check_partition(p: Partition, where: str) -> None:
                     raise bad(rel, f"dtype {arr.dtype.str} != {want.str} in the manifest")
                 if arr.shape != (rows, *spec.shape):
                     raise bad(rel, f"shape {arr.shape} != {(rows, *spec.shape)} per the manifest")
+
+
+def read_part_array(
+    manifest_url: str,
+    manifest: Manifest,
+    part_id: int,
+    rel: str,
+    storage_options: Mapping[str, Any] | None = None,
+) -> np.ndarray:
+    """One file of one partition (e.g. ``graph/orig_nid.npy``), size and sha256 verified."""
+    if not 0 <= part_id < manifest.num_parts:
+        raise ConfigError(f"part_id {part_id} out of range [0, {manifest.num_parts})")
+    info = manifest.parts[part_id]
+    if rel not in info.files:
+        raise PartitionDataError(f"{storage.redact(manifest_url)}: parts[{part_id}] lacks {rel}")
+    base = storage.join(storage.dirname(manifest_url), info.path)
+    return _read_verified(base, rel, info.files[rel], storage_options, _root_of(base))
