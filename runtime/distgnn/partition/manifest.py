@@ -270,6 +270,14 @@ class _Parser:
             if et[0] not in ntypes or et[2] not in ntypes:
                 raise self.err(f"edge_types[{i}]", "uses an unknown node type")
             etypes.append((et[0], et[1], et[2]))
+        if list(ntypes) != sorted(ntypes):
+            raise self.err("node_types", "must be sorted by name (DGL's node type IDs)")
+        if etypes != sorted(etypes):
+            raise self.err(
+                "edge_types",
+                "must be sorted as (src, etype, dst) tuples (DGL's relation IDs); "
+                "partition the graph again",
+            )
         enames = [":".join(x) for x in etypes]
         m: dict[str, Any] = {
             "node_offsets": self.offsets(obj.get("node_offsets"), "node_offsets", k, n),

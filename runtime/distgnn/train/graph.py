@@ -78,7 +78,7 @@ def open_dist_graph(spec: Mapping[str, Any]) -> tuple[Any, Any]:
     from distgnn.distributed.context import initialize
     from distgnn.distributed.graph import DistGraph
 
-    return DistGraph(initialize(), own=True), None
+    return DistGraph(ctx=initialize(), own=True), None
 
 
 def open_train_graph(env: Mapping[str, str] | None = None) -> TrainGraph:
