@@ -110,18 +110,10 @@ def child_env(extra: dict[str, str], log_format: str | None = None) -> dict[str,
 
 
 def read_num_parts(manifest_url: str) -> int:
-    """``num_parts`` of a partition manifest (see docs/partition-format.md)."""
-    from distgnn import storage
-    from distgnn.errors import ManifestError
+    """``num_parts`` of a partition manifest, validated (see docs/partition-format.md)."""
+    from distgnn.partition.loader import load_manifest
 
-    raw = storage.read_bytes(manifest_url)
-    try:
-        n = json.loads(raw)["num_parts"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ManifestError(f"{storage.redact(manifest_url)}: no valid num_parts ({e})") from e
-    if not isinstance(n, int) or n < 1:
-        raise ManifestError(f"{storage.redact(manifest_url)}: num_parts {n!r} is not >= 1")
-    return n
+    return load_manifest(manifest_url).num_parts
 
 
 # -- servers ---------------------------------------------------------------------------

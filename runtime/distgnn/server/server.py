@@ -38,6 +38,7 @@ from distgnn import log as dlog
 from distgnn.errors import ConfigError, DistGNNError
 from distgnn.log import kv
 from distgnn.metrics_http import MetricsEndpoint, serve
+from distgnn.partition.loader import LoadCancelled
 from distgnn.server.health import HealthServer
 from distgnn.server.metrics import ServerState, server_registry, stats_path
 from distgnn.server.state import load_into_store
@@ -180,7 +181,13 @@ class GraphServer:
             self.stats.shm_root = store.root
             t_load = time.monotonic()
             with dlog.step("load partition", log, part=cfg.part_id):
-                info = load_into_store(cfg.manifest, cfg.part_id, store, cfg.storage_options)
+                try:  # SIGTERM stays live: the loader polls the stop event between reads
+                    info = load_into_store(
+                        cfg.manifest, cfg.part_id, store, cfg.storage_options, self.stop.is_set
+                    )
+                except LoadCancelled:
+                    log.info("stopped while loading the partition")
+                    return 0
             self.stats.load_seconds = round(time.monotonic() - t_load, 3)
             if self.stop.is_set():
                 return 0
