@@ -100,12 +100,23 @@ def model_from_state(state: dict[str, Any]) -> nn.Module:
         model = GAT(in_feats, hidden, int(al.shape[2]), n, heads=heads, dropout=0.0)
     else:
         raise ConfigError("checkpoint: weights are neither GraphSAGE nor GAT")
+    state = _renamed(state, set(model.state_dict()))
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
         raise ConfigError(f"checkpoint: weights do not fit the model ({e})") from e
     model.eval()
     return model
+
+
+def _renamed(state: dict[str, Any], expected: set[str]) -> dict[str, Any]:
+    """Keys of checkpoints written before the layers took DGL's parameter names
+    (``SAGEConv.fc_self.bias`` is now ``SAGEConv.bias``)."""
+    out = {}
+    for k, v in state.items():
+        new = k.replace(".fc_self.bias", ".bias")
+        out[new if k not in expected and new in expected else k] = v
+    return out
 
 
 @dataclass(frozen=True)
