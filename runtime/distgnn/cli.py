@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "generate": "distgnn.graph.cli_generate",
     "serve": "distgnn.server.cli",
     "train": "distgnn.train.cli",
+    "score": "distgnn.train.score",
     "run": "distgnn.local.cli",
 }
 

@@ -138,7 +138,29 @@ def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
     ]
     if app.name == "link-prediction":
         cmd += ["--num-negs", str(app.num_negs), "--exclude", app.exclude]
+    if app.name == "inference" or app.infer_after_training:
+        if app.infer_after_training:
+            cmd.append("--infer-after-training")
+        if app.checkpoint_url is not None:
+            cmd += ["--checkpoint-url", app.checkpoint_url]
+        cmd += [
+            "--output-url",
+            inference_output_url(spec) or "",
+            "--embedding-layer",
+            app.embedding_layer,
+            "--infer-batch-size",
+            str(app.infer_batch_size),
+        ]
     return cmd
+
+
+def inference_output_url(job: t.DistGNNJob | t.DistGNNJobSpec) -> str | None:
+    """Where the job's inference writes (``trainers.app.outputURL``), or None without one."""
+    spec = job.spec if isinstance(job, t.DistGNNJob) else job
+    app = spec.trainers.app
+    if app is None or (app.name != "inference" and not app.infer_after_training):
+        return None
+    return app.output_url
 
 
 def storage_env(st: t.Storage) -> dict[str, str]:

@@ -369,10 +369,29 @@ def read_metrics(sup: Supervisor, rundir: Path, plan: LocalPlan) -> dict[str, An
 
 
 def _rundir(ctx: RunContext, name: str) -> tempfile.TemporaryDirectory[str]:
-    """A private (0700) folder for one run's token, ready files, logs and metrics."""
+    """A private (0700) folder for one run's token, ready files, logs and metrics.
+
+    The folder records its owner (pid and start time); folders left by runs that died
+    without cleaning up (SIGKILL, power loss) are removed here, at the next start.
+    """
+    from distgnn.server.sweep import sweep_stale, write_owner
+
     runs = ctx.workdir / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryDirectory(prefix=f"{name}-", dir=runs)
+    for path in sweep_stale(str(runs), prefix=""):
+        log.info("removed the run folder of a dead run", extra=kv(path=path))
+    tmp = tempfile.TemporaryDirectory(prefix=f"{name}-", dir=runs, ignore_cleanup_errors=True)
+    os.chmod(tmp.name, 0o700)
+    write_owner(tmp.name)
+    return tmp
+
+
+def sweep_shm() -> list[str]:
+    """Remove shared-memory folders of graph servers that died (SIGKILL, crash)."""
+    from distgnn.server.store import default_shm_root
+    from distgnn.server.sweep import sweep_stale
+
+    return sweep_stale(default_shm_root())
 
 
 def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) -> dict[str, Any]:
@@ -381,28 +400,38 @@ def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) 
 
     deadline = deadline or Deadline(plan.active_deadline)
     ports = PortAllocator()
-    with _rundir(ctx, plan.name) as tmp, Supervisor(ctx.stream, grace=ctx.grace) as sup:
-        rundir = Path(tmp)
-        os.chmod(rundir, 0o700)
-        if plan.graph_server:
-            entry = ctx.registry.lookup(plan.graph_server)
+    started_servers = False
+    try:
+        with _rundir(ctx, plan.name) as tmp, Supervisor(ctx.stream, grace=ctx.grace) as sup:
+            rundir = Path(tmp)
+            token_path = rundir / "token"
+            try:
+                if plan.graph_server:
+                    entry = ctx.registry.lookup(plan.graph_server)
+                    log.info(
+                        "attaching to local GraphServer",
+                        extra=kv(graphserver=entry.name, servers=",".join(entry.servers)),
+                    )
+                    servers = Servers(entry.servers, entry.token_file, entry.manifest_url)
+                else:
+                    manifest_url = prepare_partitions(plan)
+                    deadline.check("partitioning")
+                    token = write_token(token_path)
+                    started_servers = True
+                    servers = start_servers(
+                        sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, deadline
+                    )
+                metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
+            finally:
+                # first thing, before the (up to --grace seconds) stop of the processes
+                token_path.unlink(missing_ok=True)
             log.info(
-                "attaching to local GraphServer",
-                extra=kv(graphserver=entry.name, servers=",".join(entry.servers)),
-            )
-            servers = Servers(entry.servers, entry.token_file, entry.manifest_url)
-        else:
-            manifest_url = prepare_partitions(plan)
-            deadline.check("partitioning")
-            token = write_token(rundir / "token")
-            servers = start_servers(
-                sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, deadline
-            )
-        metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
-        log.info(
-            "job succeeded in %.1fs; stopping processes", time.monotonic() - deadline.t0,
-            extra=kv(job=plan.name),
-        )  # fmt: skip
+                "job succeeded in %.1fs; stopping processes", time.monotonic() - deadline.t0,
+                extra=kv(job=plan.name),
+            )  # fmt: skip
+    finally:
+        if started_servers:
+            sweep_shm()
     return metrics
 
 
@@ -412,6 +441,7 @@ def run_graphserver(plan: LocalPlan, ctx: RunContext) -> None:
 
     ports = PortAllocator()
     registry = ctx.registry
+    registry.sweep()
     try:
         existing: GraphServerEntry | None = registry.lookup(plan.name)
     except ConfigError:  # absent or stale: the name is free
@@ -425,41 +455,56 @@ def run_graphserver(plan: LocalPlan, ctx: RunContext) -> None:
     registered = False
     try:
         with _rundir(ctx, plan.name) as tmp, Supervisor(ctx.stream, grace=ctx.grace) as sup:
-            rundir = Path(tmp)
-            servers = start_servers(
-                sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, Deadline(None)
-            )
-            entry = GraphServerEntry(
-                name=plan.name,
-                servers=servers.addresses,
-                token_file=str(token),
-                manifest_url=manifest_url,
-                pid=os.getpid(),
-                create_time=process_create_time(os.getpid()),
-            )
-            path = registry.register(entry)
-            registered = True
-            log.info(
-                "GraphServer up; stop it with Ctrl-C or SIGTERM",
-                extra=kv(
-                    graphserver=plan.name, registry=str(path), servers=",".join(servers.addresses)
-                ),
-            )
-            names = list(sup.procs)
-            while True:
-                dead = sup.exited(names)
-                if dead:
-                    p = dead[0]
-                    raise JobFailed(
-                        failure_text(
-                            p,
-                            f"{p.name} of GraphServer {plan.name!r} died "
-                            f"({describe_exit(p.poll())})",
-                        )
-                    )
-                time.sleep(0.5)
+            try:
+                rundir = Path(tmp)
+                servers = start_servers(
+                    sup,
+                    ctx,
+                    manifest_url,
+                    plan.server_workers,
+                    token,
+                    rundir,
+                    ports,
+                    Deadline(None),
+                )
+                entry = GraphServerEntry(
+                    name=plan.name,
+                    servers=servers.addresses,
+                    token_file=str(token),
+                    manifest_url=manifest_url,
+                    pid=os.getpid(),
+                    create_time=process_create_time(os.getpid()),
+                )
+                path = registry.register(entry)
+                registered = True
+                log.info(
+                    "GraphServer up; stop it with Ctrl-C or SIGTERM",
+                    extra=kv(
+                        graphserver=plan.name,
+                        registry=str(path),
+                        servers=",".join(servers.addresses),
+                    ),
+                )
+                _serve_until_stopped(sup, plan.name)
+            finally:
+                # first thing, before the (up to --grace seconds) stop of the processes
+                if registered:
+                    registry.remove(plan.name, pid=os.getpid())
+                token.unlink(missing_ok=True)
     finally:
-        if registered:
-            registry.remove(plan.name, pid=os.getpid())
-        else:
-            token.unlink(missing_ok=True)
+        token.unlink(missing_ok=True)
+        sweep_shm()
+
+
+def _serve_until_stopped(sup: Supervisor, name: str) -> None:
+    names = list(sup.procs)
+    while True:
+        dead = sup.exited(names)
+        if dead:
+            p = dead[0]
+            raise JobFailed(
+                failure_text(
+                    p, f"{p.name} of GraphServer {name!r} died ({describe_exit(p.poll())})"
+                )
+            )
+        time.sleep(0.5)

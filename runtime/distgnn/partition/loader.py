@@ -164,3 +164,20 @@ def load_partition(
     if p.num_owned_nodes != info.owned_nodes or p.num_owned_edges != info.edges:
         raise PartitionDataError(f"{storage.redact(str(base))}: sizes disagree with the manifest")
     return p
+
+
+def read_part_array(
+    manifest_url: str,
+    manifest: Manifest,
+    part_id: int,
+    rel: str,
+    storage_options: Mapping[str, Any] | None = None,
+) -> np.ndarray:
+    """One file of one partition (e.g. ``graph/orig_nid.npy``), size and sha256 verified."""
+    if not 0 <= part_id < manifest.num_parts:
+        raise ConfigError(f"part_id {part_id} out of range [0, {manifest.num_parts})")
+    info = manifest.parts[part_id]
+    if rel not in info.files:
+        raise PartitionDataError(f"{storage.redact(manifest_url)}: parts[{part_id}] lacks {rel}")
+    base = storage.join(storage.dirname(manifest_url), info.path)
+    return _read_verified(base, rel, info.files[rel], storage_options, mmap=False)
