@@ -69,7 +69,7 @@ def bench_sampling(env: dict[str, str], reps: int) -> list[tuple[int, float]]:
     from distgnn.distributed.graph import DistGraph
     from distgnn.distributed.sampling import sample_neighbors
 
-    g = DistGraph(initialize(env=env), own=True)
+    g = DistGraph(ctx=initialize(env=env), own=True)
     rng = np.random.default_rng(0)
     out = []
     try:

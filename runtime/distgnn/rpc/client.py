@@ -53,6 +53,7 @@ from distgnn.rpc.protocol import (
     recv_frame,
     send_frame,
 )
+from distgnn.rpc.stats import ClientStats
 
 log = logging.getLogger("distgnn.rpc")
 
@@ -324,6 +325,7 @@ class ServerPool:
             Connection(h, p, token, timeouts, limits, self.session) for h, p in self.addrs
         ]
         self._lock = threading.Lock()
+        self.stats = ClientStats()
 
     def __len__(self) -> int:
         return len(self.conns)
@@ -356,6 +358,7 @@ class ServerPool:
                 c = calls[part]
                 try:
                     out[part] = self.conns[part].recv(req_id, c.mtype, c.into)
+                    self.stats.record(c.mtype, c.bufs, out[part])
                 except ServerUnavailable as e:
                     lost[part] = e
                 except DistGNNError as e:
@@ -368,6 +371,7 @@ class ServerPool:
                 deadline = start + conn.timeouts.request
                 try:
                     out[part] = conn.retry(c.mtype, c.meta, c.bufs, c.into, deadline, why)
+                    self.stats.record(c.mtype, c.bufs, out[part])
                 except DistGNNError as err:
                     first_error = err
             if first_error is not None:

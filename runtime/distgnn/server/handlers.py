@@ -27,7 +27,7 @@ from distgnn.server.store import SERVER_SESSION, ShmStore, TensorError, check_na
 
 Reply = tuple[dict[str, Any], list[Any]]
 INITS = ("zeros", "ones", "uniform", "normal", "constant")
-OPT_STATE = {"adagrad": ("adagrad_sum",), "adam": ("adam_m", "adam_v", "adam_step")}
+OPT_STATE = {"adagrad": ("sum",), "adam": ("step", "mem", "power")}
 LIST_PAGE = 512
 """Tensors per LIST_TENSORS answer (names <= 120 bytes: an answer stays far below 1 MiB)."""
 MAX_FANOUT = 1 << 31
@@ -273,25 +273,36 @@ class Handlers:
         spec = meta.get("init") or {"kind": "zeros"}
         if not isinstance(spec, dict):
             raise TensorError("field 'init' must be an object")
+        if meta.get("attach_only") and name not in self.store.names():
+            return {"created": False, "exists": False}, []
         seed = _seed(meta) + 7919 * self.g.part_id
         kind = spec.get("kind", "zeros")
-        if kind not in INITS:
-            raise TensorError(f"init kind {str(kind)[:20]!r} is not one of {INITS}")
-        for key in ("value", "low", "high", "mean", "std"):
-            if key in spec:
-                x = np.array([_num(spec, key, 0.0)])
-                if kind == "constant" or np.dtype(dtype).kind == "f":
-                    cast_checked(x, np.dtype(dtype), f"init {key}")
+        fill: Callable[[np.ndarray], None]
+        if kind == "data":  # the initial values come with the request
+            if len(bufs) != 1 or bufs[0].shape != shape:
+                raise TensorError(f"init 'data' of {name!r} needs one buffer of shape {shape}")
+            values = cast_checked(bufs[0], np.dtype(dtype), "init data")
+
+            def fill(a: np.ndarray) -> None:
+                a[...] = values
+
+        elif kind in INITS:
+            for key in ("value", "low", "high", "mean", "std"):
+                if key in spec:
+                    x = np.array([_num(spec, key, 0.0)])
+                    if kind == "constant" or np.dtype(dtype).kind == "f":
+                        cast_checked(x, np.dtype(dtype), f"init {key}")
+
+            def fill(a: np.ndarray) -> None:
+                fill_init(a, spec, seed)
+
+        else:
+            raise TensorError(f"init kind {str(kind)[:20]!r} is not one of {(*INITS, 'data')}")
         persistent = meta.get("persistent", False)
         if not isinstance(persistent, bool):
             raise TensorError("field 'persistent' must be true or false")
         created, persistent = self.store.init(
-            name,
-            np.dtype(dtype),
-            shape,
-            lambda a: fill_init(a, spec, seed),
-            persistent,
-            self.session,
+            name, np.dtype(dtype), shape, fill, persistent, self.session
         )
         return {"created": created, "persistent": persistent}, []
 
@@ -305,10 +316,7 @@ class Handlers:
     def detach_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         """Release one reference; the last one removes the tensor (and its optimizer state)."""
         name = check_name(meta.get("name"))
-        removed = self.store.detach(name, self.session)
-        if removed:
-            self._drop_state(name)
-        return {"removed": removed}, []
+        return {"removed": self.store.detach(name, self.session)}, []
 
     def delete_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         """The creator with ``force`` removes the tensor; a holder detaches (the last removes);
@@ -321,35 +329,20 @@ class Handlers:
             raise TensorError("field 'force' must be true or false")
         if self.session == SERVER_SESSION and not force:
             force = True  # in-process callers own everything
-        removed = self.store.delete(name, self.session, force)
-        if removed:
-            self._drop_state(name)
-        return {"removed": removed}, []
+        return {"removed": self.store.delete(name, self.session, force)}, []
 
-    def _drop_state(self, name: str) -> None:
-        names = set(self.store.names())
-        for states in OPT_STATE.values():
-            for s in states:
-                if f"{name}.{s}" in names:
-                    self.store.delete(f"{name}.{s}", SERVER_SESSION)
-
-    def _state(
-        self, name: str, suffix: str, like: np.ndarray, dtype: str = "float32"
-    ) -> np.ndarray:
-        sname = f"{name}.{suffix}"
-        shape = like.shape if suffix != "adam_step" else like.shape[:1]
-        self.store.init(
-            sname,
-            np.dtype(dtype),
-            shape,
-            lambda a: fill_init(a, {"kind": "zeros"}, 0),
-            True,
-            SERVER_SESSION,
-        )
-        return self.store.get(sname)
+    def _state(self, meta: dict[str, Any], which: str, rows: int) -> np.ndarray:
+        states = meta.get("state")
+        if not isinstance(states, dict) or not isinstance(states.get(which), str):
+            raise TensorError(f"sparse update: field 'state' must name the {which!r} tensor")
+        arr = self.store.get(states[which])
+        if arr.shape[0] != rows or arr.dtype.kind != "f":
+            raise TensorError(f"state tensor {states[which][:60]!r} does not match the table")
+        return arr
 
     def sparse_update(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        """Apply Adagrad/Adam to the rows given (duplicates summed), state kept here."""
+        """Apply Adagrad/Adam to the rows given (duplicates summed); the client names the
+        state tensors (``state``: ``{sum}`` or ``{step, mem, power}``)."""
         name, emb = self._tensor(meta)
         if emb.dtype.kind != "f":
             raise TensorError(f"sparse update of {name!r}: not a float tensor")
@@ -364,17 +357,18 @@ class Handlers:
         uniq, inv = np.unique(rows, return_inverse=True)
         g = np.zeros((len(uniq), *emb.shape[1:]), dtype=np.float32)
         np.add.at(g, inv, grads)
+        n = emb.shape[0]
         if opt == "adagrad":
-            state = self._state(name, "adagrad_sum", emb)
+            state = self._state(meta, "sum", n)
             with self.store.lock_rows(name, uniq):
                 s = state[uniq] + g * g
                 state[uniq] = s
                 emb[uniq] -= (lr * g / (np.sqrt(s) + eps)).astype(emb.dtype)
         else:
             b1, b2 = _num(meta, "beta1", 0.9), _num(meta, "beta2", 0.999)
-            m_s = self._state(name, "adam_m", emb)
-            v_s = self._state(name, "adam_v", emb)
-            t_s = self._state(name, "adam_step", emb, "int64")
+            t_s = self._state(meta, "step", n)
+            m_s = self._state(meta, "mem", n)
+            v_s = self._state(meta, "power", n)
             with self.store.lock_rows(name, uniq):
                 m = b1 * m_s[uniq] + (1 - b1) * g
                 v = b2 * v_s[uniq] + (1 - b2) * g * g

@@ -13,6 +13,9 @@ Order of a server's life:
    and the process exits 0. A worker that dies unexpectedly is restarted; when that
    fails (out of file descriptors, processes or memory) three times in a row the server
    stops its workers, removes its shared memory and exits 1 with one log line.
+
+With ``metrics_port`` set, ``/metrics`` (Prometheus) is served from step 3 on, summing
+the workers' counters (:mod:`distgnn.server.metrics`).
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from distgnn import contract, storage
 from distgnn import log as dlog
-from distgnn import storage
 from distgnn.errors import ConfigError, DistGNNError
 from distgnn.log import kv
+from distgnn.metrics_http import MetricsEndpoint, serve
+from distgnn.partition.loader import LoadCancelled
 from distgnn.server.health import HealthServer
 from distgnn.server.limits import ServerLimits, shm_free
+from distgnn.server.metrics import ServerState, server_registry, stats_path
 from distgnn.server.state import load_into_store
 from distgnn.server.store import ShmStore, default_shm_root, sweep_stale
 
@@ -68,6 +74,8 @@ class ServeConfig:
     storage_options: Mapping[str, Any] | None = None
     limit_env: Mapping[str, str] = field(default_factory=dict)
     """``DISTGNN_SERVER_*``/``DISTGNN_HEALTH_*`` overrides of the derived limits."""
+    metrics_port: int | None = None
+    """Prometheus /metrics port (0: any); None: no metrics."""
 
     def validate(self) -> None:
         if not self.token and not self.insecure:
@@ -79,7 +87,11 @@ class ServeConfig:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.part_id < 0:
             raise ConfigError(f"--part-id must be >= 0, got {self.part_id}")
-        for name, port in (("--port", self.port), ("--health-port", self.health_port)):
+        for name, port in (
+            ("--port", self.port),
+            ("--health-port", self.health_port),
+            ("--metrics-port", 0 if self.metrics_port is None else self.metrics_port),
+        ):
             if not 0 <= port < 65536:
                 raise ConfigError(f"{name} {port} is not a port number")
         ServerLimits().with_env(self.limit_env)  # a bad override fails before loading
@@ -94,14 +106,18 @@ class GraphServer:
         self.stop = threading.Event()
         self.workers: list[subprocess.Popen[bytes]] = []
         self.limits = ServerLimits.derive(env=cfg.limit_env)
+        self.stats = ServerState(cfg.part_id)
 
     def request_stop(self, *_: object) -> None:
         self.stop.set()
 
-    def _spawn(self, listener: socket.socket, store: ShmStore) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, listener: socket.socket, store: ShmStore, slot: int
+    ) -> subprocess.Popen[bytes]:
         rfd, wfd = os.pipe()
         env = dict(os.environ)
         env["DISTGNN_WORKER_TOKEN"] = self.cfg.token or ""
+        env[contract.ENV_PART_ID] = str(self.cfg.part_id)  # the workers' log context
         cmd = [
             sys.executable,
             "-m",
@@ -119,6 +135,8 @@ class GraphServer:
         ]
         if self.cfg.insecure:
             cmd.append("--insecure-no-token")
+        if self.cfg.metrics_port is not None:
+            cmd += ["--stats-file", stats_path(store.root, slot)]
         proc = subprocess.Popen(cmd, pass_fds=(listener.fileno(), wfd), env=env)
         os.close(wfd)
         try:
@@ -141,6 +159,7 @@ class GraphServer:
                 bind=cfg.bind,
                 port=cfg.port,
                 health_port=cfg.health_port,
+                metrics_port=cfg.metrics_port,
                 workers=cfg.workers,
                 auth=not cfg.insecure,
             ),
@@ -157,7 +176,15 @@ class GraphServer:
         health.start()
         listener = socket.socket(socket.AF_INET6 if ":" in cfg.bind else socket.AF_INET)
         store: ShmStore | None = None
+        metrics: MetricsEndpoint | None = None
         try:
+            if cfg.metrics_port is not None:
+                try:
+                    metrics = serve(server_registry(self.stats), cfg.metrics_port, cfg.bind)
+                except OSError as e:
+                    raise ServerStartError(
+                        f"cannot bind metrics port {cfg.metrics_port}: {e}"
+                    ) from e
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 listener.bind((cfg.bind, cfg.port))
@@ -167,8 +194,17 @@ class GraphServer:
             # folders of servers killed before they could clean up (SIGKILL, OOM)
             sweep_stale(cfg.shm_dir)
             store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
+            self.stats.shm_root = store.root
+            t_load = time.monotonic()
             with dlog.step("load partition", log, part=cfg.part_id):
-                info = load_into_store(cfg.manifest, cfg.part_id, store, cfg.storage_options)
+                try:  # SIGTERM stays live: the loader polls the stop event between reads
+                    info = load_into_store(
+                        cfg.manifest, cfg.part_id, store, cfg.storage_options, self.stop.is_set
+                    )
+                except LoadCancelled:
+                    log.info("stopped while loading the partition")
+                    return 0
+            self.stats.load_seconds = round(time.monotonic() - t_load, 3)
             if self.stop.is_set():
                 return 0
             # the run-time tensor quota is a share of what the partition left free
@@ -177,12 +213,14 @@ class GraphServer:
             # listen only now: while loading, connections are refused and clients keep
             # retrying (DISTGNN_CONNECT_TIMEOUT) instead of waiting on a silent backlog
             listener.listen(1024)
-            for _ in range(cfg.workers):
-                self.workers.append(self._spawn(listener, store))
+            for slot in range(cfg.workers):
+                self.workers.append(self._spawn(listener, store, slot))
+            self.stats.workers = [w.pid for w in self.workers]
             details = {
                 "part_id": cfg.part_id,
                 "port": port,
                 "health_port": health.port,
+                "metrics_port": metrics.port if metrics is not None else None,
                 "pid": os.getpid(),
                 "workers": [w.pid for w in self.workers],
                 "shm_dir": store.root,
@@ -190,6 +228,7 @@ class GraphServer:
             }
             health.details = details
             health.ready.set()
+            self.stats.loaded = True
             if cfg.ready_file:
                 tmp = cfg.ready_file + ".tmp"
                 with open(tmp, "w", encoding="utf-8") as f:
@@ -200,15 +239,20 @@ class GraphServer:
                 for i, w in enumerate(self.workers):
                     if w.poll() is not None:
                         log.warning("worker died; restarting", extra=kv(pid=w.pid, rc=w.returncode))
-                        replacement = self._restart(listener, store)
+                        replacement = self._restart(listener, store, i)
                         if replacement is None:
                             return 1
                         self.workers[i] = replacement
+                        self.stats.workers = [w.pid for w in self.workers]
             log.info("graph server draining", extra=kv(workers=len(self.workers)))
             return 0
         finally:
             health.ready.clear()
-            for step in (self._stop_workers, listener.close, health.close):
+            self.stats.loaded = False
+            steps = [self._stop_workers, listener.close, health.close]
+            if metrics is not None:
+                steps.append(metrics.close)
+            for step in steps:
                 try:
                     step()
                 except Exception as e:  # cleanup goes on: the shared memory must go
@@ -217,11 +261,13 @@ class GraphServer:
                 store.close()
             log.info("graph server stopped")
 
-    def _restart(self, listener: socket.socket, store: ShmStore) -> subprocess.Popen[bytes] | None:
+    def _restart(
+        self, listener: socket.socket, store: ShmStore, slot: int
+    ) -> subprocess.Popen[bytes] | None:
         """A new worker, or None after RESTART_TRIES failures (the caller exits 1)."""
         for attempt in range(1, RESTART_TRIES + 1):
             try:
-                return self._spawn(listener, store)
+                return self._spawn(listener, store, slot)
             except (OSError, subprocess.SubprocessError, ServerStartError) as e:
                 log.error(
                     "cannot restart a worker",

@@ -16,7 +16,9 @@ ERROR frame and closes that connection only; a bad request gets an ERROR answer 
 connection stays. Connections use TCP keepalive; an authenticated connection idle for
 ``idle_timeout`` is closed; an answer that makes no progress for ``send_timeout`` (a
 client that does not read) is dropped with its connection. On SIGTERM the worker stops
-accepting, lets every connection finish its in-flight request and exits 0.
+accepting, lets every connection finish its in-flight request and exits 0. With a
+stats file (metrics enabled) every answered request is counted there
+(:class:`~distgnn.server.metrics.WorkerStats`: one lock, a few additions).
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from distgnn import log as dlog
 from distgnn.errors import DistGNNError, ProtocolError, RequestTimeout, ServerUnavailable
 from distgnn.log import kv
 from distgnn.rpc.protocol import (
     FLAG_RESPONSE,
+    Frame,
     Limits,
     MsgType,
     encode,
@@ -50,6 +54,7 @@ from distgnn.rpc.protocol import (
 )
 from distgnn.server.handlers import Handlers, Reply, Request
 from distgnn.server.limits import ServerLimits
+from distgnn.server.metrics import CLIENT_ERROR, OK, SERVER_ERROR, WorkerStats
 from distgnn.server.state import GraphState
 from distgnn.server.store import Quota, ShmStore
 
@@ -93,6 +98,7 @@ class WorkerConfig:
     insecure: bool = False
     drain_timeout: float = 30.0
     limits: ServerLimits = field(default_factory=ServerLimits)
+    stats_file: str | None = None
 
     @property
     def frame_limits(self) -> Limits:
@@ -115,6 +121,7 @@ class Worker:
         self.threads: set[threading.Thread] = set()
         self.lock = threading.Lock()
         self.parent = os.getppid()
+        self.stats = WorkerStats(cfg.stats_file) if cfg.stats_file else None
 
     def run(self) -> int:
         listener = socket.socket(fileno=self.cfg.listen_fd)
@@ -151,6 +158,8 @@ class Worker:
             listener.close()
         self._drain()
         self.store.close()
+        if self.stats is not None:
+            self.stats.close()
         return 0
 
     def _drain(self) -> None:
@@ -212,6 +221,9 @@ class Worker:
                         break
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
+        stats = self.stats
+        if stats is not None:
+            stats.connection(1)
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
@@ -228,13 +240,11 @@ class Worker:
                         time.monotonic() + self.cfg.limits.frame_timeout,
                     )
                 except ProtocolError as e:
-                    log.warning("bad frame; closing", extra=kv(peer=peer, error=str(e)[:200]))
-                    self._error(conn, 0, "protocol", str(e), close=True)
+                    self._bad_frame(conn, peer, e)
                     return
                 except (ServerUnavailable, RequestTimeout):
                     return
-                self._answer(conn, peer, Request(frame.type, frame.meta, frame.bufs, session),
-                             frame.req_id)  # fmt: skip
+                self._answer(conn, peer, frame, session)
         except OSError as e:
             log.debug("connection ended", extra=kv(peer=peer, error=str(e)))
         except Exception as e:  # a bug: one line, an ERROR frame, never a dead worker
@@ -242,6 +252,8 @@ class Worker:
             self._error(conn, 0, "internal", f"{type(e).__name__}", close=True)
         finally:
             conn.close()
+            if stats is not None:
+                stats.connection(-1)
             with self.lock:
                 self.threads.discard(threading.current_thread())
 
@@ -251,8 +263,7 @@ class Worker:
         try:
             frame = recv_frame(conn, peer, HELLO_LIMITS, deadline)
         except ProtocolError as e:
-            log.warning("bad frame; closing", extra=kv(peer=peer, error=str(e)[:200]))
-            self._error(conn, 0, "protocol", str(e), close=True)
+            self._bad_frame(conn, peer, e)
             return None
         except (ServerUnavailable, RequestTimeout):
             return None
@@ -261,6 +272,8 @@ class Worker:
             return None
         if not self.cfg.insecure and not _token_ok(frame.meta.get("token"), self.cfg.token):
             log.warning("token refused", extra=kv(peer=peer))
+            if self.stats is not None:
+                self.stats.refused(MsgType.HELLO)
             self._error(conn, frame.req_id, "auth", "wrong or missing token", close=True)
             return None
         session = frame.meta.get("session")
@@ -277,24 +290,38 @@ class Worker:
         self._reply(conn, MsgType.HELLO, frame.req_id, info, [])
         return session
 
-    def _answer(self, conn: socket.socket, peer: str, req: Request, req_id: int) -> None:
-        if req.type == MsgType.HELLO:
-            self._error(conn, req_id, "bad_request", "already authenticated")
+    def _bad_frame(self, conn: socket.socket, peer: str, e: ProtocolError) -> None:
+        if self.stats is not None:
+            self.stats.protocol_error()
+        log.warning("bad frame; closing", extra=kv(peer=peer, error=str(e)[:200]))
+        self._error(conn, 0, "protocol", str(e), close=True)
+
+    def _answer(self, conn: socket.socket, peer: str, frame: Frame, session: str) -> None:
+        if frame.type == MsgType.HELLO:
+            self._error(conn, frame.req_id, "bad_request", "already authenticated")
             return
+        stats = self.stats
+        t0 = time.perf_counter()
+        outcome = SERVER_ERROR
+        meta: dict[str, Any] = {}
+        bufs: list[Any] = []
         try:
-            meta, bufs = self.handle(req)
+            meta, bufs = self.handle(Request(frame.type, frame.meta, frame.bufs, session))
+            outcome = OK
         except DistGNNError as e:
-            self._error(conn, req_id, "bad_request", str(e))
-            return
+            outcome = CLIENT_ERROR
+            self._error(conn, frame.req_id, "bad_request", str(e))
         except MemoryError:
-            log.warning("request ran out of memory", extra=kv(peer=peer, type=req.type.name))
-            self._error(conn, req_id, "resource", f"{req.type.name}: out of memory on the server")
-            return
+            log.warning("request ran out of memory", extra=kv(peer=peer, type=frame.type.name))
+            msg = f"{frame.type.name}: out of memory on the server"
+            self._error(conn, frame.req_id, "resource", msg)
         except Exception as e:
-            log.exception("request failed", extra=kv(peer=peer, type=req.type.name))
-            self._error(conn, req_id, "internal", f"{type(e).__name__}: {e}")
-            return
-        self._reply(conn, req.type, req_id, meta, bufs)
+            log.exception("request failed", extra=kv(peer=peer, type=frame.type.name))
+            self._error(conn, frame.req_id, "internal", f"{type(e).__name__}: {e}")
+        if outcome == OK:
+            self._reply(conn, frame.type, frame.req_id, meta, bufs)
+        if stats is not None:
+            stats.observe(frame, bufs, outcome, t0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--insecure-no-token", action="store_true")
     p.add_argument("--drain-timeout", type=float, default=30.0)
     p.add_argument("--limits", default=None, help="ServerLimits as JSON (from the parent)")
+    p.add_argument("--stats-file", default=None)
     a = p.parse_args(argv)
     dlog.setup()
     token = os.environ.pop("DISTGNN_WORKER_TOKEN", "")
@@ -316,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         insecure=a.insecure_no_token,
         drain_timeout=a.drain_timeout,
         limits=ServerLimits.from_json(a.limits) if a.limits else ServerLimits(),
+        stats_file=a.stats_file,
     )
     worker = Worker(cfg)
 

@@ -131,13 +131,12 @@ class DistRows:
     (every trainer attaches to the same name; released when no trainer holds it)."""
 
     def __init__(self, g: Any, name: str, dim: int) -> None:
-        from distgnn.distributed.tensor import DistTensor, PartPolicy
+        from distgnn.distributed.tensor import DistTensor
 
-        offsets = np.asarray(g.get_partition_book().node_offsets, dtype=np.int64)
-        policy = PartPolicy("node", "_N", offsets) if len(g.ntypes) == 1 else None
-        if policy is None:
+        if len(g.ntypes) != 1:
             raise ConfigError("layer-wise inference needs a graph with one node type")
-        self.t = DistTensor((int(offsets[-1]), dim), torch.float32, name, part_policy=policy, ctx=g)
+        policy = g.get_node_partition_policy(g.ntypes[0])
+        self.t = DistTensor((g.num_nodes(), dim), torch.float32, name, part_policy=policy, ctx=g)
 
     def read(self, ids: np.ndarray) -> torch.Tensor:
         return self.t[ids]
@@ -146,12 +145,7 @@ class DistRows:
         self.t[ids] = values
 
     def release(self) -> None:
-        from distgnn.rpc.protocol import MsgType
-
-        ctx = self.t.ctx
-        if self.t.key in ctx.owned_tensors:
-            ctx.owned_tensors.remove(self.t.key)
-            ctx.broadcast(MsgType.DELETE_TENSOR, {"name": self.t.key})
+        self.t.release()
 
 
 def owned_nodes(tg: TrainGraph, rank: int, world: int) -> np.ndarray:
