@@ -205,6 +205,8 @@ def test_inference_options_are_checked() -> None:
         infer_to_storage(
             tg, GraphSAGE(2, 4, 2, 1), CTX, InferOptions("/nonexistent", embedding_layer="hidden")
         )
+    with pytest.raises(ConfigError, match="'feat' has 2 columns but the model takes 5"):
+        infer_to_storage(tg, GraphSAGE(5, 4, 2, 2), CTX, InferOptions("/nonexistent"))
     assert rows_factory(tg, "r")(0, 3).read(np.arange(2)).shape == (2, 3)
 
 

@@ -289,6 +289,12 @@ def infer_to_storage(
     if opts.embedding_layer == "hidden" and len(lw.steps) < 2:
         raise ConfigError("--embedding-layer hidden: the model has no hidden layer")
     in_feats = int(tg.read(opts.feat, torch.tensor([0])).shape[1])
+    layers = getattr(model, "layers", None)
+    want = getattr(layers[0], "_in_src_feats", None) if layers else None
+    if isinstance(want, int) and want != in_feats:
+        raise ConfigError(
+            f"--feat: {opts.feat!r} has {in_feats} columns but the model takes {want}"
+        )
     run = run_id(ctx)
     nodes = owned_nodes(tg, ctx.rank, ctx.world_size)
     hidden_i = len(lw.steps) - 2
@@ -306,7 +312,7 @@ def infer_to_storage(
         ),
     )
     t0 = time.monotonic()
-    layers = layer_pass(
+    rows = layer_pass(
         tg,
         lw,
         FeatureRows(tg, opts.feat),
@@ -318,8 +324,8 @@ def infer_to_storage(
         keep,
     )
     t_compute = time.monotonic() - t0
-    final = layers[-1]
-    emb = layers[hidden_i] if opts.embedding_layer == "hidden" else final
+    final = rows[-1]
+    emb = rows[hidden_i] if opts.embedding_layer == "hidden" else final
     assert final is not None and emb is not None
     written = write_shards(tg, ctx, opts, run, final, emb, manifest_url)
     barrier(ctx)
