@@ -237,3 +237,23 @@ def test_link_prediction_checkpoint_gives_embeddings_to_score(tmp_path: Path) ->
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+def test_progress_endpoint_shows_the_layers(tmp_path: Path) -> None:
+    import urllib.request
+
+    from distgnn import contract
+    from distgnn.train.telemetry import ProgressServer, Telemetry
+
+    tel = Telemetry(0, ProgressServer("127.0.0.1", 0))
+    try:
+        tg = planted_graph(n=50)
+        model = GraphSAGE(2, 4, 2, 3, 0.0).eval()
+        infer_to_storage(tg, model, CTX, InferOptions(str(tmp_path / "o")), telemetry=tel)
+        assert tel.progress is not None
+        url = f"http://127.0.0.1:{tel.progress.port}{contract.PROGRESS_PATH}"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            snap = json.loads(r.read())
+        assert snap["state"] == "inference" and snap["inferenceLayers"] == "3/3"
+    finally:
+        tel.close()
