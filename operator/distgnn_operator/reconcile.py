@@ -22,6 +22,7 @@ from distgnn.errors import ConfigError
 from distgnn_operator import desired as d
 from distgnn_operator import status as s
 from distgnn_operator.kube import ApiError, KubeApi
+from distgnn_operator.metrics import OperatorMetrics
 
 log = logging.getLogger("distgnn_operator")
 
@@ -45,6 +46,8 @@ class OperatorContext:
     api: KubeApi
     desired: d.DesiredContext = field(default_factory=d.DesiredContext)
     clock: Callable[[], dt.datetime] = _now
+    metrics: OperatorMetrics | None = None
+    """Prometheus metrics (``--metrics-port``); None: off."""
 
 
 def iso(t_: dt.datetime) -> str:

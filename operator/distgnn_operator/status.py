@@ -241,6 +241,8 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
         st["graphServer"] = o.graph_server
     if phase == "Succeeded" and o.output_url:
         st["outputURL"] = o.output_url  # inference wrote there (index.json last)
+    if old.get("progress"):  # written by distgnn_operator.progress; kept as last seen
+        st["progress"] = old["progress"]
     return st
 
 

@@ -74,6 +74,7 @@ FULL_JOB: dict[str, Any] = {
                 "queue": "gpu",
             }
         },
+        "monitoring": {"metrics": True},
     },
 }
 GS: dict[str, Any] = {

@@ -194,8 +194,13 @@ def trainer_env(
     token_file: str | None = None,
     metrics_file: str | None = None,
     termination_log: str | None = None,
+    metrics_port: int | None = None,
+    progress_port: int | None = None,
 ) -> dict[str, str]:
-    """The contract environment of one trainer (``rank`` unset: JOB_COMPLETION_INDEX)."""
+    """The contract environment of one trainer (``rank`` unset: JOB_COMPLETION_INDEX).
+
+    ``metrics_port`` (only with ``spec.monitoring.metrics``) turns /metrics on;
+    ``progress_port`` overrides rank 0's /progress port."""
     spec = job.spec
     env = {
         contract.ENV_JOB_NAME: job.metadata.name,
@@ -219,6 +224,10 @@ def trainer_env(
         env[contract.ENV_TERMINATION_LOG] = termination_log
     if spec.trainers.checkpoint is not None:
         env[contract.ENV_CHECKPOINT_URL] = spec.trainers.checkpoint.url
+    if metrics_port is not None and spec.monitoring.metrics:
+        env[contract.ENV_METRICS_PORT] = str(metrics_port)
+    if progress_port is not None:
+        env[contract.ENV_PROGRESS_PORT] = str(progress_port)
     return env
 
 
@@ -234,8 +243,13 @@ def server_env(
     token: str | None = None,
     token_file: str | None = None,
     ready_file: str | None = None,
+    owner: str | None = None,
+    metrics_port: int | None = None,
 ) -> dict[str, str]:
-    """The contract environment of one graph server (``part_id`` unset: from POD_NAME)."""
+    """The contract environment of one graph server (``part_id`` unset: from POD_NAME).
+
+    ``owner`` (the DistGNNJob or GraphServer) becomes the ``job`` field of its log lines;
+    ``metrics_port`` turns /metrics on."""
     env = {
         contract.ENV_MANIFEST: manifest,
         contract.ENV_SERVER_PORT: str(port),
@@ -250,6 +264,10 @@ def server_env(
         env[contract.ENV_SERVER_BIND] = bind
     if ready_file:
         env[contract.ENV_READY_FILE] = ready_file
+    if owner:
+        env[contract.ENV_JOB_NAME] = owner
+    if metrics_port is not None:
+        env[contract.ENV_METRICS_PORT] = str(metrics_port)
     return env
 
 

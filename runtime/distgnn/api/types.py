@@ -474,6 +474,17 @@ class RunPolicy:
 
 
 @dataclass
+class Monitoring:
+    """Prometheus metrics of the pods (docs/observability.md)."""
+
+    metrics: bool = fld(
+        False,
+        doc="Serve Prometheus /metrics from graph servers and trainers, with scrape "
+        "annotations and named metrics ports on their pods.",
+    )
+
+
+@dataclass
 class DistGNNJobSpec:
     """A distributed GNN training job."""
 
@@ -483,6 +494,7 @@ class DistGNNJobSpec:
     storage: Storage = fld(factory=Storage, doc="Object storage.")
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
     run_policy: RunPolicy = fld(factory=RunPolicy, doc="Run policy.")
+    monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
 
 
 @dataclass
@@ -493,6 +505,7 @@ class GraphServerSpec:
     partitioning: Partitioning = fld(factory=Partitioning, doc="Partitioning options.")
     storage: Storage = fld(factory=Storage, doc="Object storage.")
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
+    monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
 
 
 # --- status -------------------------------------------------------------------------
@@ -527,6 +540,27 @@ class TrainerCounts:
 
 
 @dataclass
+class TrainingProgress:
+    """Live progress of rank 0, read by the operator from its /progress endpoint."""
+
+    epoch: str | None = fld(None, doc="Completed epochs of total, e.g. 7/25.", max_length=32)
+    completed_epochs: int | None = fld(None, doc="Epochs completed.", minimum=0)
+    total_epochs: int | None = fld(None, doc="Epochs to run.", minimum=0)
+    loss: float | None = fld(None, doc="Training loss of the last epoch.")
+    validation_metric: str | None = fld(
+        None, doc="Name of the last validation metric (e.g. valAccuracy).", max_length=63
+    )
+    validation_value: float | None = fld(None, doc="Value of the last validation metric.")
+    epoch_seconds: float | None = fld(None, doc="Wall time of the last epoch.", minimum=0)
+    samples_per_second: float | None = fld(
+        None, doc="Training seeds per second of the last epoch (all ranks).", minimum=0
+    )
+    update_time: str | None = fld(
+        None, doc="When this progress last changed.", max_length=64, fmt="date-time"
+    )
+
+
+@dataclass
 class DistGNNJobStatus:
     """Observed state of a DistGNNJob."""
 
@@ -554,6 +588,7 @@ class DistGNNJobStatus:
         name="outputURL",
         max_length=URL_MAX,
     )
+    progress: TrainingProgress | None = fld(None, doc="Live training progress of rank 0.")
 
 
 @dataclass

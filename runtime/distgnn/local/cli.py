@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from distgnn import log as dlog
 from distgnn import storage
 from distgnn.errors import ConfigError, JobFailed
 
@@ -100,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
     ctx = RunContext(
         workdir=workdir, registry=registry, ready_timeout=args.ready_timeout, grace=args.grace
     )
+    dlog.add_context(job=plan.name)
     log.info(
         "distgnn run",
         extra={"fields": {"kind": plan.kind, "name": plan.name, "workdir": str(workdir)}},

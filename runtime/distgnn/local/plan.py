@@ -83,6 +83,8 @@ class LocalPlan:
     active_deadline: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    metrics: bool = False
+    """``spec.monitoring.metrics``: servers and trainers serve Prometheus /metrics."""
 
 
 def load_yaml(path: Path) -> Any:
@@ -168,6 +170,7 @@ def plan_from_manifest(
         graph_server=graph_server,
         server_workers=spec.servers.workers,
         cwd=str(base),
+        metrics=spec.monitoring.metrics,
     )
     if not isinstance(res, DistGNNJob):
         return LocalPlan(kind="GraphServer", env=storage_env(spec.storage), **common), workdir

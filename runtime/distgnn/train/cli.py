@@ -162,25 +162,31 @@ def _run(args: argparse.Namespace) -> int:
     from distgnn.train.graph import open_train_graph
     from distgnn.train.metrics import publish
     from distgnn.train.proc import configure_trainer_process
+    from distgnn.train.telemetry import Telemetry
 
     cfg = _config(args)
     assert isinstance(cfg, TrainConfig)
     configure_trainer_process()
     ctx = init_ddp()
+    tel = Telemetry.start(ctx.rank)
     try:
         tg = open_train_graph()
+        tel.attach(tg.client_stats())
         try:
             if cfg.app == "inference":
                 metrics = inference.run(cfg, tg, ctx)
             else:
                 app = node_classification if cfg.app == "node-classification" else link_prediction
-                metrics = app.run(cfg, tg, ctx)
+                metrics = app.run(cfg, tg, ctx, telemetry=tel)
                 if cfg.infer_after_training:
                     metrics = inference.run(cfg, tg, ctx) | metrics
         finally:
             tg.close()
         if ctx.is_main:
             publish(metrics, cfg.metrics_file)
+        shutdown(ctx)
+        tel.finish()
     finally:
         shutdown(ctx)
+        tel.close()
     return 0

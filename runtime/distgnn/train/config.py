@@ -81,6 +81,20 @@ class TrainConfig:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def log_fields(self) -> dict[str, Any]:
+        """The options worth one log line each (short scalars; no URLs, no dicts)."""
+        return {
+            "model": self.model,
+            "epochs": self.epochs,
+            "layers": self.num_layers,
+            "hidden": self.hidden,
+            "fanouts": ",".join(map(str, self.fanouts)),
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "precision": self.precision,
+            "samplers": self.num_samplers,
+        }
+
 
 def parse_fanouts(text: str) -> list[int]:
     try:

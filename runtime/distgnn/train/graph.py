@@ -18,6 +18,7 @@ import torch
 
 from distgnn import contract
 from distgnn.errors import ConfigError
+from distgnn.rpc.stats import ClientStats
 from distgnn.sampling.local import LocalGraph
 from distgnn.sampling.source import GraphSource, LocalSource, source_for
 from distgnn.train.ddp import DDPContext
@@ -68,6 +69,12 @@ class TrainGraph:
             )
             return np.asarray(out, dtype=np.int64)
         return np.array_split(self.mask_ids(name), ctx.world_size)[ctx.rank]
+
+    def client_stats(self) -> ClientStats | None:
+        """Counters of the connections to the graph servers (None without servers)."""
+        backend = getattr(getattr(self.g, "ctx", None), "backend", None)
+        stats = getattr(backend, "stats", None)
+        return stats if isinstance(stats, ClientStats) else None
 
     def close(self) -> None:
         self.source.close()
