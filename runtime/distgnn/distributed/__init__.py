@@ -3,6 +3,7 @@ DistTensor, DistEmbedding, sparse optimizers, node/edge splits, the partition bo
 one-hop distributed sampling and partitioning."""
 
 from distgnn.distributed.context import DistContext, exit_client, initialize
+from distgnn.distributed.dataloader import DistDataLoader
 from distgnn.distributed.embedding import DistEmbedding
 from distgnn.distributed.graph import DistGraph
 from distgnn.distributed.optim import SparseAdagrad, SparseAdam
@@ -23,6 +24,7 @@ __all__ = [
     "EID",
     "NID",
     "DistContext",
+    "DistDataLoader",
     "DistEmbedding",
     "DistGraph",
     "DistTensor",

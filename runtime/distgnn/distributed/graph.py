@@ -254,8 +254,15 @@ class DistGraph:
     def _tensors(self, refresh: bool = True) -> dict[str, Any]:
         """Tensors on the servers (name -> dtype, shape); cached until a refresh."""
         if refresh or self._tensor_cache is None:
-            frame = self.ctx.call(0, Call(MsgType.LIST_TENSORS, {}))
-            self._tensor_cache = frame.meta["tensors"]
+            out: dict[str, Any] = {}
+            after = None
+            while True:  # the server answers in pages
+                meta = self.ctx.call(0, Call(MsgType.LIST_TENSORS, {"after": after})).meta
+                out.update(meta["tensors"])
+                after = meta.get("next")
+                if not after:
+                    break
+            self._tensor_cache = out
         return self._tensor_cache
 
     @property

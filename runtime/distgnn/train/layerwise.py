@@ -77,7 +77,7 @@ def layerwise(model: nn.Module) -> LayerWise:
             return step
 
         gats: list[Any] = list(model.layers)
-        heads = [(int(c.heads), int(c.out_feats)) for c in gats]
+        heads = [(int(c.num_heads), int(c.out_feats)) for c in gats]
         dims = [h * o for h, o in heads[:-1]] + [heads[-1][1]]
         return LayerWise([gat(i) for i in range(n)], dims)
     raise ConfigError(
