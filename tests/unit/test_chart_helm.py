@@ -84,6 +84,14 @@ SCENARIOS: dict[str, Obj] = {
     "ha-cluster-wide": {"ha": {"enabled": True}},
     "namespaced": {"watchNamespaces": ["team-a"]},
     "no-rbac-no-sa": {"rbac": {"create": False}, "serviceAccount": {"create": False}},
+    "metrics": {
+        "metrics": {
+            "enabled": True,
+            "serviceMonitor": {"enabled": True},
+            "podMonitor": {"enabled": True},
+            "dashboard": {"enabled": True},
+        }
+    },
 }
 
 
@@ -613,7 +621,7 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
 # --- the chart speaks the operator's interface ---------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["default", "non-default"])
+@pytest.mark.parametrize("scenario", ["default", "non-default", "metrics"])
 def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> None:
     main = pytest.importorskip("distgnn_operator.__main__")
     dep = one(render(SCENARIOS[scenario]), "Deployment")
@@ -635,6 +643,8 @@ def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> No
     assert args.partitions_url == env.get("DISTGNN_PARTITIONS_URL")
     ha = SCENARIOS[scenario].get("ha", {}).get("enabled", False)
     assert (args.peering is not None) is ha
+    metrics = SCENARIOS[scenario].get("metrics", {}).get("enabled", False)
+    assert args.metrics_port == (8081 if metrics else None)
     # Every DISTGNN_* variable the chart sets is read by the operator or the log setup.
     files = [*(REPO / "operator" / "distgnn_operator").glob("*.py")]
     files.append(REPO / "runtime" / "distgnn" / "contract.py")
