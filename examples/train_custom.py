@@ -25,8 +25,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 import distgnn.distributed as dgl_dist
 from distgnn import log
+from distgnn.dataloading import DistNodeDataLoader, NeighborSampler
 from distgnn.nn import GraphSAGE
-from distgnn.sampling import DistNodeDataLoader, NeighborSampler
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)  # MASTER_ADDR/PORT
-    g = dgl_dist.DistGraph(dgl_dist.initialize(), own=True)
+    g = dgl_dist.DistGraph(ctx=dgl_dist.initialize(), own=True)
 
     # 2. this trainer's training nodes (partition-local first), all val/test nodes
     n = g.num_nodes()
@@ -58,9 +58,9 @@ def main() -> None:
         model = DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=0.01)
     sampler = NeighborSampler([int(f) for f in args.fanouts.split(",")])
-    samplers = int(os.environ.get("DISTGNN_NUM_SAMPLERS", "0"))  # sampler processes
+    # sampler processes: the job's numSamplers (DISTGNN_NUM_SAMPLERS)
     loader = DistNodeDataLoader(
-        g, train_ids, sampler, args.batch_size, seed=rank, num_samplers=samplers
+        g, train_ids, sampler, batch_size=args.batch_size, shuffle=True, seed=rank
     )
 
     # 4. every trainer runs the same number of steps (pad with zero-weight repeats)
@@ -88,7 +88,9 @@ def main() -> None:
     if rank == 0:
         net = model.module if isinstance(model, DistributedDataParallel) else model
         net.eval()
-        full = DistNodeDataLoader(g, test_ids, NeighborSampler([-1, -1]), 4096, shuffle=False)
+        full = DistNodeDataLoader(
+            g, test_ids, NeighborSampler([-1, -1]), batch_size=4096, num_samplers=0
+        )
         correct = 0
         with torch.no_grad():
             for inp, out, blocks in full:

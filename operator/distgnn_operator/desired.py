@@ -18,6 +18,7 @@ from typing import Any
 from distgnn import contract
 from distgnn.api import commands as cmds
 from distgnn.api import types as t
+from distgnn_operator import monitoring as mon
 from distgnn_operator import podspec as ps
 from distgnn_operator.podspec import DesiredContext
 
@@ -223,6 +224,7 @@ def server_children(
     *,
     replicas: int,
     client_labels: list[dict[str, str]],
+    metrics: bool = False,
 ) -> list[dict[str, Any]]:
     """Headless Service, StatefulSet (ordinal = partition) and NetworkPolicy of the servers."""
     n = names(meta.name)
@@ -238,7 +240,17 @@ def server_children(
         {"rpc": contract.SERVER_PORT, "health": contract.SERVER_HEALTH_PORT},
     )
     env = ps.env_list(
-        {"HOME": "/tmp", **cmds.server_env(srv, st, manifest=manifest, token_file=ps.TOKEN_FILE)}
+        {
+            "HOME": "/tmp",
+            **cmds.server_env(
+                srv,
+                st,
+                manifest=manifest,
+                token_file=ps.TOKEN_FILE,
+                owner=meta.name,
+                metrics_port=contract.SERVER_METRICS_PORT if metrics else None,
+            ),
+        }
     )
     env = [*env, ps.pod_name_env(), *ps.credential_env(st)]
     c = _container(
@@ -269,6 +281,7 @@ def server_children(
     }
     pod = _pod([c], [ps.token_volume(n["token"])], "Always", ctx)
     pmeta: dict[str, Any] = {"labels": dict(labels)}
+    mon.server_metrics(c, pmeta, metrics)
     ps.apply_template(pod, pmeta, srv.pod_template)
     sts = {
         "apiVersion": "apps/v1",
@@ -297,7 +310,8 @@ def server_children(
                         {"protocol": "TCP", "port": contract.SERVER_PORT},
                         {"protocol": "TCP", "port": contract.SERVER_HEALTH_PORT},
                     ],
-                }
+                },
+                *mon.server_metrics_ingress(metrics),
             ],
         },
     }
@@ -338,6 +352,7 @@ def trainer_children(
         master_addr=master,
         token_file=ps.TOKEN_FILE,
         termination_log=contract.TERMINATION_LOG_PATH,
+        metrics_port=contract.TRAINER_METRICS_PORT,
     )
     envl = ps.env_list({"HOME": "/tmp", contract.ENV_LOG_FORMAT: "json", **env})
     envl = [*envl, ps.pod_name_env(), *ps.credential_env(spec.storage)]
@@ -359,6 +374,7 @@ def trainer_children(
     if gs_name:
         plabels[contract.LABEL_GRAPHSERVER] = gs_name
     pmeta: dict[str, Any] = {"labels": plabels}
+    mon.trainer_endpoints(c, pmeta, spec.monitoring.metrics)
     _scheduling(pod, pmeta, job, ctx)
     ps.apply_template(pod, pmeta, tr.pod_template)
     jmeta = _meta(n["trainers"], ns, labels, owner)
@@ -457,6 +473,7 @@ def desired_job_children(
             ctx,
             replicas=replicas,
             client_labels=[trainer_sel],
+            metrics=spec.monitoring.metrics,
         )
         servers_up = stage.partitioned and (stage.servers_ready or pg is not None)
     keep_trainers = not (stage.finished and spec.run_policy.clean_pod_policy == "All")
@@ -537,5 +554,6 @@ def desired_graphserver_children(
         ctx,
         replicas=spec.partitioning.num_parts if stage.partitioned else 0,
         client_labels=clients,
+        metrics=spec.monitoring.metrics,
     )
     return out

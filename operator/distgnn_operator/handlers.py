@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -12,6 +13,7 @@ from typing import Any, cast
 import kopf
 
 from distgnn import contract
+from distgnn_operator import progress
 from distgnn_operator.kube import ApiError
 from distgnn_operator.reconcile import Emit, OperatorContext, Reconciler
 
@@ -29,6 +31,8 @@ class HandlerSettings:
     watch_client_timeout: int = 330
     connect_timeout: float = 30.0
     request_timeout: float = 60.0
+    progress_seconds: float = 5.0
+    """How often a running job's rank-0 progress is read (:mod:`progress`)."""
     peering: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -101,14 +105,19 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
             raise
         if body is None:
             locks.drop(kind, ns, name)
+            if octx.metrics is not None:
+                octx.metrics.gone(kind, ns, name)
             return
         emit = _emitter(body)
         fn: Callable[[dict[str, Any], Emit], Awaitable[dict[str, Any]]] = (
             rec.reconcile_job if kind == "DistGNNJob" else rec.reconcile_graphserver
         )
+        t0 = time.monotonic()
         try:
             st = await fn(body, emit)
         except ApiError as e:
+            if octx.metrics is not None:
+                octx.metrics.failed(kind, time.monotonic() - t0)
             if octx.api.closed:
                 return
             log.warning(
@@ -116,6 +125,8 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
                 extra={"fields": {"kind": kind, "namespace": ns, "name": name, "error": str(e)}},
             )
             raise kopf.TemporaryError(str(e), delay=5) from e
+        if octx.metrics is not None:
+            octx.metrics.reconciled(kind, ns, name, time.monotonic() - t0, st.get("phase"))
         log.debug(
             "reconciled",
             extra={
@@ -141,6 +152,8 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
 
     for kind, plural in (("DistGNNJob", "distgnnjobs"), ("GraphServer", "graphservers")):
         _register_kind(registry, kind, plural, run_pass, hs)
+    reader = progress.ProgressReader(octx.api, metrics=octx.metrics)
+    progress.register(registry, reader, locks, run_pass, hs.progress_seconds)
 
     @kopf.on.delete(GROUP, VERSION, "graphservers", registry=registry, optional=False)
     async def graphserver_delete(namespace: str | None, name: str, **_: Any) -> None:

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distgnn import contract
-from distgnn.api import parse_graphserver, parse_job
+from distgnn.api import inference_output_url, parse_graphserver, parse_job
 from distgnn.api import types as t
 from distgnn.errors import ConfigError
 from distgnn_operator import desired as d
 from distgnn_operator import status as s
 from distgnn_operator.kube import ApiError, KubeApi
+from distgnn_operator.metrics import OperatorMetrics
 
 log = logging.getLogger("distgnn_operator")
 
@@ -45,6 +46,8 @@ class OperatorContext:
     api: KubeApi
     desired: d.DesiredContext = field(default_factory=d.DesiredContext)
     clock: Callable[[], dt.datetime] = _now
+    metrics: OperatorMetrics | None = None
+    """Prometheus metrics (``--metrics-port``); None: off."""
 
 
 def iso(t_: dt.datetime) -> str:
@@ -322,6 +325,7 @@ class Reconciler:
             metrics=metrics,
             manifest_url=gs_info.manifest_url if gs_info else self._manifest(job),
             graph_server=spec.graph.graph_server.name if spec.graph.graph_server else None,
+            output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
         done = new["phase"] in s.TERMINAL

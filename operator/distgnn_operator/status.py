@@ -59,6 +59,7 @@ class JobObservation:
     metrics: dict[str, float] | None = None
     manifest_url: str | None = None
     graph_server: str | None = None
+    output_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,10 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
         st["manifestURL"] = o.manifest_url
     if o.graph_server:
         st["graphServer"] = o.graph_server
+    if phase == "Succeeded" and o.output_url:
+        st["outputURL"] = o.output_url  # inference wrote there (index.json last)
+    if old.get("progress"):  # written by distgnn_operator.progress; kept as last seen
+        st["progress"] = old["progress"]
     return st
 
 

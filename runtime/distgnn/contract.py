@@ -23,6 +23,16 @@ RENDEZVOUS_PORT = 29500
 """torch.distributed rendezvous port on trainer rank 0 (``MASTER_PORT``)."""
 OPERATOR_HEALTH_PORT = 8080
 """kopf liveness endpoint of the operator."""
+SERVER_METRICS_PORT = 30052
+"""Graph-server Prometheus ``/metrics`` port (only when metrics are enabled)."""
+TRAINER_PROGRESS_PORT = 30060
+"""Trainer rank 0's HTTP ``/progress`` (JSON: epoch of total, loss, validation metric)."""
+TRAINER_METRICS_PORT = 30061
+"""Trainer Prometheus ``/metrics`` port, every rank (only when metrics are enabled)."""
+OPERATOR_METRICS_PORT = 8081
+"""Operator Prometheus ``/metrics`` port (only when metrics are enabled)."""
+METRICS_PATH = "/metrics"
+PROGRESS_PATH = "/progress"
 
 # --- environment: graph servers ---------------------------------------------
 ENV_MANIFEST = "DISTGNN_MANIFEST"
@@ -37,6 +47,32 @@ ENV_HEALTH_PORT = "DISTGNN_HEALTH_PORT"
 ENV_SERVER_WORKERS = "DISTGNN_SERVER_WORKERS"
 ENV_READY_FILE = "DISTGNN_READY_FILE"
 """Optional path a server creates once its partition is loaded (for exec probes / local mode)."""
+
+# --- environment: graph-server limits (docs/servers.md, "Limits and timeouts") ---
+# Unset: derived from the server's memory and file-descriptor limit at start.
+# Byte sizes accept a K/M/G/T suffix (powers of 1024); times are seconds.
+ENV_SERVER_MAX_TENSORS = "DISTGNN_SERVER_MAX_TENSORS"
+"""Named tensors created at run time (optimizer state included) per server."""
+ENV_SERVER_MAX_TENSOR_BYTES = "DISTGNN_SERVER_MAX_TENSOR_BYTES"
+"""Total bytes of the tensors created at run time per server."""
+ENV_SERVER_MAX_REQUEST_BYTES = "DISTGNN_SERVER_MAX_REQUEST_BYTES"
+"""Bytes of one request frame's buffers (IDs, values)."""
+ENV_SERVER_MAX_IDS = "DISTGNN_SERVER_MAX_IDS"
+"""IDs (rows, seeds, edges, nodes) in one request."""
+ENV_SERVER_MAX_REPLY_BYTES = "DISTGNN_SERVER_MAX_REPLY_BYTES"
+"""Bytes of one answer (a PULL's rows, a sampling result)."""
+ENV_SERVER_MAX_SAMPLE_EDGES = "DISTGNN_SERVER_MAX_SAMPLE_EDGES"
+"""Edges one SAMPLE_NEIGHBORS request may touch (seeds x fanout, or all in-edges)."""
+ENV_SERVER_MAX_CONNECTIONS = "DISTGNN_SERVER_MAX_CONNECTIONS"
+"""Open connections per worker process (beyond: an ERROR ``busy`` frame, then close)."""
+ENV_SERVER_IDLE_TIMEOUT = "DISTGNN_SERVER_IDLE_TIMEOUT"
+"""An authenticated connection with no request for this long is closed."""
+ENV_SERVER_SEND_TIMEOUT = "DISTGNN_SERVER_SEND_TIMEOUT"
+"""An answer that makes no progress for this long (a client that does not read) is dropped."""
+ENV_HEALTH_MAX_CONNECTIONS = "DISTGNN_HEALTH_MAX_CONNECTIONS"
+"""Concurrent connections on the health port (beyond: closed at once)."""
+ENV_HEALTH_TIMEOUT = "DISTGNN_HEALTH_TIMEOUT"
+"""Time a health client has to send its whole HTTP request."""
 
 # --- environment: shared by servers and trainers ----------------------------
 ENV_TOKEN = "DISTGNN_TOKEN"
@@ -62,6 +98,14 @@ ENV_JOB_NAME = "DISTGNN_JOB_NAME"
 ENV_LOG_FORMAT = "DISTGNN_LOG_FORMAT"
 """``text`` (default on a terminal) or ``json``."""
 ENV_LOG_LEVEL = "DISTGNN_LOG_LEVEL"
+ENV_METRICS_PORT = "DISTGNN_METRICS_PORT"
+"""Serve Prometheus metrics on this port (servers, trainers); unset or empty: off."""
+ENV_PROGRESS_PORT = "DISTGNN_PROGRESS_PORT"
+"""Port of trainer rank 0's ``/progress`` endpoint (default TRAINER_PROGRESS_PORT; ``off``)."""
+ENV_HTTP_BIND = "DISTGNN_HTTP_BIND"
+"""Bind address of a trainer's /progress and /metrics endpoints (default 0.0.0.0)."""
+ENV_METRICS_LINGER = "DISTGNN_METRICS_LINGER_SECONDS"
+"""Seconds a finished trainer keeps ``/metrics`` up so a scraper sees the final counts."""
 # torch.distributed's own names, set by the operator and by local mode.
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
@@ -89,6 +133,11 @@ ROLE_SERVER = "server"
 ROLE_TRAINER = "trainer"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "distgnn-operator"
+
+# --- Prometheus scrape annotations (set on pods when metrics are enabled) --------
+ANN_SCRAPE = "prometheus.io/scrape"
+ANN_SCRAPE_PORT = "prometheus.io/port"
+ANN_SCRAPE_PATH = "prometheus.io/path"
 
 TERMINATION_LOG_PATH = "/dev/termination-log"
 TOKEN_MOUNT_DIR = "/var/run/distgnn/token"
@@ -149,3 +198,19 @@ def read_token(env: Mapping[str, str] | None = None) -> str | None:
         with open(path, encoding="utf-8") as f:
             return f.read().strip()
     return e.get(ENV_TOKEN) or None
+
+
+def optional_port(
+    name: str, env: Mapping[str, str] | None = None, default: int | None = None
+) -> int | None:
+    """Port in variable ``name``: ``default`` when unset or empty, None when ``off``
+    (0 = any free port); ValueError names the variable."""
+    e = os.environ if env is None else env
+    v = (e.get(name) or "").strip()
+    if not v:
+        return default
+    if v.lower() == "off":
+        return None
+    if not v.isdigit() or not 0 <= int(v) < 65536:
+        raise ValueError(f"{name}={v!r} is not a port number (or 'off')")
+    return int(v)

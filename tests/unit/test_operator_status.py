@@ -117,3 +117,12 @@ def test_graphserver_phase_table(o: GraphServerObservation, phase: str) -> None:
     ready = {c["type"]: c for c in st["conditions"]}.get("ServersReady")
     if ready is not None:
         assert (ready["status"] == "True") == (phase == "Ready")
+
+
+def test_output_url_named_once_the_job_succeeded() -> None:
+    running = job_status(obs(output_url="s3://out/emb"), None, "t0")
+    assert "outputURL" not in running  # not complete yet: no index to read
+    done = job_status(obs(trainer_job="succeeded", output_url="s3://out/emb"), running, "t1")
+    assert done["phase"] == "Succeeded" and done["outputURL"] == "s3://out/emb"
+    failed = job_status(obs(trainer_job="failed", restarts=3, output_url="s3://x"), None, "t")
+    assert "outputURL" not in failed

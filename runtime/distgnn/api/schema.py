@@ -229,6 +229,7 @@ def job_crd() -> dict[str, Any]:
             _col("Phase", ".status.phase", desc="Summary phase"),
             _col("Partitions", ".status.partitionsReady", "integer", "Graph servers ready"),
             _col("Trainers", ".status.trainers.active", "integer", "Active trainer pods"),
+            _col("Epoch", ".status.progress.epoch", desc="Completed epochs of total (rank 0)"),
             _col("Accuracy", ".status.metrics.testAccuracy", "number", "Test accuracy when known"),
             _col("Restarts", ".status.restarts", "integer", "Trainer group restarts", priority=1),
         ],

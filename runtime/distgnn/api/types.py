@@ -27,6 +27,8 @@ from distgnn.api.fields import (
 )
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+APPS = ("node-classification", "link-prediction", "inference")
+"""The built-in apps of ``distgnn train``."""
 PRECISIONS = ("32", "bf16-mixed")
 """``32``: float32 throughout. ``bf16-mixed``: the forward pass under bfloat16 autocast
 (matrix products in bfloat16, sparse aggregation in float32); parameters, gradients
@@ -253,7 +255,10 @@ class Servers:
 class App:
     """A built-in training app and its options (``distgnn train APP ...``)."""
 
-    name: str = fld(doc="Built-in app.", enum=("node-classification", "link-prediction"))
+    name: str = fld(
+        doc="Built-in app: a training app, or inference (every node's output from a checkpoint).",
+        enum=APPS,
+    )
     model: str = fld("sage", doc="GNN model.", enum=("sage", "gat"))
     epochs: int = fld(10, doc="Training epochs.", minimum=1, maximum=100000)
     num_layers: int = fld(2, doc="GNN layers (one fanout each).", minimum=1, maximum=8)
@@ -292,6 +297,32 @@ class App:
     val_mask: str = fld("val_mask", doc="Validation mask name.", max_length=128)
     test_mask: str = fld("test_mask", doc="Test mask name.", max_length=128)
     seed: int = fld(0, doc="Training random seed.", minimum=0, maximum=2**31 - 1)
+    checkpoint_url: str | None = fld(
+        None,
+        doc="Inference: the checkpoint to load (a ckpt-epoch-N.pt file, or a folder: its "
+        "latest); default: trainers.checkpoint.url.",
+        name="checkpointURL",
+        max_length=URL_MAX,
+        min_length=1,
+    )
+    output_url: str | None = fld(
+        None,
+        doc="Inference output folder (embeddings, predictions; see docs/inference.md).",
+        name="outputURL",
+        max_length=URL_MAX,
+        min_length=1,
+    )
+    infer_after_training: bool = fld(
+        False,
+        doc="After training, compute every node's output with the trained model (the last "
+        "checkpoint, all neighbours) and write it to outputURL.",
+    )
+    embedding_layer: str = fld(
+        "last",
+        doc="Inference: embeddings of the last layer, or of the last hidden layer.",
+        enum=("last", "hidden"),
+    )
+    infer_batch_size: int = fld(4096, doc="Inference: nodes per batch.", minimum=1, maximum=1048576)
 
     RULES: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -299,6 +330,21 @@ class App:
             "fanouts must have numLayers entries",
             lambda a: len(a.fanouts) == a.num_layers,
             field="fanouts",
+        ),
+        Rule(
+            "(self.name != 'inference' && !(has(self.inferAfterTraining) && "
+            "self.inferAfterTraining)) || has(self.outputURL)",
+            "inference (app inference or inferAfterTraining) needs outputURL",
+            lambda a: (
+                (a.name != "inference" and not a.infer_after_training) or a.output_url is not None
+            ),
+            field="outputURL",
+        ),
+        Rule(
+            "self.name != 'inference' || !has(self.inferAfterTraining) || !self.inferAfterTraining",
+            "inferAfterTraining is for the training apps",
+            lambda a: a.name != "inference" or not a.infer_after_training,
+            field="inferAfterTraining",
         ),
     )
 
@@ -343,6 +389,25 @@ class Trainers:
             "has(self.app) != has(self.command)",
             "exactly one of app, command must be set",
             lambda t: _count(t.app, t.command) == 1,
+        ),
+        Rule(
+            "!has(self.app) || self.app.name != 'inference' || has(self.app.checkpointURL) "
+            "|| has(self.checkpoint)",
+            "app inference needs app.checkpointURL or checkpoint",
+            lambda t: (
+                t.app is None
+                or t.app.name != "inference"
+                or t.app.checkpoint_url is not None
+                or t.checkpoint is not None
+            ),
+            field="app",
+        ),
+        Rule(
+            "!has(self.app) || !has(self.app.inferAfterTraining) || "
+            "!self.app.inferAfterTraining || has(self.checkpoint)",
+            "app.inferAfterTraining needs checkpoint (inference loads the last checkpoint)",
+            lambda t: t.app is None or not t.app.infer_after_training or t.checkpoint is not None,
+            field="checkpoint",
         ),
         Rule(
             "!has(self.args) || has(self.command)",
@@ -409,6 +474,17 @@ class RunPolicy:
 
 
 @dataclass
+class Monitoring:
+    """Prometheus metrics of the pods (docs/observability.md)."""
+
+    metrics: bool = fld(
+        False,
+        doc="Serve Prometheus /metrics from graph servers and trainers, with scrape "
+        "annotations and named metrics ports on their pods.",
+    )
+
+
+@dataclass
 class DistGNNJobSpec:
     """A distributed GNN training job."""
 
@@ -418,6 +494,7 @@ class DistGNNJobSpec:
     storage: Storage = fld(factory=Storage, doc="Object storage.")
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
     run_policy: RunPolicy = fld(factory=RunPolicy, doc="Run policy.")
+    monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
 
 
 @dataclass
@@ -428,6 +505,7 @@ class GraphServerSpec:
     partitioning: Partitioning = fld(factory=Partitioning, doc="Partitioning options.")
     storage: Storage = fld(factory=Storage, doc="Object storage.")
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
+    monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
 
 
 # --- status -------------------------------------------------------------------------
@@ -462,6 +540,27 @@ class TrainerCounts:
 
 
 @dataclass
+class TrainingProgress:
+    """Live progress of rank 0, read by the operator from its /progress endpoint."""
+
+    epoch: str | None = fld(None, doc="Completed epochs of total, e.g. 7/25.", max_length=32)
+    completed_epochs: int | None = fld(None, doc="Epochs completed.", minimum=0)
+    total_epochs: int | None = fld(None, doc="Epochs to run.", minimum=0)
+    loss: float | None = fld(None, doc="Training loss of the last epoch.")
+    validation_metric: str | None = fld(
+        None, doc="Name of the last validation metric (e.g. valAccuracy).", max_length=63
+    )
+    validation_value: float | None = fld(None, doc="Value of the last validation metric.")
+    epoch_seconds: float | None = fld(None, doc="Wall time of the last epoch.", minimum=0)
+    samples_per_second: float | None = fld(
+        None, doc="Training seeds per second of the last epoch (all ranks).", minimum=0
+    )
+    update_time: str | None = fld(
+        None, doc="When this progress last changed.", max_length=64, fmt="date-time"
+    )
+
+
+@dataclass
 class DistGNNJobStatus:
     """Observed state of a DistGNNJob."""
 
@@ -483,6 +582,13 @@ class DistGNNJobStatus:
         None, doc="Final metrics of rank 0 (testAccuracy, valAccuracy, ...)."
     )
     graph_server: str | None = fld(None, doc="Attached GraphServer.", max_length=63)
+    output_url: str | None = fld(
+        None,
+        doc="Where inference wrote its output (index.json there), once the job succeeded.",
+        name="outputURL",
+        max_length=URL_MAX,
+    )
+    progress: TrainingProgress | None = fld(None, doc="Live training progress of rank 0.")
 
 
 @dataclass

@@ -78,10 +78,13 @@ class LocalPlan:
     replicas: int = 1
     num_samplers: int = 0
     checkpoint_url: str | None = None
+    output_url: str | None = None
     backoff_limit: int = 0
     active_deadline: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    metrics: bool = False
+    """``spec.monitoring.metrics``: servers and trainers serve Prometheus /metrics."""
 
 
 def load_yaml(path: Path) -> Any:
@@ -137,7 +140,7 @@ def plan_from_manifest(
     obj: Any, manifest_path: Path, workdir: Path | None
 ) -> tuple[LocalPlan, Path]:
     """Validate ``obj`` with distgnn.api and build the local plan; returns (plan, workdir)."""
-    from distgnn.api import storage_env, trainer_command
+    from distgnn.api import inference_output_url, storage_env, trainer_command
     from distgnn.api.types import DistGNNJob, JobGraph
     from distgnn.api.validate import parse_manifest
 
@@ -167,6 +170,7 @@ def plan_from_manifest(
         graph_server=graph_server,
         server_workers=spec.servers.workers,
         cwd=str(base),
+        metrics=spec.monitoring.metrics,
     )
     if not isinstance(res, DistGNNJob):
         return LocalPlan(kind="GraphServer", env=storage_env(spec.storage), **common), workdir
@@ -190,6 +194,11 @@ def plan_from_manifest(
             checkpoint_url=(
                 resolve(tr.checkpoint.url, base, "spec.trainers.checkpoint.url")
                 if tr.checkpoint
+                else None
+            ),
+            output_url=(
+                resolve(out, base, "spec.trainers.app.outputURL")
+                if (out := inference_output_url(res))
                 else None
             ),
             backoff_limit=rp.backoff_limit,

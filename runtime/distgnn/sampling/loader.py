@@ -1,6 +1,6 @@
 """Data loaders: mini-batches sampled in the trainer or in sampler processes.
 
-:class:`DistDataLoader` iterates one epoch per ``iter()``. With
+:class:`BatchLoader` iterates one epoch per ``iter()``. With
 ``num_samplers=0`` it samples in the calling process; otherwise it starts that
 many sampler processes (``spawn``), each opening its own graph source (its own
 server connections) and sampling batches ``w, w+N, w+2N, ...`` ahead of the
@@ -29,9 +29,8 @@ import numpy as np
 from distgnn.errors import ConfigError, DistGNNError, RequestTimeout
 from distgnn.log import kv
 from distgnn.sampling import wire
-from distgnn.sampling.batches import Batcher, EdgeBatcher, NodeBatcher, batcher_from_spec
-from distgnn.sampling.neighbor import NeighborSampler
-from distgnn.sampling.source import GraphSource, open_source, source_for
+from distgnn.sampling.batches import Batcher, batcher_from_spec
+from distgnn.sampling.source import GraphSource, open_source
 
 log = logging.getLogger("distgnn.sampling")
 
@@ -48,7 +47,13 @@ class SamplerError(DistGNNError, RuntimeError):
 
 
 def _sampler_main(
-    source_spec: str, batch_spec: str, seeds: bytes, worker: int, workers: int, conn: Connection
+    source_spec: str,
+    batch_spec: str,
+    seeds: bytes,
+    extra: bytes,
+    worker: int,
+    workers: int,
+    conn: Connection,
 ) -> None:
     """Entry point of a sampler process: wait for an epoch number, sample its share, repeat."""
     import torch
@@ -57,7 +62,9 @@ def _sampler_main(
     src: GraphSource | None = None
     try:
         src = open_source(json.loads(source_spec))
-        batcher = batcher_from_spec(json.loads(batch_spec), np.frombuffer(seeds, dtype=np.int64))
+        batcher = batcher_from_spec(
+            json.loads(batch_spec), np.frombuffer(seeds, dtype=np.int64), extra
+        )
         while True:
             try:
                 cmd = json.loads(conn.recv_bytes())
@@ -81,7 +88,7 @@ def _sampler_main(
         conn.close()
 
 
-class DistDataLoader:
+class BatchLoader:
     """Iterate mini-batches of ``batcher`` over ``source``; one epoch per ``iter()``."""
 
     def __init__(
@@ -126,6 +133,7 @@ class DistDataLoader:
                     json.dumps(spec),
                     json.dumps(self.batcher.spec()),
                     seeds,
+                    self.batcher.extra(),
                     w,
                     self.num_samplers,
                     child,
@@ -195,7 +203,7 @@ class DistDataLoader:
             p.close()
         self._procs, self._conns, self._pending = [], [], []
 
-    def __enter__(self) -> DistDataLoader:
+    def __enter__(self) -> BatchLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -253,47 +261,3 @@ def prefetch(
     finally:
         stop.set()
         t.join(timeout=60)
-
-
-def NodeDataLoader(
-    g: Any,
-    nids: Any,
-    sampler: NeighborSampler,
-    batch_size: int,
-    *,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    num_samplers: int = 0,
-    seed: int = 0,
-    source: GraphSource | None = None,
-) -> DistDataLoader:
-    """Node-classification loader over ``nids``: ``(input_nodes, output_nodes, blocks)``."""
-    src = source or source_for(g)
-    batcher = NodeBatcher(np.asarray(nids), sampler, batch_size, shuffle, drop_last, seed)
-    return DistDataLoader(src, batcher, num_samplers)
-
-
-def EdgeDataLoader(
-    g: Any,
-    eids: Any,
-    sampler: NeighborSampler,
-    batch_size: int,
-    *,
-    num_negs: int = 1,
-    exclude: str = "none",
-    shuffle: bool = True,
-    drop_last: bool = False,
-    num_samplers: int = 0,
-    seed: int = 0,
-    source: GraphSource | None = None,
-) -> DistDataLoader:
-    """Link-prediction loader: ``(input_nodes, pos_pair_graph, neg_pair_graph, blocks)``."""
-    src = source or source_for(g)
-    batcher = EdgeBatcher(
-        np.asarray(eids), sampler, batch_size, num_negs, exclude, shuffle, drop_last, seed
-    )
-    return DistDataLoader(src, batcher, num_samplers)
-
-
-DistNodeDataLoader = NodeDataLoader
-DistEdgeDataLoader = EdgeDataLoader
