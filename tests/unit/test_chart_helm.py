@@ -84,6 +84,14 @@ SCENARIOS: dict[str, Obj] = {
     "ha-cluster-wide": {"ha": {"enabled": True}},
     "namespaced": {"watchNamespaces": ["team-a"]},
     "no-rbac-no-sa": {"rbac": {"create": False}, "serviceAccount": {"create": False}},
+    "metrics": {
+        "metrics": {
+            "enabled": True,
+            "serviceMonitor": {"enabled": True},
+            "podMonitor": {"enabled": True},
+            "dashboard": {"enabled": True},
+        }
+    },
 }
 
 
@@ -615,7 +623,7 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
 # --- the chart speaks the operator's interface ---------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["default", "non-default"])
+@pytest.mark.parametrize("scenario", ["default", "non-default", "metrics"])
 def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> None:
     main = pytest.importorskip("distgnn_operator.__main__")
     dep = one(render(SCENARIOS[scenario]), "Deployment")
@@ -639,6 +647,8 @@ def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> No
     assert (args.peering is not None) is ha
     assert args.peering_lifetime == SCENARIOS[scenario].get("ha", {}).get("lifetimeSeconds", 60)
     assert args.peering_priority is None  # each replica ranks itself by its start time
+    metrics = SCENARIOS[scenario].get("metrics", {}).get("enabled", False)
+    assert args.metrics_port == (8081 if metrics else None)
     # Every DISTGNN_* variable the chart sets is read by the operator or the log setup.
     files = [*(REPO / "operator" / "distgnn_operator").glob("*.py")]
     files.append(REPO / "runtime" / "distgnn" / "contract.py")
