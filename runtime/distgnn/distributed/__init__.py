@@ -2,6 +2,7 @@
 DistTensor, DistEmbedding, sparse optimizers, node/edge splits, the partition book,
 one-hop distributed sampling and partitioning."""
 
+from distgnn.dataloading.dist_loader import DistEdgeDataLoader, DistNodeDataLoader
 from distgnn.distributed.context import DistContext, exit_client, initialize
 from distgnn.distributed.dataloader import DistDataLoader
 from distgnn.distributed.embedding import DistEmbedding
@@ -25,8 +26,10 @@ __all__ = [
     "NID",
     "DistContext",
     "DistDataLoader",
+    "DistEdgeDataLoader",
     "DistEmbedding",
     "DistGraph",
+    "DistNodeDataLoader",
     "DistTensor",
     "EdgePartitionPolicy",
     "GraphPartitionBook",

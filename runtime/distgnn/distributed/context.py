@@ -177,7 +177,7 @@ class DistContext:
     def _flush_deletes(self) -> None:
         while self.pending_deletes:
             key, parts = self.pending_deletes.pop()
-            calls = {p: Call(MsgType.DELETE_TENSOR, {"name": key}) for p in parts}
+            calls = {p: Call(MsgType.DETACH_TENSOR, {"name": key}) for p in parts}
             try:
                 self.backend.call_many(calls)
             except DistGNNError as e:
