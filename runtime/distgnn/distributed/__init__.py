@@ -4,6 +4,7 @@ one-hop distributed sampling and partitioning."""
 
 from typing import Any
 
+from distgnn.dataloading.dist_loader import DistEdgeDataLoader, DistNodeDataLoader
 from distgnn.distributed.context import DistContext, exit_client, initialize
 from distgnn.distributed.dataloader import DistDataLoader
 from distgnn.distributed.embedding import DistEmbedding
@@ -33,8 +34,10 @@ __all__ = [
     "NID",
     "DistContext",
     "DistDataLoader",
+    "DistEdgeDataLoader",
     "DistEmbedding",
     "DistGraph",
+    "DistNodeDataLoader",
     "DistTensor",
     "EdgePartitionPolicy",
     "GraphPartitionBook",
@@ -87,17 +90,11 @@ _UNSUPPORTED = {
     "Request": _NO_CODE,
     "Response": _NO_CODE,
 }
-_LOADERS = {"DistNodeDataLoader", "DistEdgeDataLoader"}
 
 
 def __getattr__(name: str) -> Any:
-    """``DistNodeDataLoader``/``DistEdgeDataLoader`` (from :mod:`distgnn.dataloading`, as
-    ``dgl.distributed`` offers them); DGL names left out on purpose raise
-    :class:`NotSupportedError` saying why (see docs/servers.md)."""
-    if name in _LOADERS:
-        import distgnn.dataloading
-
-        return getattr(distgnn.dataloading, name)
+    """DGL names left out on purpose raise :class:`NotSupportedError` saying why (see
+    docs/servers.md)."""
     if name in _UNSUPPORTED:
         raise NotSupportedError(
             f"dgl.distributed.{name} is not available: {_UNSUPPORTED[name]} "
