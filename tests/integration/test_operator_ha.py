@@ -1,10 +1,11 @@
-"""HA: two real operator processes peer through kopf against the kmock emulator.
+"""HA: real operator processes peer through kopf against the kmock emulator.
 
 Exactly one replica reconciles (the other pauses in its favour); when the active one is
 killed (SIGKILL, no clean-up), the standby takes over once the dead replica's peering record
-expires, and a new job gets its status. Both processes' log lines stay short and each logs
-its settings once. Without distinct priorities kopf pauses *every* replica of equal priority
-and no job ever gets a status (the defect this guards against).
+expires, and a new job gets its status. A replica started later stands by rather than
+preempting, and takes over when the active one stops cleanly (SIGTERM). Every process's log
+lines stay short and each logs its settings once. Without distinct priorities kopf pauses
+*every* replica of equal priority and no job ever gets a status (the defect guarded against).
 """
 
 from __future__ import annotations
@@ -125,6 +126,10 @@ async def _has(a: Api, name: str) -> bool:
     return name in await a.peering()
 
 
+async def _gone(a: Api, name: str) -> bool:
+    return name not in await a.peering()
+
+
 def declare_peering(k: kmock.KubernetesEmulator) -> None:
     """kopf's cluster-wide peering resource, as the chart's CRD declares it (no subresources)."""
     k.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
@@ -194,7 +199,7 @@ def launch(api: tuple[Api, Path], tmp_path: Path) -> Iterator[Callable[[str], Re
             try:
                 # kopf may hang after a clean stop (nolar/kopf#1168); its peering record
                 # is removed first (failover is immediate), so do not wait long here
-                r.proc.wait(timeout=10)
+                r.proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 r.proc.kill()
                 r.proc.wait(timeout=10)
@@ -239,6 +244,25 @@ async def test_one_replica_active_and_failover(
     assert standby.mentions("job-2")
     assert any("Resuming operations" in line for line in standby.lines())
     assert standby.proc.poll() is None
+
+    # a replica started now ranks lowest: it stands by instead of preempting the active one
+    newcomer = launch("op-c")
+    replicas.append(newcomer)
+    await until("op-c in the peering", lambda: _has(a, "op-c"))
+    await a.create_job("job-3")
+    await until("job-3 status", lambda: a.job_status("job-3"))
+    await asyncio.sleep(2.0)
+    assert standby.mentions("job-3") and not newcomer.mentions("job-3")
+    assert newcomer.paused()
+
+    # a clean stop (SIGTERM: rollout, drain) removes the peering record: the next takes over
+    standby.proc.send_signal(signal.SIGTERM)
+    await until("op-b's record removed", lambda: _gone(a, "op-b"))
+    await a.create_job("job-4")
+    await until("job-4 status after a clean handover", lambda: a.job_status("job-4"))
+    assert newcomer.mentions("job-4") and not newcomer.paused()
+    prio["op-c"] = int((await a.peering())["op-c"]["priority"])
+    assert prio["op-c"] < prio["op-b"] < prio["op-a"]
 
     # item 8 of issue 12: short lines, the settings once per process
     for r in replicas:

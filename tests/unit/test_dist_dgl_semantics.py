@@ -327,3 +327,24 @@ def test_node_split_is_dgls_even_contiguous_split(ctx: dd.DistContext) -> None:
     # the DistTensor mask brings its partition book
     dm = dd.DistTensor((n,), torch.bool, init_func=lambda s, d: torch.ones(s, dtype=d), ctx=ctx)
     assert len(dd.node_split(dm, rank=0, world_size=1)) == n
+
+
+def test_dgl_names_left_out_on_purpose_say_why() -> None:
+    with pytest.raises(dd.NotSupportedError, match="no custom RPC"):
+        dd.register_service  # noqa: B018
+    with pytest.raises(ConfigError, match="distgnn serve"):
+        dd.DistGraphServer  # noqa: B018
+    assert not hasattr(dd, "send_request")  # an AttributeError too
+    from distgnn.dataloading import DistNodeDataLoader
+    from distgnn.distributed.nn import DistEmbedding
+
+    assert dd.DistNodeDataLoader is DistNodeDataLoader and DistEmbedding is dd.DistEmbedding
+
+
+def test_load_partition_feats_keys_as_dgl(cora_parts: str, cora_path: Path) -> None:
+    nfeat, efeat = dd.load_partition_feats(cora_parts, 1)
+    assert nfeat is not None and efeat is not None
+    assert {"_N/feat", "_N/label", "_N/train_mask"} <= set(nfeat)
+    gpb, _, _, _ = dd.load_partition_book(cora_parts, 1)
+    assert len(nfeat["_N/feat"]) == len(gpb.partid2nids(1))
+    assert dd.load_partition_feats(cora_parts, 0, load_edges=False)[1] is None
