@@ -348,3 +348,14 @@ def test_load_partition_feats_keys_as_dgl(cora_parts: str, cora_path: Path) -> N
     gpb, _, _, _ = dd.load_partition_book(cora_parts, 1)
     assert len(nfeat["_N/feat"]) == len(gpb.partid2nids(1))
     assert dd.load_partition_feats(cora_parts, 0, load_edges=False)[1] is None
+
+
+def test_unnamed_tensor_scope_is_per_job_run() -> None:
+    from distgnn.distributed.context import _scope
+
+    env = {"DISTGNN_JOB_NAME": "my job", "MASTER_ADDR": "pod-0", "MASTER_PORT": "29500"}
+    a = _scope(env, "secret-token-1")
+    assert a == _scope(dict(env), "secret-token-1")  # every trainer of the run agrees
+    assert a != _scope(env, "secret-token-2")  # a new run (new token) does not
+    assert a.startswith("my-job-") and "secret" not in a
+    assert _scope({}) == "default"
