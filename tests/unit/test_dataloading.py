@@ -187,3 +187,15 @@ def test_dist_data_loader_over_a_dataset() -> None:
     assert [b.tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(ConfigError, match="batch_size"):
         DistDataLoader(data, 0)
+
+
+def test_dgl_private_client_and_saving_a_dist_tensor(hetero: str, tmp_path: Path) -> None:
+    """DGL's examples call ``g._client.barrier()`` and ``th.save(dist_tensor)``: the first
+    works, the second says what to save instead (not 'cannot pickle socket')."""
+    with DistGraph.standalone(hetero) as g:
+        g._client.barrier()
+        t = dgl.distributed.DistTensor((30, 2), torch.float32, "saved", part_policy="user", ctx=g)
+        with pytest.raises(ConfigError, match=r"t\[ids\]"):
+            torch.save(t, tmp_path / "t.pt")
+        torch.save(t[np.arange(30)], tmp_path / "t.pt")
+        assert torch.load(tmp_path / "t.pt").shape == (30, 2)

@@ -176,6 +176,12 @@ class DistGraph:
         self.ctx.barrier()
 
     @property
+    def _client(self) -> DistContext:
+        """DGL's private ``DistGraph._client``, which DGL's own examples call
+        (``g._client.barrier()``): the context, whose ``barrier()`` is ``g.barrier()``."""
+        return self.ctx
+
+    @property
     def idtype(self) -> torch.dtype:
         return torch.int64
 

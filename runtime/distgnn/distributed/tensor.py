@@ -336,6 +336,14 @@ class DistTensor:
         """The tensor's name on the servers (``node/NTYPE/NAME``)."""
         return self.key
 
+    def __reduce__(self) -> Any:
+        """A DistTensor is a handle on server memory: pickling it (``torch.save``) is an
+        error that names the replacement instead of an obscure socket error."""
+        raise ConfigError(
+            f"DistTensor {self.name!r} cannot be pickled or saved with torch.save (it lives "
+            "on the graph servers); save its rows instead: torch.save(t[ids], path)"
+        )
+
     def __repr__(self) -> str:
         return (
             f"DistTensor({self.name!r}, shape={self.shape}, dtype={self.np_dtype}, "
