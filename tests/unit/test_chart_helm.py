@@ -159,7 +159,7 @@ def app_version() -> str:
 # --- lint, schema, built-in kinds ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["default", "non-default"])
+@pytest.mark.parametrize("scenario", ["default", "non-default", "metrics"])
 def test_helm_lint_strict(scenario: str) -> None:
     res = run_helm("lint", "--strict", str(CHART), values=SCENARIOS[scenario])
     assert res.returncode == 0, res.stdout + res.stderr

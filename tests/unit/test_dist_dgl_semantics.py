@@ -327,3 +327,35 @@ def test_node_split_is_dgls_even_contiguous_split(ctx: dd.DistContext) -> None:
     # the DistTensor mask brings its partition book
     dm = dd.DistTensor((n,), torch.bool, init_func=lambda s, d: torch.ones(s, dtype=d), ctx=ctx)
     assert len(dd.node_split(dm, rank=0, world_size=1)) == n
+
+
+def test_dgl_names_left_out_on_purpose_say_why() -> None:
+    with pytest.raises(dd.NotSupportedError, match="no custom RPC"):
+        dd.register_service  # noqa: B018
+    with pytest.raises(ConfigError, match="distgnn serve"):
+        dd.DistGraphServer  # noqa: B018
+    assert not hasattr(dd, "send_request")  # an AttributeError too
+    from distgnn.dataloading import DistNodeDataLoader
+    from distgnn.distributed.nn import DistEmbedding
+
+    assert dd.DistNodeDataLoader is DistNodeDataLoader and DistEmbedding is dd.DistEmbedding
+
+
+def test_load_partition_feats_keys_as_dgl(cora_parts: str, cora_path: Path) -> None:
+    nfeat, efeat = dd.load_partition_feats(cora_parts, 1)
+    assert nfeat is not None and efeat is not None
+    assert {"_N/feat", "_N/label", "_N/train_mask"} <= set(nfeat)
+    gpb, _, _, _ = dd.load_partition_book(cora_parts, 1)
+    assert len(nfeat["_N/feat"]) == len(gpb.partid2nids(1))
+    assert dd.load_partition_feats(cora_parts, 0, load_edges=False)[1] is None
+
+
+def test_unnamed_tensor_scope_is_per_job_run() -> None:
+    from distgnn.distributed.context import _scope
+
+    env = {"DISTGNN_JOB_NAME": "my job", "MASTER_ADDR": "pod-0", "MASTER_PORT": "29500"}
+    a = _scope(env, "secret-token-1")
+    assert a == _scope(dict(env), "secret-token-1")  # every trainer of the run agrees
+    assert a != _scope(env, "secret-token-2")  # a new run (new token) does not
+    assert a.startswith("my-job-") and "secret" not in a
+    assert _scope({}) == "default"

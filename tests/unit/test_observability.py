@@ -318,3 +318,26 @@ def test_kopf_object_log_lines_carry_the_object_not_the_settings() -> None:
     obj = json.loads(stream.getvalue().strip().splitlines()[-1])
     assert (obj["kind"], obj["namespace"], obj["name"]) == ("DistGNNJob", "ml", "cora")
     assert "settings" not in obj and "k8s_ref" not in obj and len(json.dumps(obj)) < 300
+
+
+def test_graphserver_pods_get_metrics_when_enabled() -> None:
+    from distgnn.api import parse_graphserver
+    from distgnn_operator.desired import desired_graphserver_children
+
+    gs = {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "GraphServer",
+        "metadata": {"name": "papers", "namespace": "ml", "uid": "u"},
+        "spec": {
+            "graph": {"partitions": {"manifestURL": "s3://p/papers.json"}},
+            "monitoring": {"metrics": True},
+        },
+    }
+    objs = desired_graphserver_children(parse_graphserver(gs), DesiredContext())
+    (sts,) = [o for o in objs if o["kind"] == "StatefulSet"]
+    tpl = sts["spec"]["template"]
+    c = tpl["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 30052, "protocol": "TCP"} in c["ports"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env[contract.ENV_METRICS_PORT] == "30052" and env[contract.ENV_JOB_NAME] == "papers"
+    assert tpl["metadata"]["annotations"]["prometheus.io/port"] == "30052"

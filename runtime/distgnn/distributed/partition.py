@@ -107,6 +107,14 @@ def load_partition_book(
     return gpb, man.graph_name, ntypes, etypes
 
 
+def load_partition_feats(
+    part_config: str, part_id: int, load_nodes: bool = True, load_edges: bool = True
+) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
+    """DGL's ``(node_feats, edge_feats)`` of one partition (None for what is not loaded)."""
+    _, nfeat, efeat, *_ = load_partition(part_config, part_id)
+    return (nfeat if load_nodes else None), (efeat if load_edges else None)
+
+
 def load_partition(
     part_config: str, part_id: int, load_feats: bool = True, use_graphbolt: bool = False
 ) -> tuple[
