@@ -1,8 +1,9 @@
 """A user's own training script: GraphSAGE node classification with the public API.
 
 It imitates ``distgnn train node-classification`` step by step and runs as a job's
-user command (``spec.trainers.command: [python, examples/train_custom.py]``), or by
-hand with the contract environment::
+user command: ``distgnn run examples/custom-script.yaml`` (its
+``spec.trainers.command: [python, train_custom.py]`` is relative to the manifest's
+folder, where user commands run), or by hand with the contract environment::
 
     DISTGNN_MANIFEST=parts/cora.json python examples/train_custom.py --epochs 5
 
@@ -27,6 +28,7 @@ import distgnn.distributed as dgl_dist
 from distgnn import log
 from distgnn.dataloading import DistNodeDataLoader, NeighborSampler
 from distgnn.nn import GraphSAGE
+from distgnn.train.ddp import rendezvous_store
 
 
 def main() -> None:
@@ -41,8 +43,8 @@ def main() -> None:
 
     # 1. join the trainers (gloo on CPU) and connect to the graph
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)  # MASTER_ADDR/PORT
+    if world > 1:  # MASTER_ADDR/PORT; a loopback MASTER_ADDR's store listens on it only
+        dist.init_process_group("gloo", store=rendezvous_store(), rank=rank, world_size=world)
     g = dgl_dist.DistGraph(ctx=dgl_dist.initialize(), own=True)
 
     # 2. this trainer's training nodes (partition-local first), all val/test nodes

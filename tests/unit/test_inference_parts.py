@@ -57,6 +57,15 @@ def test_layer_wise_equals_full_forward_and_checkpoint_roundtrip(kind: str) -> N
     torch.testing.assert_close(got, full_forward(tg, model), atol=1e-5, rtol=0)
 
 
+def test_checkpoint_with_pre_dgl_parameter_names_loads() -> None:
+    model = GraphSAGE(2, 8, 3, 2)
+    old = {k.replace(".bias", ".fc_self.bias"): v for k, v in model.state_dict().items()}
+    assert "layers.0.fc_self.bias" in old
+    rebuilt = model_from_state(old)
+    for k, v in model.state_dict().items():
+        assert torch.equal(rebuilt.state_dict()[k], v), k
+
+
 def test_checkpoint_of_another_model_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not a built-in model"):
         model_from_state({"fc.weight": torch.zeros(2, 2)})

@@ -136,3 +136,23 @@ def test_loader_bad_input() -> None:
         DistEdgeDataLoader(g, [0], NeighborSampler([1]), exclude="both")
     with pytest.raises(ConfigError, match="kind"):
         open_source({"kind": "nothing"})
+
+
+def test_killed_sampler_is_named_with_its_exit_cause(ring_file: Path) -> None:
+    import os
+    import signal
+
+    g = LocalGraph.from_npz(str(ring_file))
+    src = LocalSource(g, str(ring_file))
+    batcher = NodeBatcher(np.arange(150), NeighborSampler([2]), 20, seed=3)
+    with BatchLoader(src, batcher, num_samplers=2, timeout=120) as loader:
+        assert len(list(loader)) == len(batcher)  # one good epoch
+        victim = loader._procs[1]
+        pid = victim.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        victim.join(30)
+        with pytest.raises(SamplerError) as ei:
+            list(loader)
+    msg = str(ei.value)
+    assert f"sampler 1 (pid {pid})" in msg and "killed by SIGKILL" in msg

@@ -56,6 +56,9 @@ def _engine_sampler(s: NeighborSampler, typing: GraphTyping | None, g: Any) -> N
                 fanouts.append({_local_key(k, names): v for k, v in f.items()})
             else:
                 fanouts.append({typing.etype_key(k): v for k, v in f.items()})
+        elif typing is not None and len(typing.types.canonical_etypes) > 1:
+            # DGL: an int fanout on a heterogeneous graph applies to every edge type
+            fanouts.append({":".join(c): f for c in typing.types.canonical_etypes})
         else:
             fanouts.append(f)
     return NeighborSampler(fanouts, edge_dir=s.edge_dir, prob=s.prob, replace=s.replace)

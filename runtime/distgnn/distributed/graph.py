@@ -73,6 +73,9 @@ class DataView(MutableMapping[str, DistTensor]):
         dtype, row = names[name]
         return DistTensor.view(self.g.ctx, self.policy, name, dtype, row)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._local() or name in self._names()
+
     def __setitem__(self, name: str, value: DistTensor) -> None:
         if not isinstance(value, DistTensor):
             raise ConfigError(

@@ -16,6 +16,7 @@ import json
 import logging
 import multiprocessing as mp
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -148,18 +149,40 @@ class BatchLoader:
             self._pending.append(False)
         log.info("sampler processes started", extra=kv(num_samplers=self.num_samplers))
 
+    def _died(self, w: int, what: str) -> SamplerError:
+        """The error for sampler ``w`` gone: its index, pid and exit cause."""
+        proc = self._procs[w]
+        proc.join(timeout=2)  # collect the exit status of a process that just died
+        code = proc.exitcode
+        if code is None:
+            cause = "still running"
+        elif code < 0:
+            try:
+                cause = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                cause = f"killed by signal {-code}"
+        else:
+            cause = f"exited with code {code}"
+        return SamplerError(f"sampler {w} (pid {proc.pid}) {what}: {cause}")
+
+    def _send(self, w: int, data: bytes) -> None:
+        try:
+            self._conns[w].send_bytes(data)
+        except OSError as e:  # BrokenPipeError, ConnectionResetError: the sampler is gone
+            raise self._died(w, "is gone") from e
+
     def _recv(self, w: int) -> bytes:
         conn, proc = self._conns[w], self._procs[w]
         deadline = time.monotonic() + self.timeout
         while not conn.poll(0.5):
             if not proc.is_alive() and not conn.poll(0):
-                raise SamplerError(f"sampler {w} exited with code {proc.exitcode}")
+                raise self._died(w, "died")
             if time.monotonic() > deadline:
                 raise RequestTimeout(f"sampler {w}: no batch within {self.timeout:.0f}s")
         try:
             msg = conn.recv_bytes()
-        except EOFError as e:
-            raise SamplerError(f"sampler {w} closed its pipe (exit code {proc.exitcode})") from e
+        except (EOFError, OSError) as e:
+            raise self._died(w, "closed its pipe") from e
         if msg[:1] == _ERR:
             raise SamplerError(msg[1:].decode(errors="replace"))
         return msg
@@ -178,8 +201,8 @@ class BatchLoader:
                 yield self.batcher.decode(self.batcher.make(self.source, epoch, b))
             return
         self._drain()
-        for w, conn in enumerate(self._conns):
-            conn.send_bytes(json.dumps({"epoch": epoch}).encode())
+        for w in range(len(self._conns)):
+            self._send(w, json.dumps({"epoch": epoch}).encode())
             self._pending[w] = True
         for b in range(n):
             msg = self._recv(b % self.num_samplers)

@@ -100,12 +100,23 @@ def model_from_state(state: dict[str, Any]) -> nn.Module:
         model = GAT(in_feats, hidden, int(al.shape[2]), n, heads=heads, dropout=0.0)
     else:
         raise ConfigError("checkpoint: weights are neither GraphSAGE nor GAT")
+    state = _renamed(state, set(model.state_dict()))
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
         raise ConfigError(f"checkpoint: weights do not fit the model ({e})") from e
     model.eval()
     return model
+
+
+def _renamed(state: dict[str, Any], expected: set[str]) -> dict[str, Any]:
+    """Keys of checkpoints written before the layers took DGL's parameter names
+    (``SAGEConv.fc_self.bias`` is now ``SAGEConv.bias``)."""
+    out = {}
+    for k, v in state.items():
+        new = k.replace(".fc_self.bias", ".bias")
+        out[new if k not in expected and new in expected else k] = v
+    return out
 
 
 @dataclass(frozen=True)
@@ -230,7 +241,9 @@ def _write_segment(
         raise
 
 
-def build_index(tg: TrainGraph, opts: InferOptions, run: str, info: dict[str, Any]) -> fmt.Index:
+def build_index(
+    tg: TrainGraph, opts: InferOptions, run: str, dim: int, info: dict[str, Any]
+) -> fmt.Index:
     """Rank 0: the index from every shard's record (written by the other ranks)."""
     segs = segments(tg)
     types: dict[str, dict[str, Any]] = {}
@@ -244,9 +257,8 @@ def build_index(tg: TrainGraph, opts: InferOptions, run: str, info: dict[str, An
         t = types.setdefault(s.ntype, {"num_nodes": 0, "shards": []})
         t["num_nodes"] += int(rec["rows"])
         t["shards"].append({"part": s.part, "rows": int(rec["rows"]), "files": rec["files"]})
-    probe = info.pop("_dims")
     arrays["orig_id"] = {"dtype": "int64", "shape": []}
-    arrays["embedding"] = {"dtype": "float32", "shape": [probe]}
+    arrays["embedding"] = {"dtype": "float32", "shape": [dim]}
     if opts.classify:
         arrays["pred"] = {"dtype": "int64", "shape": []}
         arrays["prob"] = {"dtype": "float32", "shape": []}
@@ -319,9 +331,8 @@ def infer_to_storage(
             "embedding_layer": opts.embedding_layer,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **(info or {}),
-            "_dims": dims,
         }
-        fmt.write_index(opts.output_url, build_index(tg, opts, run, meta))
+        fmt.write_index(opts.output_url, build_index(tg, opts, run, dims, meta))
         fmt.remove_stale_runs(opts.output_url, run)
         summary["inference_test_accuracy"] = _test_accuracy(tg, opts, final)
     barrier(ctx)
