@@ -10,7 +10,7 @@ payload would create (``ran code``), the server and worker processes and the log
 PING on a fresh connection within 5 s (``hung``, also when the case itself did not finish
 within ``--case-timeout``). ``refused cleanly`` means the server answered with an ERROR
 frame of a client-error code (or closed the connection where that is the answer: idle,
-slowloris, over the cap) and kept serving. ``served`` counts attacks that were answered
+slowloris, over the cap) and kept serving. ``accepted`` counts attacks that were answered
 normally (0 expected). Prints one table row per group and a total; exit 1 unless crashed,
 hung and ran code are all 0.
 """
@@ -747,11 +747,11 @@ def run_case(t: Target, case: Case, timeout: float) -> str:
     def target() -> None:
         try:
             case.run(t)
-            result.append("served")
+            result.append("accepted")
         except Refused:
             result.append("refused")
         except Served:
-            result.append("served")
+            result.append("accepted")
         except Crashed:
             result.append("crashed")
         except TimeoutError:
@@ -799,11 +799,11 @@ def main() -> int:
                     print(f"  {case.group:9} {case.name:42} {outcome}", flush=True)
         finally:
             rc = t.stop()
-    cols = ["refused", "served", "crashed", "hung", "ran code"]
+    cols = ["refused", "accepted", "crashed", "hung", "ran code"]
     groups = list(dict.fromkeys(g for g, _, _ in rows))
     print(f"\nhostile frames against one server ({a.workers} workers), "
           f"{time.monotonic() - t0:.0f} s; server exit code after SIGTERM: {rc}\n")  # fmt: skip
-    print(f"| {'group':10} | tried | refused cleanly | served | crashed | hung | ran code |")
+    print(f"| {'group':10} | tried | refused cleanly | accepted | crashed | hung | ran code |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     total: Counter[str] = Counter()
     for g in groups:
