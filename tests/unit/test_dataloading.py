@@ -187,3 +187,34 @@ def test_dist_data_loader_over_a_dataset() -> None:
     assert [b.tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(ConfigError, match="batch_size"):
         DistDataLoader(data, 0)
+
+
+def test_dgl_private_client_and_saving_a_dist_tensor(hetero: str, tmp_path: Path) -> None:
+    """DGL's examples call ``g._client.barrier()`` and ``th.save(dist_tensor)``: the first
+    works, the second says what to save instead (not 'cannot pickle socket')."""
+    with DistGraph.standalone(hetero) as g:
+        g._client.barrier()
+        t = dgl.distributed.DistTensor((30, 2), torch.float32, "saved", part_policy="user", ctx=g)
+        with pytest.raises(ConfigError, match=r"t\[ids\]"):
+            torch.save(t, tmp_path / "t.pt")
+        torch.save(t[np.arange(30)], tmp_path / "t.pt")
+        assert torch.load(tmp_path / "t.pt").shape == (30, 2)
+
+
+def test_seeds_of_two_types_keep_dgl_order(hetero: str) -> None:
+    """Destination nodes of every type come first among that type's sources, in the
+    order of ``output_nodes`` (what HeteroGraphConv's ``h[:num_dst_nodes(t)]`` relies on)."""
+    with DistGraph.standalone(hetero) as g:
+        seeds = {"user": torch.tensor([5, 1, 7]), "item": torch.tensor([3, 0])}
+        loader = DistNodeDataLoader(
+            g, seeds, NeighborSampler([-1, -1]), device="cpu", batch_size=5, shuffle=True
+        )
+        ((_inp, out, blocks),) = list(loader)
+        assert sorted(out["user"].tolist()) == [1, 5, 7] and sorted(out["item"].tolist()) == [0, 3]
+        for t in ("user", "item"):
+            assert torch.equal(blocks[-1].dstdata[dgl.NID][t], out[t])
+            for b in blocks:
+                n = b.num_dst_nodes(t)
+                assert torch.equal(b.srcdata[dgl.NID][t][:n], b.dstdata[dgl.NID][t])
+            assert torch.equal(blocks[0].dstdata[dgl.NID][t], blocks[1].srcdata[dgl.NID][t])
+        assert all(b.device == torch.device("cpu") for b in blocks)
