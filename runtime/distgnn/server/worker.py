@@ -65,6 +65,8 @@ SNDBUF = 4 << 20
 """Send buffer of a connection (capped by net.core.wmem_max): a whole gather block fits."""
 HELLO_LIMITS = Limits(max_meta=64 << 10, max_bufs=0, max_buf_bytes=0, max_total_bytes=0)
 """An unauthenticated peer can make the server allocate nothing beyond a small HELLO."""
+ADVERTISED_LIMITS = ("max_ids", "max_reply_bytes", "max_request_bytes", "max_sample_edges")
+"""Limits sent in the HELLO answer (``Connection.server_info["limits"]``)."""
 MIN_SEND_RATE = 1 << 20
 """Bytes per second below which an answer is abandoned (after ``send_timeout`` of grace)."""
 SESSION_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -301,6 +303,8 @@ class Worker:
             "graph_name": g.manifest.graph_name,
             "pid": os.getpid(),
             "session": session,
+            # so clients can split big requests instead of being refused
+            "limits": {k: getattr(self.cfg.limits, k) for k in ADVERTISED_LIMITS},
         }
         self._reply(conn, MsgType.HELLO, frame.req_id, info, [])
         return session
