@@ -72,4 +72,3 @@ def _owner(folder: Path) -> str:
         return (folder / "owner.json").read_text()
     except OSError:
         return ""
-
