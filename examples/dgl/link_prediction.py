@@ -1,7 +1,7 @@
 """DGL's distributed unsupervised GraphSAGE (examples/distributed/graphsage/
 node_classification_unsupervised.py: link prediction with negative sampling, then a
-logistic regression on the learnt embeddings), ported to DistGNN with the same
-structure and DGL API calls; only the imports name DistGNN's modules.
+logistic regression on the learnt embeddings), rewritten for DistGNN with the
+same structure and DGL API calls (DGL's file itself: see docs/dgl-migration.md).
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """DGL's distributed GraphSAGE node classification (examples/distributed/graphsage/
-node_classification.py), ported to DistGNN: the same structure and DGL API calls; only
-the imports name DistGNN's modules. Runs as a DistGNNJob user command (see
+node_classification.py), rewritten for DistGNN with the same structure and DGL API calls
+(DGL's file itself runs with its 2 import lines changed, see docs/dgl-migration.md). Runs as a DistGNNJob user command (see
 node_classification.yaml) or by hand with the contract environment.
 """
 

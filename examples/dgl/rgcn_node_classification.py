@@ -1,7 +1,8 @@
 """DGL's distributed R-GCN entity classification (examples/distributed/rgcn/
 node_classification.py), ported to DistGNN with the same structure and DGL API calls
 (HeteroGraphConv of GraphConv per relation, WeightBasis, typed blocks, dict seeds,
-embeddings for featureless node types); only the imports name DistGNN's modules.
+embeddings for featureless node types), rewritten for DistGNN (DGL's file itself runs
+with its import lines changed, see docs/dgl-migration.md).
 
 Modeling Relational Data with Graph Convolutional Networks
 Paper: https://arxiv.org/abs/1703.06103

@@ -1,4 +1,4 @@
-"""DGL's distributed examples (ported under examples/dgl with only their imports changed)
+"""DGL's distributed examples (rewritten under examples/dgl with DGL's structure and calls)
 run as DistGNNJob user commands with `distgnn run`: real partitioning, graph servers and
 DDP trainers. Accuracy thresholds are ones an untrained or miswired model fails."""
 
@@ -88,5 +88,7 @@ def test_rgcn_node_classification_example(examples: Path, data_dir: Path, tmp_pa
     err = run_example(examples, "rgcn_node_classification", data_dir, tmp_path)
     m = re.findall(r"Val Acc (\d\.\d+), Test Acc (\d\.\d+)", err)
     assert len(m) == 40, err[-3000:]  # rank 0 evaluates after every epoch
-    assert float(m[-1][1]) >= 0.75, m[-5:]  # measured: 0.69 after epoch 1, 0.84 after 40
+    # measured: 0.65-0.69 after epoch 1, 0.77-0.84 after 40; an MLP on the paper features
+    # alone gets ~0.55-0.6, so relations that feed wrong rows fail this
+    assert float(m[-1][1]) >= 0.72, m[-5:]
     assert float(m[-1][1]) > float(m[0][1])

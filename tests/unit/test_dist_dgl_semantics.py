@@ -140,9 +140,11 @@ def test_callable_init_func_runs_per_partition_slice(ctx: dd.DistContext) -> Non
 def test_part_policy_inferred_on_typed_graphs(hetero_parts: str) -> None:
     with dd.initialize(manifest=hetero_parts, standalone=True) as ctx:
         t = dd.DistTensor((30, 2), torch.float32, ctx=ctx)
-        assert t.part_policy.policy_str == "node:paper"
+        assert t.part_policy.policy_str == "node~paper"  # DGL's policy strings
+        assert t.part_policy.type_name == "paper"
         e = dd.DistTensor((40,), torch.float32, part_policy="cite", ctx=ctx)
-        assert e.part_policy.policy_str == "edge:paper:cite:paper"
+        assert e.part_policy.policy_str == "edge~paper:cite:paper"
+        assert e.part_policy.type_name == ("paper", "cite", "paper")  # canonical, as DGL
         with pytest.raises(ConfigError, match="several types"):
             dd.DistTensor((40, 1), torch.float32, ctx=ctx)  # four edge types have 40 rows
         with pytest.raises(ConfigError, match="no node or edge type"):

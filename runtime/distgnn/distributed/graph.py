@@ -55,7 +55,7 @@ class DataView(MutableMapping[str, DistTensor]):
 
     def _names(self, refresh: bool = True) -> dict[str, tuple[str, tuple[int, ...]]]:
         found = {}
-        prefix = f"{self.policy.kind}/{self.policy.type_name}/"
+        prefix = f"{self.policy.kind}/{self.policy.type_str}/"
         for key, spec in self.g._tensors(refresh).items():
             if key.startswith(prefix) and "." not in key[len(prefix) :]:
                 found[key[len(prefix) :]] = (spec["dtype"], tuple(spec["shape"][1:]))
@@ -69,7 +69,7 @@ class DataView(MutableMapping[str, DistTensor]):
         if name not in names:
             names = self._names()
         if name not in names:
-            raise KeyError(f"no {self.policy.kind} data {name!r} for {self.policy.type_name}")
+            raise KeyError(f"no {self.policy.kind} data {name!r} for {self.policy.type_str}")
         dtype, row = names[name]
         return DistTensor.view(self.g.ctx, self.policy, name, dtype, row)
 
@@ -174,6 +174,12 @@ class DistGraph:
     def barrier(self) -> None:
         """Wait until every trainer called ``barrier()``."""
         self.ctx.barrier()
+
+    @property
+    def _client(self) -> DistContext:
+        """DGL's private ``DistGraph._client``, which DGL's own examples call
+        (``g._client.barrier()``): the context, whose ``barrier()`` is ``g.barrier()``."""
+        return self.ctx
 
     @property
     def idtype(self) -> torch.dtype:

@@ -40,6 +40,7 @@ from distgnn.train.layerwise import (
     rows_factory,
     run_id,
 )
+from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
 CHUNK = 1 << 16
@@ -277,6 +278,7 @@ def infer_to_storage(
     opts: InferOptions,
     info: dict[str, Any] | None = None,
     manifest_url: str | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
     """Layer-wise inference of ``model`` over ``tg``, written to ``opts.output_url``;
     returns the summary (test accuracy on rank 0 for node classification)."""
@@ -289,6 +291,12 @@ def infer_to_storage(
     if opts.embedding_layer == "hidden" and len(lw.steps) < 2:
         raise ConfigError("--embedding-layer hidden: the model has no hidden layer")
     in_feats = int(tg.read(opts.feat, torch.tensor([0])).shape[1])
+    layers = getattr(model, "layers", None)
+    want = getattr(layers[0], "_in_src_feats", None) if layers else None
+    if isinstance(want, int) and want != in_feats:
+        raise ConfigError(
+            f"--feat: {opts.feat!r} has {in_feats} columns but the model takes {want}"
+        )
     run = run_id(ctx)
     nodes = owned_nodes(tg, ctx.rank, ctx.world_size)
     hidden_i = len(lw.steps) - 2
@@ -305,8 +313,19 @@ def infer_to_storage(
             output=storage.redact(opts.output_url),
         ),
     )
+    progress = telemetry.progress if telemetry is not None else None
+
+    def on_layer(layer: int, layers: int, seconds: float) -> None:
+        if progress is not None:
+            progress.update(
+                state="inference",
+                inferenceLayers=f"{layer + 1}/{layers}",
+                inferenceLayerSeconds=round(seconds, 3),
+            )
+
+    on_layer(-1, len(lw.steps), 0.0)
     t0 = time.monotonic()
-    layers = layer_pass(
+    rows = layer_pass(
         tg,
         lw,
         FeatureRows(tg, opts.feat),
@@ -316,10 +335,11 @@ def infer_to_storage(
         opts.batch_size,
         ctx.device,
         keep,
+        on_layer,
     )
     t_compute = time.monotonic() - t0
-    final = layers[-1]
-    emb = layers[hidden_i] if opts.embedding_layer == "hidden" else final
+    final = rows[-1]
+    emb = rows[hidden_i] if opts.embedding_layer == "hidden" else final
     assert final is not None and emb is not None
     written = write_shards(tg, ctx, opts, run, final, emb, manifest_url)
     barrier(ctx)
@@ -376,7 +396,11 @@ def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | N
 
 
 def run(
-    cfg: Any, tg: TrainGraph, ctx: DDPContext, checkpoint_url: str | None = None
+    cfg: Any,
+    tg: TrainGraph,
+    ctx: DDPContext,
+    checkpoint_url: str | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
     """The app: load the checkpoint (a file, or a folder's latest), infer, write."""
     url = resolve_checkpoint(checkpoint_url or cfg.checkpoint_url)
@@ -398,5 +422,5 @@ def run(
         "checkpoint": storage.redact(url),
         "checkpoint_epoch": ck.epoch,
     }
-    out = infer_to_storage(tg, model, ctx, opts, info)
+    out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)
     return {"app": "inference", "checkpoint_epoch": ck.epoch} | out
