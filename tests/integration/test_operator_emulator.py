@@ -43,6 +43,14 @@ PREFIX = {
 }
 
 
+CREDS = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "s3-creds"},
+    "stringData": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+}
+
+
 class Cluster:
     """Test-side API access (through the emulator's own HTTP server)."""
 
@@ -118,7 +126,9 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     async with StampingEmulator() as k, kmock.Server(k):
         declare_resources(k)
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(k, tmp_path / "kubeconfig")))
-        yield Cluster(k)
+        c = Cluster(k)
+        await c.create(CREDS)  # the jobs' storage.credentialsSecret
+        yield c
 
 
 @pytest.fixture

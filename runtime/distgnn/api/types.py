@@ -406,7 +406,7 @@ class GraphServerSpec:
 # --- status -------------------------------------------------------------------------
 
 JOB_PHASES = ("Pending", "Partitioning", "Starting", "Running", "Succeeded", "Failed", "Suspended")
-GRAPHSERVER_PHASES = ("Pending", "Partitioning", "Starting", "Ready", "Failed")
+GRAPHSERVER_PHASES = ("Pending", "Partitioning", "Starting", "Ready", "Failed", "Terminating")
 
 
 @dataclass
@@ -430,6 +430,7 @@ class TrainerCounts:
     """Trainer pods by state."""
 
     active: int | None = fld(None, doc="Running or pending trainer pods.", minimum=0)
+    ready: int | None = fld(None, doc="Running (ready) trainer pods.", minimum=0)
     succeeded: int | None = fld(None, doc="Succeeded trainer pods.", minimum=0)
     failed: int | None = fld(None, doc="Failed trainer pods.", minimum=0)
 
