@@ -42,6 +42,9 @@ MAX_METRICS = 64
 GRAPHSERVER_WAIT_SECONDS = 300.0
 """How long a job waits for a GraphServer that does not exist before it fails."""
 
+POD_FAILED = "PodFailed"
+"""Event reason of a failing pod's traceback / log tail."""
+
 Key = tuple[str, str, str]
 """(kind, namespace, name) of a resource to reconcile."""
 
@@ -374,7 +377,7 @@ class Reconciler:
                 s.Reason.RESTARTING,
                 f"trainer group failed ({cause}); restart {restarts}/{rp.backoff_limit}",
             )
-            self._emit_detail(emit, "TrainerFailed", tfail)
+            self._emit_detail(emit, tfail)
             have.pop(("Job", n["trainers"]), None)
             await self._delete("Job", ns, n["trainers"])
             tjob, tstate, tst = None, "absent", {}
@@ -446,21 +449,21 @@ class Reconciler:
             if ev is not None:
                 emit(*ev)
             if new["phase"] == "Failed":
-                self._emit_detail(emit, "TrainerFailed", tfail if not restarting else None)
-                self._emit_detail(emit, "PartitioningFailed", pfail)
+                self._emit_detail(emit, tfail if not restarting else None)
+                self._emit_detail(emit, pfail)
         if gs_name and new.get("phase") != old.get("phase"):
             res.poke.append(("GraphServer", ns, gs_name))  # its attachedJobs
         if new["phase"] in s.TERMINAL:
             res.due(await self._ttl(body, new, now))
         return res
 
-    def _emit_detail(self, emit: Emit, reason: str, fail: f.PodFailure | None) -> None:
-        """The failing pod's traceback or log tail, as a Warning event (the condition keeps
-        one line)."""
+    def _emit_detail(self, emit: Emit, fail: f.PodFailure | None) -> None:
+        """The failing pod's traceback or log tail, as a Warning event ``PodFailed`` (the
+        condition keeps one line)."""
         if fail is None:
             return
         body = fail.detail or fail.summary
-        emit("Warning", reason, f"pod {fail.pod} (kubectl logs {fail.pod}): {body}")
+        emit("Warning", POD_FAILED, f"pod {fail.pod} (kubectl logs {fail.pod}): {body}")
 
     async def _clean_finished(
         self,
@@ -683,7 +686,7 @@ class Reconciler:
                     s.phase_reason(new)[1] if failed else f"GraphServer is {new['phase']}",
                 )
             if new["phase"] == "Failed":
-                self._emit_detail(emit, "PartitioningFailed", pfail)
+                self._emit_detail(emit, pfail)
             # jobs waiting for (or attached to) this GraphServer see the change now
             res.poke += [("DistGNNJob", meta.namespace, j) for j in attached]
         return res
