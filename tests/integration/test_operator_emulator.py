@@ -230,12 +230,10 @@ async def assert_settled(c: Cluster, seconds: float = 3.5) -> None:
     no object and no event."""
 
     async def kopf_done() -> bool:  # kopf adds its finalizer once (retrying on conflicts)
-        return all(
-            "distgnn.dev/finalizer" in (j["metadata"].get("finalizers") or [])
-            for j in await c.items("DistGNNJob")
-        )
+        objs = [*await c.items("DistGNNJob"), *await c.items("GraphServer")]
+        return all("distgnn.dev/finalizer" in (o["metadata"].get("finalizers") or []) for o in objs)
 
-    await c.until("kopf's finalizer on every job", kopf_done)
+    await c.until("kopf's finalizer on every job and GraphServer", kopf_done)
     await asyncio.sleep(0.5)  # in-flight events of the last change
     n = len(c.k.writes)
     await asyncio.sleep(seconds)
