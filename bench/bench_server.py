@@ -153,8 +153,8 @@ def bench_pull(
     raw = RawPeer(nbytes, reps * (run + 1), batch * 8)
     pulls, raws, ratios = [], [], []
     try:
-        with initialize([srv.addr], srv.token) as ctx:
-            t = DistGraph(ctx).ndata[f"feat{dim}"]
+        with initialize(servers=[srv.addr], token=srv.token) as ctx:
+            t = DistGraph(ctx=ctx).ndata[f"feat{dim}"]
             for _ in range(reps):
                 idss = [torch.from_numpy(rng.integers(0, nodes, batch)) for _ in range(run + 1)]
                 pt = []
@@ -206,10 +206,10 @@ def bench_sampling(manifest: str, srv: Server, nodes: int, reps: int) -> list[tu
         ctx = (
             initialize(manifest=manifest)
             if mode == "standalone"
-            else initialize([srv.addr], srv.token)
+            else initialize(servers=[srv.addr], token=srv.token)
         )
         with ctx:
-            g = DistGraph(ctx)
+            g = DistGraph(ctx=ctx)
             times = []
             for _ in range(reps):
                 seeds = rng.integers(0, nodes, 100_000)

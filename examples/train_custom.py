@@ -43,7 +43,7 @@ def main() -> None:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)  # MASTER_ADDR/PORT
-    g = dgl_dist.DistGraph(dgl_dist.initialize(), own=True)
+    g = dgl_dist.DistGraph(ctx=dgl_dist.initialize(), own=True)
 
     # 2. this trainer's training nodes (partition-local first), all val/test nodes
     n = g.num_nodes()

@@ -2,7 +2,8 @@
 
 Namespaces: ``--namespace`` (repeatable) or ``DISTGNN_WATCH_NAMESPACES`` (comma-separated);
 all namespaces when neither is given. ``DISTGNN_RUNTIME_IMAGE`` sets the default image of
-the pods, ``DISTGNN_PARTITIONS_URL`` the default partition output URL.
+the pods, ``DISTGNN_PARTITIONS_URL`` the default partition output URL. ``--metrics-port``
+(``DISTGNN_METRICS_PORT``) serves Prometheus metrics (default off).
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ import kopf
 
 from distgnn import contract
 from distgnn import log as dlog
+from distgnn.metrics_http import serve
 from distgnn_operator.desired import DesiredContext
 from distgnn_operator.handlers import HandlerSettings, make_settings, register
 from distgnn_operator.kube import KubeApi
+from distgnn_operator.metrics import OperatorMetrics
 from distgnn_operator.reconcile import OperatorContext
 
 ENV_NAMESPACES = "DISTGNN_WATCH_NAMESPACES"
 ENV_RUNTIME_IMAGE = "DISTGNN_RUNTIME_IMAGE"
 ENV_PARTITIONS_URL = "DISTGNN_PARTITIONS_URL"
 ENV_RESYNC = "DISTGNN_RESYNC_SECONDS"
+ENV_PROGRESS = "DISTGNN_PROGRESS_SECONDS"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime-image", default=os.environ.get(ENV_RUNTIME_IMAGE) or DesiredContext.runtime_image
     )
     p.add_argument("--partitions-url", default=os.environ.get(ENV_PARTITIONS_URL) or None)
+    p.add_argument(
+        "--progress-seconds",
+        type=float,
+        default=float(os.environ.get(ENV_PROGRESS, "5")),
+        help="how often running jobs' rank-0 progress is read (default 5)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_metrics_port(),
+        help=f"serve Prometheus /metrics on this port (env {contract.ENV_METRICS_PORT}; "
+        f"default off; the chart uses {contract.OPERATOR_METRICS_PORT})",
+    )
     return p
+
+
+def _metrics_port() -> int | None:
+    try:
+        return contract.optional_port(contract.ENV_METRICS_PORT)
+    except ValueError as e:
+        raise SystemExit(f"distgnn-operator: {e}") from None
 
 
 def namespaces(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
@@ -64,12 +88,21 @@ def setup(
     args: argparse.Namespace,
 ) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, OperatorContext]:
     """Registry, settings and context for ``args`` (also used by the tests)."""
-    hs = HandlerSettings(resync_seconds=args.resync_seconds, peering=args.peering)
+    hs = HandlerSettings(
+        resync_seconds=args.resync_seconds,
+        peering=args.peering,
+        progress_seconds=args.progress_seconds,
+    )
+    metrics = OperatorMetrics() if args.metrics_port is not None else None
+    api = KubeApi()
+    if metrics is not None:
+        api.on_error = metrics.api_error
     octx = OperatorContext(
-        api=KubeApi(),
+        api=api,
         desired=DesiredContext(
             runtime_image=args.runtime_image, partitions_url=args.partitions_url
         ),
+        metrics=metrics,
     )
     registry = kopf.OperatorRegistry()
     register(registry, octx, hs)
@@ -79,7 +112,9 @@ def setup(
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     dlog.setup()
-    registry, settings, _ = setup(args)
+    registry, settings, octx = setup(args)
+    if octx.metrics is not None and args.metrics_port is not None:
+        serve(octx.metrics.registry, args.metrics_port)
     ns = namespaces(args, dict(os.environ))
     kopf.run(
         registry=registry,

@@ -18,6 +18,7 @@ from typing import Any
 from distgnn import contract
 from distgnn.api import commands as cmds
 from distgnn.api import types as t
+from distgnn_operator import monitoring as mon
 from distgnn_operator import podspec as ps
 from distgnn_operator.podspec import DesiredContext
 
@@ -230,6 +231,7 @@ def server_children(
     replicas: int,
     client_labels: list[dict[str, str]],
     token_hash: str | None = None,
+    metrics: bool = False,
 ) -> list[dict[str, Any]]:
     """Headless Service, StatefulSet (ordinal = partition) and NetworkPolicy of the servers."""
     n = names(meta.name)
@@ -245,7 +247,17 @@ def server_children(
         {"rpc": contract.SERVER_PORT, "health": contract.SERVER_HEALTH_PORT},
     )
     env = ps.env_list(
-        {"HOME": "/tmp", **cmds.server_env(srv, st, manifest=manifest, token_file=ps.TOKEN_FILE)}
+        {
+            "HOME": "/tmp",
+            **cmds.server_env(
+                srv,
+                st,
+                manifest=manifest,
+                token_file=ps.TOKEN_FILE,
+                owner=meta.name,
+                metrics_port=contract.SERVER_METRICS_PORT if metrics else None,
+            ),
+        }
     )
     env = [*env, ps.pod_name_env(), *ps.credential_env(st)]
     c = _container(
@@ -278,6 +290,7 @@ def server_children(
     pmeta: dict[str, Any] = {"labels": dict(labels)}
     if token_hash:
         pmeta["annotations"] = {ANN_TOKEN_HASH: token_hash}
+    mon.server_metrics(c, pmeta, metrics)
     ps.apply_template(pod, pmeta, srv.pod_template)
     sts = {
         "apiVersion": "apps/v1",
@@ -306,7 +319,8 @@ def server_children(
                         {"protocol": "TCP", "port": contract.SERVER_PORT},
                         {"protocol": "TCP", "port": contract.SERVER_HEALTH_PORT},
                     ],
-                }
+                },
+                *mon.server_metrics_ingress(metrics),
             ],
         },
     }
@@ -347,6 +361,7 @@ def trainer_children(
         master_addr=master,
         token_file=ps.TOKEN_FILE,
         termination_log=contract.TERMINATION_LOG_PATH,
+        metrics_port=contract.TRAINER_METRICS_PORT,
     )
     envl = ps.env_list({"HOME": "/tmp", contract.ENV_LOG_FORMAT: "json", **env})
     envl = [*envl, ps.pod_name_env(), *ps.credential_env(spec.storage)]
@@ -368,6 +383,7 @@ def trainer_children(
     if gs_name:
         plabels[contract.LABEL_GRAPHSERVER] = gs_name
     pmeta: dict[str, Any] = {"labels": plabels}
+    mon.trainer_endpoints(c, pmeta, spec.monitoring.metrics)
     _scheduling(pod, pmeta, job, ctx)
     ps.apply_template(pod, pmeta, tr.pod_template)
     jmeta = _meta(n["trainers"], ns, labels, owner)
@@ -467,6 +483,7 @@ def desired_job_children(
             replicas=replicas,
             client_labels=[trainer_sel],
             token_hash=stage.token_hash,
+            metrics=spec.monitoring.metrics,
         )
         servers_up = stage.partitioned and (stage.servers_ready or pg is not None)
     keep_trainers = not (stage.finished and spec.run_policy.clean_pod_policy == "All")
@@ -549,5 +566,6 @@ def desired_graphserver_children(
         replicas=spec.partitioning.num_parts if stage.partitioned else 0,
         client_labels=clients,
         token_hash=stage.token_hash,
+        metrics=spec.monitoring.metrics,
     )
     return out

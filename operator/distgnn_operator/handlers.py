@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -15,6 +16,7 @@ from typing import Any, cast
 import kopf
 
 from distgnn import contract
+from distgnn_operator import progress
 from distgnn_operator.kube import ApiError
 from distgnn_operator.reconcile import Emit, Key, OperatorContext, PassResult, Reconciler
 
@@ -43,6 +45,8 @@ class HandlerSettings:
     watch_client_timeout: int = 330
     connect_timeout: float = 30.0
     request_timeout: float = 60.0
+    progress_seconds: float = 5.0
+    """How often a running job's rank-0 progress is read (:mod:`progress`)."""
     peering: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -86,11 +90,11 @@ class _Locks:
         self._locks: dict[Key, asyncio.Lock] = {}
         self.dirty: set[Key] = set()
 
-    def get(self, key: Key) -> asyncio.Lock:
-        return self._locks.setdefault(key, asyncio.Lock())
+    def get(self, kind: str, ns: str, name: str) -> asyncio.Lock:
+        return self._locks.setdefault((kind, ns, name), asyncio.Lock())
 
-    def drop(self, key: Key) -> None:
-        self._locks.pop(key, None)
+    def drop(self, kind: str, ns: str, name: str) -> None:
+        self._locks.pop((kind, ns, name), None)
 
 
 class _Scheduler:
@@ -151,7 +155,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
         if octx.api.closed:  # stopping: nothing more to do
             return
         key = (kind, ns, name)
-        lock = locks.get(key)
+        lock = locks.get(*key)
         if lock.locked():  # the running pass will go again
             locks.dirty.add(key)
             return
@@ -177,16 +181,21 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
                 return
             raise
         if body is None:
-            locks.drop(key)
+            locks.drop(*key)
             sched.cancel(key)
+            if octx.metrics is not None:
+                octx.metrics.gone(kind, ns, name)
             return
         emit = _emitter(body)
         fn: Callable[[dict[str, Any], Emit], Awaitable[PassResult]] = (
             rec.reconcile_job if kind == "DistGNNJob" else rec.reconcile_graphserver
         )
+        t0 = time.monotonic()
         try:
             res = await fn(body, emit)
         except ApiError as e:
+            if octx.metrics is not None:
+                octx.metrics.failed(kind, time.monotonic() - t0)
             if octx.api.closed:
                 return
             if _namespace_terminating(e):
@@ -197,6 +206,8 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
                 extra={"fields": {**_f(key), "error": str(e)}},
             )
             raise kopf.TemporaryError(str(e), delay=RETRY_SECONDS) from e
+        if octx.metrics is not None:
+            octx.metrics.reconciled(kind, ns, name, time.monotonic() - t0, res.status.get("phase"))
         if res.requeue_after is not None:
             sched.at(key, res.requeue_after, run_key)
         for other in res.poke:
@@ -217,6 +228,8 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
 
     for kind, plural in (("DistGNNJob", "distgnnjobs"), ("GraphServer", "graphservers")):
         _register_kind(registry, kind, plural, run_pass, hs)
+    reader = progress.ProgressReader(octx.api, metrics=octx.metrics)
+    progress.register(registry, reader, locks, run_pass, hs.progress_seconds)
 
     @kopf.on.event(GROUP, VERSION, "distgnnjobs", registry=registry)
     async def job_gone(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:

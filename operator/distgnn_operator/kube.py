@@ -14,7 +14,7 @@ import json
 import os
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -105,6 +105,8 @@ class KubeApi:
         self._session: aiohttp.ClientSession | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._closed = False
+        self.on_error: Callable[[int], None] | None = None
+        """Called with the status of every error answer (0: none); the metrics hook."""
 
     def set_credentials(self, info: Any) -> None:
         """Use kopf's ConnectionInfo (called from the login handler)."""
@@ -178,8 +180,12 @@ class KubeApi:
         except (TimeoutError, aiohttp.ClientError) as e:
             # a connection failure (or the session closed under a request while stopping):
             # an ApiError, so callers retry it or, when stopping, drop it
+            if self.on_error is not None:
+                self.on_error(0)
             raise ApiError(0, f"{method} {url}: {type(e).__name__}: {e}"[:500]) from e
         if r.status >= 300:
+            if self.on_error is not None:
+                self.on_error(r.status)
             try:
                 msg = json.loads(text).get("message", text)
             except (ValueError, AttributeError):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distgnn import contract
-from distgnn.api import parse_graphserver, parse_job
+from distgnn.api import inference_output_url, parse_graphserver, parse_job
 from distgnn.api import types as t
 from distgnn.errors import ConfigError
 from distgnn_operator import desired as d
@@ -29,6 +29,7 @@ from distgnn_operator import drift
 from distgnn_operator import failure as f
 from distgnn_operator import status as s
 from distgnn_operator.kube import ApiError, KubeApi
+from distgnn_operator.metrics import OperatorMetrics
 
 log = logging.getLogger("distgnn_operator")
 
@@ -63,6 +64,8 @@ class OperatorContext:
     desired: d.DesiredContext = field(default_factory=d.DesiredContext)
     clock: Callable[[], dt.datetime] = _now
     graphserver_wait_seconds: float = GRAPHSERVER_WAIT_SECONDS
+    metrics: OperatorMetrics | None = None
+    """Prometheus metrics (``--metrics-port``); None: off."""
 
 
 @dataclass
@@ -415,6 +418,7 @@ class Reconciler:
             graphserver_wait_seconds=self.ctx.graphserver_wait_seconds,
             graphserver_wait_expired=gs_wait_due is not None and now >= gs_wait_due,
             credentials_missing=creds,
+            output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
         if new["phase"] in s.TERMINAL:

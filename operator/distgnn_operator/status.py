@@ -86,6 +86,7 @@ class JobObservation:
     """why the PodGroup of a gang-scheduled job cannot be created (403/404); the job is held"""
     credentials_missing: str | None = None
     """name of a ``storage.credentialsSecret`` that does not exist"""
+    output_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,10 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
         st["manifestURL"] = o.manifest_url
     if o.graph_server:
         st["graphServer"] = o.graph_server
+    if phase == "Succeeded" and o.output_url:
+        st["outputURL"] = o.output_url  # inference wrote there (index.json last)
+    if old.get("progress"):  # written by distgnn_operator.progress; kept as last seen
+        st["progress"] = old["progress"]
     return st
 
 

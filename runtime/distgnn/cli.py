@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "generate": "distgnn.graph.cli_generate",
     "serve": "distgnn.server.cli",
     "train": "distgnn.train.cli",
+    "score": "distgnn.train.score",
     "run": "distgnn.local.cli",
 }
 
@@ -73,6 +74,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"distgnn {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        # an object-store failure from a path that does not name its URL itself
+        from distgnn import storage
+
+        if not storage.is_remote_failure(e):
+            raise
+        logging.getLogger("distgnn").debug("error", exc_info=True)
+        msg = storage.describe_error(e, "object storage")
+        print(f"distgnn {args.command}: error: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

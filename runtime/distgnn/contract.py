@@ -23,6 +23,16 @@ RENDEZVOUS_PORT = 29500
 """torch.distributed rendezvous port on trainer rank 0 (``MASTER_PORT``)."""
 OPERATOR_HEALTH_PORT = 8080
 """kopf liveness endpoint of the operator."""
+SERVER_METRICS_PORT = 30052
+"""Graph-server Prometheus ``/metrics`` port (only when metrics are enabled)."""
+TRAINER_PROGRESS_PORT = 30060
+"""Trainer rank 0's HTTP ``/progress`` (JSON: epoch of total, loss, validation metric)."""
+TRAINER_METRICS_PORT = 30061
+"""Trainer Prometheus ``/metrics`` port, every rank (only when metrics are enabled)."""
+OPERATOR_METRICS_PORT = 8081
+"""Operator Prometheus ``/metrics`` port (only when metrics are enabled)."""
+METRICS_PATH = "/metrics"
+PROGRESS_PATH = "/progress"
 
 # --- environment: graph servers ---------------------------------------------
 ENV_MANIFEST = "DISTGNN_MANIFEST"
@@ -62,6 +72,14 @@ ENV_JOB_NAME = "DISTGNN_JOB_NAME"
 ENV_LOG_FORMAT = "DISTGNN_LOG_FORMAT"
 """``text`` (default on a terminal) or ``json``."""
 ENV_LOG_LEVEL = "DISTGNN_LOG_LEVEL"
+ENV_METRICS_PORT = "DISTGNN_METRICS_PORT"
+"""Serve Prometheus metrics on this port (servers, trainers); unset or empty: off."""
+ENV_PROGRESS_PORT = "DISTGNN_PROGRESS_PORT"
+"""Port of trainer rank 0's ``/progress`` endpoint (default TRAINER_PROGRESS_PORT; ``off``)."""
+ENV_HTTP_BIND = "DISTGNN_HTTP_BIND"
+"""Bind address of a trainer's /progress and /metrics endpoints (default 0.0.0.0)."""
+ENV_METRICS_LINGER = "DISTGNN_METRICS_LINGER_SECONDS"
+"""Seconds a finished trainer keeps ``/metrics`` up so a scraper sees the final counts."""
 # torch.distributed's own names, set by the operator and by local mode.
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
@@ -89,6 +107,11 @@ ROLE_SERVER = "server"
 ROLE_TRAINER = "trainer"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "distgnn-operator"
+
+# --- Prometheus scrape annotations (set on pods when metrics are enabled) --------
+ANN_SCRAPE = "prometheus.io/scrape"
+ANN_SCRAPE_PORT = "prometheus.io/port"
+ANN_SCRAPE_PATH = "prometheus.io/path"
 
 TERMINATION_LOG_PATH = "/dev/termination-log"
 TOKEN_MOUNT_DIR = "/var/run/distgnn/token"
@@ -149,3 +172,19 @@ def read_token(env: Mapping[str, str] | None = None) -> str | None:
         with open(path, encoding="utf-8") as f:
             return f.read().strip()
     return e.get(ENV_TOKEN) or None
+
+
+def optional_port(
+    name: str, env: Mapping[str, str] | None = None, default: int | None = None
+) -> int | None:
+    """Port in variable ``name``: ``default`` when unset or empty, None when ``off``
+    (0 = any free port); ValueError names the variable."""
+    e = os.environ if env is None else env
+    v = (e.get(name) or "").strip()
+    if not v:
+        return default
+    if v.lower() == "off":
+        return None
+    if not v.isdigit() or not 0 <= int(v) < 65536:
+        raise ValueError(f"{name}={v!r} is not a port number (or 'off')")
+    return int(v)

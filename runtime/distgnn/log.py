@@ -3,6 +3,13 @@
 ``setup()`` configures the root logger once per process: key=value text on a
 terminal, one JSON object per line otherwise or when ``DISTGNN_LOG_FORMAT=json``.
 Pass structured fields with ``extra={"fields": {...}}`` or use :func:`kv`.
+
+Every line also carries the process's context fields: ``job`` (``DISTGNN_JOB_NAME``),
+``rank`` (``RANK``) and ``partition`` (``DISTGNN_PART_ID``) when set, plus whatever
+:func:`add_context` adds later (a server adds its partition once it knows it). A
+launcher passes its own resolved format to its children (``DISTGNN_LOG_FORMAT``, see
+:func:`current_format`), so one run logs in one format. Text values longer than
+``MAX_TEXT_VALUE`` characters are cut.
 """
 
 from __future__ import annotations
@@ -19,10 +26,29 @@ from typing import Any, TextIO
 from distgnn import contract
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+MAX_TEXT_VALUE = 160
+"""Longest value a text line shows (the rest is cut; JSON lines keep structure)."""
 
 
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
+def context_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The context fields a process learns from the contract environment."""
+    e = os.environ if env is None else env
     out: dict[str, Any] = {}
+    for key, var in (
+        ("job", contract.ENV_JOB_NAME),
+        ("rank", contract.ENV_RANK),
+        ("partition", contract.ENV_PART_ID),
+    ):
+        v = e.get(var)
+        if key == "rank" and not v:  # trainers of an Indexed Job: the completion index
+            v = e.get(contract.ENV_JOB_COMPLETION_INDEX)
+        if v:
+            out[key] = int(v) if v.isdigit() else v
+    return out
+
+
+def _fields(record: logging.LogRecord, context: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(context)
     extra = getattr(record, "fields", None)
     if isinstance(extra, Mapping):
         out.update(extra)
@@ -32,8 +58,16 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return out
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg and the structured fields."""
+class _ContextFormatter(logging.Formatter):
+    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.context: dict[str, Any] = dict(context or {})
+
+
+class JsonFormatter(_ContextFormatter):
+    """One JSON object per line: ts, level, logger, msg, context and structured fields."""
+
+    fmt_name = "json"
 
     def format(self, record: logging.LogRecord) -> str:
         obj: dict[str, Any] = {
@@ -42,18 +76,20 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        obj.update(_fields(record))
+        obj.update(_fields(record, self.context))
         if record.exc_info:
             obj["exc"] = self.formatException(record.exc_info)
         return json.dumps(obj, default=str)
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_ContextFormatter):
     """``HH:MM:SS level logger: msg key=value ...``"""
+
+    fmt_name = "text"
 
     def format(self, record: logging.LogRecord) -> str:
         t = time.strftime("%H:%M:%S", time.localtime(record.created))
-        extra = " ".join(f"{k}={_short(v)}" for k, v in _fields(record).items())
+        extra = " ".join(f"{k}={_short(v)}" for k, v in _fields(record, self.context).items())
         line = f"{t} {record.levelname.lower():<7} {record.name}: {record.getMessage()}"
         if extra:
             line += " " + extra
@@ -66,11 +102,36 @@ def _short(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     s = str(v)
+    if len(s) > MAX_TEXT_VALUE:
+        s = f"{s[:MAX_TEXT_VALUE]}...(+{len(s) - MAX_TEXT_VALUE} chars)"
     return json.dumps(s) if " " in s else s
 
 
-def setup(level: str | None = None, fmt: str | None = None, stream: TextIO | None = None) -> None:
-    """Configure the root logger (idempotent). Level/format default to the environment."""
+def _handler() -> logging.Handler | None:
+    return next((h for h in logging.getLogger().handlers if getattr(h, "_distgnn", False)), None)
+
+
+def current_format() -> str | None:
+    """``json`` or ``text``: what :func:`setup` chose for this process (None before)."""
+    h = _handler()
+    return getattr(h.formatter, "fmt_name", None) if h is not None else None
+
+
+def add_context(**fields: Any) -> None:
+    """Add fields to every later line of this process (e.g. ``partition=3``)."""
+    h = _handler()
+    if h is not None and isinstance(h.formatter, _ContextFormatter):
+        h.formatter.context.update(fields)
+
+
+def setup(
+    level: str | None = None,
+    fmt: str | None = None,
+    stream: TextIO | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> None:
+    """Configure the root logger (idempotent). Level, format and context (job, rank,
+    partition) default to the environment."""
     stream = stream or sys.stderr
     fmt = fmt or os.environ.get(contract.ENV_LOG_FORMAT) or ("text" if stream.isatty() else "json")
     level = (level or os.environ.get(contract.ENV_LOG_LEVEL) or "INFO").upper()
@@ -80,7 +141,8 @@ def setup(level: str | None = None, fmt: str | None = None, stream: TextIO | Non
             root.removeHandler(h)
     handler = logging.StreamHandler(stream)
     handler._distgnn = True  # type: ignore[attr-defined]
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    ctx = context_from_env() if context is None else context
+    handler.setFormatter(JsonFormatter(ctx) if fmt == "json" else TextFormatter(ctx))
     root.addHandler(handler)
     root.setLevel(level)
 

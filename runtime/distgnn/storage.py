@@ -8,9 +8,11 @@ Callers may also pass explicit ``storage_options``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import fsspec
@@ -39,9 +41,84 @@ def get_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[
     opts = default_options(url)
     opts.update(storage_options or {})
     try:
-        return url_to_fs(url, **opts)
+        with errors_for(url):
+            return url_to_fs(url, **opts)
     except (ImportError, ValueError) as e:
         raise StorageError(f"cannot open {redact(url)}: {e}") from e
+
+
+_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+_UNREACHABLE = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ConnectionClosedError",
+    "ReadTimeoutError",
+    "ClientConnectorError",
+    "ServerDisconnectedError",
+)
+_DENIED = ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")
+_MISSING = ("404", "NoSuchBucket", "NoSuchKey", "NotFound")
+
+
+def _chain(e: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen and len(seen) < 16:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def describe_error(e: BaseException, url: str) -> str | None:
+    """One line for a storage failure of ``url`` (botocore/aiohttp/OS errors), or None
+    when ``e`` is not one. Never includes credentials."""
+    where = redact(url)
+    for x in _chain(e):
+        name = type(x).__name__
+        if name in _NO_CREDENTIALS:
+            return (
+                f"{where}: no S3 credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                "or spec.storage.credentialsSecret on Kubernetes)"
+            )
+        if name in _UNREACHABLE:
+            endpoint = default_options(url).get("endpoint_url") or "the default AWS endpoint"
+            return f"{where}: cannot reach the S3 endpoint {redact(endpoint)} ({name})"
+        if name == "ClientError":
+            resp = getattr(x, "response", None) or {}
+            code = str(resp.get("Error", {}).get("Code", ""))
+            status = str(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in _DENIED or status == "403":
+                return f"{where}: access denied ({code or status}; check the S3 credentials)"
+            if code in _MISSING or status == "404":
+                return f"{where}: not found ({code or status})"
+            return f"{where}: S3 error {code or status}"
+    if isinstance(e, FileNotFoundError):
+        return f"{where}: not found"
+    if isinstance(e, PermissionError):
+        return f"{where}: access denied ({e.strerror or type(e).__name__}; check the credentials)"
+    if isinstance(e, OSError):
+        return f"{where}: {e.strerror or e}"
+    return None
+
+
+def is_remote_failure(e: BaseException) -> bool:
+    """Whether ``e`` (or its cause) is an object-store client failure (botocore, aiohttp)."""
+    names = (*_NO_CREDENTIALS, *_UNREACHABLE, "ClientError")
+    return any(type(x).__name__ in names for x in _chain(e))
+
+
+@contextlib.contextmanager
+def errors_for(url: str) -> Iterator[None]:
+    """Turn storage failures inside the block into one-line :class:`StorageError` s."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as e:
+        msg = describe_error(e, url)
+        if msg is None:
+            raise
+        raise StorageError(msg) from e
 
 
 def join(base: str, *parts: str) -> str:
@@ -68,42 +145,67 @@ def redact(url: str) -> str:
     return url
 
 
-def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
-    """Read a whole object; missing, denied or unreachable objects raise StorageError."""
+def read_bytes(
+    url: str, storage_options: Mapping[str, Any] | None = None, max_bytes: int | None = None
+) -> bytes:
+    """Read a whole object; missing, denied or unreachable objects raise StorageError.
+
+    With ``max_bytes``, a larger object is refused without reading it all. Local paths
+    must be regular files (a FIFO or device is refused instead of blocking).
+    """
     fs, path = get_fs(url, storage_options)
-    try:
-        with fs.open(path, "rb") as f:
-            data: bytes = f.read()
-            return data
-    except FileNotFoundError as e:
-        raise StorageError(f"{redact(url)}: not found") from e
-    except PermissionError as e:
-        raise StorageError(f"{redact(url)}: access denied ({e})") from e
-    except OSError as e:
-        raise StorageError(f"{redact(url)}: {e}") from e
+    limit = -1 if max_bytes is None else max_bytes + 1
+    with errors_for(url):
+        if isinstance(fs, LocalFileSystem):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise StorageError(f"{redact(url)}: not a regular file")
+                data: bytes = f.read(limit)
+        else:
+            with fs.open(path, "rb") as f:
+                data = f.read(limit)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise StorageError(f"{redact(url)}: larger than {max_bytes} bytes")
+    return data
 
 
 def write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
-    """Write a whole object, creating parent folders on local file systems."""
+    """Write a whole object, creating parent folders on local file systems.
+
+    On a local file system the data goes to a temporary name in the same folder, is
+    fsynced, then renamed: a reader (or a full disk) never sees a partial file under the
+    final name. Object stores publish an object only when its upload completes.
+    """
     fs, path = get_fs(url, storage_options)
-    try:
-        parent = posixpath.dirname(path)
-        if parent and isinstance(fs, LocalFileSystem):
-            fs.makedirs(parent, exist_ok=True)
+    with errors_for(url):
+        if isinstance(fs, LocalFileSystem):
+            _write_local_atomic(path, data)
+            return
         with fs.open(path, "wb") as f:
             f.write(data)
-    except PermissionError as e:
-        raise StorageError(f"{redact(url)}: access denied ({e})") from e
-    except OSError as e:
-        raise StorageError(f"{redact(url)}: {e}") from e
+
+
+def _write_local_atomic(path: str, data: bytes) -> None:
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     fs, path = get_fs(url, storage_options)
-    try:
+    with errors_for(url):
         return bool(fs.exists(path))
-    except OSError as e:
-        raise StorageError(f"{redact(url)}: {e}") from e
 
 
 def is_local(url: str) -> bool:
@@ -117,11 +219,14 @@ def local_path(url: str) -> str:
 
 __all__ = [
     "default_options",
+    "describe_error",
     "dirname",
+    "errors_for",
     "exists",
     "fsspec",
     "get_fs",
     "is_local",
+    "is_remote_failure",
     "join",
     "local_path",
     "read_bytes",

@@ -5,7 +5,7 @@ Import explicitly from tests (``from servers import running_servers, partition_c
 
     url = partition_cora(cora_path, tmp_path_factory.getbasetemp() / "cora2", num_parts=2)
     with running_servers(url, num_parts=2, workers=1) as srv:
-        ctx = initialize(srv.addrs, srv.token)   # or env=srv.env()
+        ctx = initialize(servers=srv.addrs, token=srv.token)   # or env=srv.env()
         ...
 
 Each server binds port 0 on 127.0.0.1 and reports its real ports in its ready file,

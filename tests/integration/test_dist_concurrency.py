@@ -13,7 +13,7 @@ import pytest
 import torch
 from servers import Servers, partition_cora, running_servers
 
-from distgnn.distributed import DistEmbedding, DistTensor, initialize
+from distgnn.distributed import DistTensor, initialize
 
 CLIENTS = 3
 STEPS = 15
@@ -53,11 +53,14 @@ def srv(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> Iterator[S
 
 
 def test_concurrent_writers_lose_no_update(srv: Servers, tmp_path: Path) -> None:
-    with initialize(srv.addrs, srv.token) as ctx:
+    with initialize(servers=srv.addrs, token=srv.token) as ctx:
         n = ctx.manifest.num_nodes
         DistTensor((n, 8), torch.int64, "counter", "zeros", ctx=ctx, persistent=True)
         DistTensor((n, 64), torch.float32, "rowset", "zeros", ctx=ctx, persistent=True)
-        DistEmbedding(n, 4, "emb", ("constant", {"value": 0.0}), ctx=ctx)
+        # persistent, so they outlive the clients (a DistEmbedding and its optimizer state
+        # are released when their last holder goes, as DGL's)
+        DistTensor((n, 4), torch.float32, "emb", "zeros", ctx=ctx, persistent=True)
+        DistTensor((n, 4), torch.float32, "emb_sum", "zeros", ctx=ctx, persistent=True)
     script = tmp_path / "client.py"
     script.write_text(CLIENT)
     env = {**__import__("os").environ, **srv.env()}
@@ -73,7 +76,7 @@ def test_concurrent_writers_lose_no_update(srv: Servers, tmp_path: Path) -> None
     outs = [p.communicate(timeout=240)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0] * CLIENTS, outs
     rows = np.r_[0:40, 1330:1380]
-    with initialize(srv.addrs, srv.token) as ctx:
+    with initialize(servers=srv.addrs, token=srv.token) as ctx:
         n = ctx.manifest.num_nodes
         counter = DistTensor((n, 8), torch.int64, "counter", ctx=ctx, persistent=True)
         got = counter[rows].numpy()
@@ -82,8 +85,9 @@ def test_concurrent_writers_lose_no_update(srv: Servers, tmp_path: Path) -> None
         # concurrent `set`s of whole rows never tear: each row holds one writer's value
         rs = DistTensor((n, 64), torch.float32, "rowset", ctx=ctx, persistent=True)[rows].numpy()
         assert (rs == rs[:, :1]).all() and set(np.unique(rs)) <= {1.0, 2.0, 3.0}
-        # Adagrad state lives on the servers: sum of g^2 over every step of every client
-        state = DistTensor((n, 4), torch.float32, "emb.adagrad_sum", ctx=ctx, persistent=True)
+        # Adagrad state lives on the servers (DGL's name NAME_sum): sum of g^2 over every step
+        # of every client (independent processes without torch.distributed: separate updates)
+        state = DistTensor((n, 4), torch.float32, "emb_sum", ctx=ctx, persistent=True)
         np.testing.assert_array_equal(state[rows].numpy(), CLIENTS * STEPS)
         emb = DistTensor((n, 4), torch.float32, "emb", ctx=ctx, persistent=True)[rows].numpy()
         # x_t = -lr * sum_{i=1..T} 1/sqrt(i), whatever the interleaving

@@ -229,11 +229,18 @@ async def assert_settled(c: Cluster, seconds: float = 3.5) -> None:
     """A settled cluster: over several passes (resync every second) nothing is written,
     no object and no event."""
 
-    async def kopf_done() -> bool:  # kopf adds its finalizer once (retrying on conflicts)
-        objs = [*await c.items("DistGNNJob"), *await c.items("GraphServer")]
-        return all("distgnn.dev/finalizer" in (o["metadata"].get("finalizers") or []) for o in objs)
+    async def kopf_done() -> bool:
+        """kopf's own one-time writes (retried on conflicts): its finalizer on every resource
+        and, on GraphServers (they have a delete handler), its diff-base annotation."""
+        jobs, servers = await c.items("DistGNNJob"), await c.items("GraphServer")
+        fin = all(
+            "distgnn.dev/finalizer" in (o["metadata"].get("finalizers") or [])
+            for o in jobs + servers
+        )
+        diffbase = "distgnn.dev/last-handled-configuration"
+        return fin and all(diffbase in (g["metadata"].get("annotations") or {}) for g in servers)
 
-    await c.until("kopf's finalizer on every job and GraphServer", kopf_done)
+    await c.until("kopf's finalizer and diff-base written", kopf_done)
     await asyncio.sleep(0.5)  # in-flight events of the last change
     n = len(c.k.writes)
     await asyncio.sleep(seconds)

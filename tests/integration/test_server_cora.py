@@ -42,8 +42,8 @@ def new2orig(cora2: str) -> tuple[np.ndarray, np.ndarray]:
 
 def test_every_feature_read_equals_input(srv: Servers, cora_path: Path, new2orig) -> None:
     data = np.load(cora_path)
-    with initialize(srv.addrs, srv.token) as ctx:
-        g = DistGraph(ctx, "cora")
+    with initialize(servers=srv.addrs, token=srv.token) as ctx:
+        g = DistGraph("cora", ctx=ctx)
         assert not ctx.standalone and g.num_nodes() == len(data["feat"])
         perm = np.random.default_rng(0).permutation(g.num_nodes())
         feat = g.ndata["feat"][torch.from_numpy(perm)]
@@ -71,7 +71,7 @@ def test_sampling_and_structure_over_servers(srv: Servers, cora_path: Path, new2
     data = np.load(cora_path)
     orig_n, orig_e = new2orig
     with initialize(env=srv.env()) as ctx:
-        g = DistGraph(ctx)
+        g = DistGraph(ctx=ctx)
         seeds = np.arange(g.num_nodes())
         s = sample_neighbors(g, seeds, 5)
         np.testing.assert_array_equal(orig_n[s.src.numpy()], data["src"][orig_e[s.eid.numpy()]])
@@ -98,7 +98,7 @@ def test_wrong_or_missing_token_is_refused(srv: Servers) -> None:
             c.connect()
         c.close()
     with pytest.raises(AuthError):
-        initialize(srv.addrs, "nope", connect_timeout=10)
+        initialize(servers=srv.addrs, token="nope", connect_timeout=10)
 
 
 def _raw(srv: Servers, data: bytes) -> bytes:
@@ -141,8 +141,8 @@ def test_garbage_and_truncated_frames_do_not_hurt_the_server(srv: Servers) -> No
     assert c.request(MsgType.PING, {}).meta["part_id"] == 0
     c.close()
     # and a good client is still served in full
-    with initialize(srv.addrs, srv.token) as ctx:
-        assert DistGraph(ctx).ndata["feat"][np.arange(2708)].shape == (2708, 1433)
+    with initialize(servers=srv.addrs, token=srv.token) as ctx:
+        assert DistGraph(ctx=ctx).ndata["feat"][np.arange(2708)].shape == (2708, 1433)
 
 
 def test_health_endpoints(srv: Servers) -> None:
@@ -206,13 +206,13 @@ def test_workers_share_one_copy(srv: Servers) -> None:
 
 
 def test_non_persistent_tensor_released_on_close(srv: Servers) -> None:
-    ctx1 = initialize(srv.addrs, srv.token)
-    ctx2 = initialize(srv.addrs, srv.token)
+    ctx1 = initialize(servers=srv.addrs, token=srv.token)
+    ctx2 = initialize(servers=srv.addrs, token=srv.token)
     t1 = DistTensor((2708, 2), torch.float32, "tmp", "ones", ctx=ctx1)
     t2 = DistTensor((2708, 2), torch.float32, "tmp", ctx=ctx2)
     ctx1.close()
     assert t2[[0]].tolist() == [[1.0, 1.0]]  # still held by ctx2
     ctx2.close()
-    with initialize(srv.addrs, srv.token) as ctx3:
-        assert "tmp" not in DistGraph(ctx3).ndata
+    with initialize(servers=srv.addrs, token=srv.token) as ctx3:
+        assert "tmp" not in DistGraph(ctx=ctx3).ndata
     assert t1.name == "tmp"

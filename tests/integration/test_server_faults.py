@@ -172,3 +172,15 @@ def test_client_started_before_the_server_connects_once_ready(cora1: str, tmp_pa
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
+
+
+def test_shared_memory_of_a_sigkilled_server_is_swept_at_next_start(cora1: str) -> None:
+    with running_servers(cora1, num_parts=1, workers=1) as srv:
+        shm = srv.ready[0]["shm_dir"]
+        for pid in [*srv.ready[0]["workers"], srv.procs[0].pid]:
+            os.kill(pid, signal.SIGKILL)  # no chance to clean up
+        srv.procs[0].wait(10)
+        assert os.path.isdir(shm) and os.path.exists(os.path.join(shm, "owner.json"))
+    with running_servers(cora1, num_parts=1, workers=1) as srv2:
+        assert not os.path.exists(shm), "a new server sweeps folders of dead servers"
+        assert os.path.isdir(srv2.ready[0]["shm_dir"])

@@ -24,9 +24,9 @@ def test_servers_read_partitions_from_s3(s3, cora_path: Path) -> None:  # type: 
     data = np.load(cora_path)
     with (
         running_servers(url, num_parts=2, workers=1, env=s3.env()) as srv,
-        initialize(srv.addrs, srv.token) as ctx,
+        initialize(servers=srv.addrs, token=srv.token) as ctx,
     ):
-        g = DistGraph(ctx)
+        g = DistGraph(ctx=ctx)
         ids = np.arange(g.num_nodes())
         np.testing.assert_array_equal(g.ndata["feat"][ids].numpy(), data["feat"][orig])
         assert len(sample_neighbors(g, ids[:100], 3).eid) > 0

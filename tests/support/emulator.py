@@ -126,8 +126,10 @@ class StampingEmulator(kmock.KubernetesEmulator):
                     request.data,
                 )
             )
+        builtin = getattr(request.resource, "group", None) != contract.API_GROUP
+        if request.resource is not None and isinstance(request.data, dict) and builtin:
+            server_rewrites(request.data)  # built-in kinds only: CRD fields are kept as sent
         if request.resource is not None and isinstance(request.data, dict):
-            server_rewrites(request.data)
             rv = str(next(_RV))
             md = request.data.setdefault("metadata", {})
             if request.action == kmock.action.CREATE:

@@ -178,3 +178,64 @@ def test_balance_train_uses_the_apps_train_mask() -> None:
     assert _flags(cmd)["train-mask"] == "labelled"
     own = _job(app=None, command=["python", "train.py"])  # a user's command: the default name
     assert balance_mask(own.spec) == "train_mask"
+
+
+def _app_job(app: dict[str, Any], checkpoint: bool = True) -> Any:
+    obj = copy.deepcopy(BASE)
+    obj["spec"]["trainers"]["app"] = app
+    if not checkpoint:
+        obj["spec"]["trainers"].pop("checkpoint")
+    return parse_job(obj)
+
+
+def test_inference_app_command() -> None:
+    job = _app_job(
+        {
+            "name": "inference",
+            "checkpointURL": "s3://g/ckpt/ckpt-epoch-00004.pt",
+            "outputURL": "s3://g/emb",
+            "embeddingLayer": "hidden",
+            "inferBatchSize": 1000,
+        },
+        checkpoint=False,
+    )
+    cmd = trainer_command(job)
+    assert cmd[:3] == ["distgnn", "train", "inference"]
+    flags = _flags(cmd)
+    assert flags["checkpoint-url"] == "s3://g/ckpt/ckpt-epoch-00004.pt"
+    assert flags["output-url"] == "s3://g/emb" and flags["embedding-layer"] == "hidden"
+    assert flags["infer-batch-size"] == "1000" and "infer-after-training" not in flags
+    # the checkpoint folder of the job is the default (DISTGNN_CHECKPOINT_URL)
+    job = _app_job({"name": "inference", "outputURL": "s3://g/emb"})
+    assert "checkpoint-url" not in _flags(trainer_command(job))
+
+
+def test_infer_after_training_flags() -> None:
+    job = _app_job({"name": "node-classification", "inferAfterTraining": True, "outputURL": "o"})
+    flags = _flags(trainer_command(job))
+    assert "infer-after-training" in flags and flags["output-url"] == "o"
+    assert "output-url" not in _flags(trainer_command(_job()))  # no inference: no flags
+
+
+@pytest.mark.parametrize(
+    ("app", "checkpoint", "field"),
+    [
+        ({"name": "inference"}, True, "outputURL"),
+        ({"name": "inference", "outputURL": "o"}, False, "spec.trainers.app"),
+        ({"name": "link-prediction", "inferAfterTraining": True}, True, "outputURL"),
+        (
+            {"name": "link-prediction", "inferAfterTraining": True, "outputURL": "o"},
+            False,
+            "spec.trainers.checkpoint",
+        ),
+        (
+            {"name": "inference", "inferAfterTraining": True, "outputURL": "o"},
+            True,
+            "inferAfterTraining",
+        ),
+        ({"name": "inference", "outputURL": "o", "embeddingLayer": "first"}, True, "embedding"),
+    ],
+)
+def test_inference_fields_are_validated(app: dict[str, Any], checkpoint: bool, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        _app_job(app, checkpoint)

@@ -1,7 +1,8 @@
 """The Helm chart, rendered by the real ``helm`` binary and checked offline.
 
-Built-in kinds are validated by ``kubernetes-validate --strict`` (Kubernetes 1.30 schemas),
-pods by the "restricted" Pod Security checker, RBAC by the exact rules the operator needs.
+Built-in kinds are validated by ``kubernetes-validate --strict`` (the schemas of the chart's
+minimum Kubernetes version and of the newest one it ships), pods by the "restricted" Pod
+Security checker, RBAC by the exact rules the operator and its users need.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from tests.support import pod_security
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "distgnn"
-KUBE_VERSION = "1.30.0"
+CHART_YAML = yaml.safe_load((CHART / "Chart.yaml").read_text())
+KUBE_VERSION = CHART_YAML["kubeVersion"].removeprefix(">=").removesuffix("-0")
+"""The chart's minimum Kubernetes version (``kubeVersion: >=X.Y.Z-0``): what we render for."""
 RELEASE = "dg"
+FULLNAME = f"{RELEASE}-distgnn"
 NAMESPACE = "distgnn-system"
 CRD_GROUP = "distgnn.dev"
 
@@ -154,14 +158,28 @@ def test_helm_lint_strict(scenario: str) -> None:
     assert "0 chart(s) failed" in res.stdout
 
 
+def latest_kube_version() -> str:
+    """The newest Kubernetes version kubernetes-validate has schemas for."""
+    import kubernetes_validate
+
+    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    found = {
+        tuple(int(x) for x in m.group(1).split("."))
+        for p in folder.iterdir()
+        if (m := re.fullmatch(r"v(\d+\.\d+\.\d+)-local-strict", p.name))
+    }
+    return ".".join(map(str, max(found)))
+
+
+@pytest.mark.parametrize("kube", [KUBE_VERSION, latest_kube_version()])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_rendered_built_in_kinds_validate_strict(scenario: str, tmp_path: Path) -> None:
+def test_rendered_built_in_kinds_validate_strict(scenario: str, kube: str, tmp_path: Path) -> None:
     rendered = tmp_path / "rendered.yaml"
     rendered.write_text(render_text(SCENARIOS[scenario]))
     exe = shutil.which("kubernetes-validate")
     assert exe, "kubernetes-validate is not installed (pip install -e .[test])"
     res = subprocess.run(
-        [exe, "--strict", "-k", KUBE_VERSION, str(rendered)],
+        [exe, "--strict", "-k", kube, str(rendered)],
         check=False,
         capture_output=True,
         text=True,
@@ -341,10 +359,16 @@ def rules_of(role: Obj) -> dict[tuple[str, str], set[str]]:
     return out
 
 
+def operator_cluster_role(objs: list[Obj]) -> Obj:
+    """The operator's own ClusterRole (the others are the users' aggregated roles)."""
+    (role,) = [r for r in of_kind(objs, "ClusterRole") if r["metadata"]["name"] == FULLNAME]
+    return role
+
+
 def test_rbac_cluster_wide_is_exactly_what_the_operator_needs() -> None:
     objs = render({})
     assert of_kind(objs, "Role") == [] and of_kind(objs, "RoleBinding") == []
-    role = one(objs, "ClusterRole")
+    role = operator_cluster_role(objs)
     assert rules_of(role) == {**NAMESPACED_RULES, **KOPF_CLUSTER_RULES}
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
@@ -359,13 +383,13 @@ def test_rbac_cluster_wide_is_exactly_what_the_operator_needs() -> None:
 
 
 def test_rbac_gang_scheduling_adds_podgroups_only_when_enabled() -> None:
-    role = one(render({"gangScheduling": {"enabled": True}}), "ClusterRole")
+    role = operator_cluster_role(render({"gangScheduling": {"enabled": True}}))
     assert rules_of(role) == {**NAMESPACED_RULES, **KOPF_CLUSTER_RULES, **PODGROUPS}
 
 
 def test_rbac_watch_namespaces_uses_a_role_per_namespace() -> None:
     objs = render({"watchNamespaces": ["team-a", "team-b"]})
-    cluster = rules_of(one(objs, "ClusterRole"))
+    cluster = rules_of(operator_cluster_role(objs))
     assert cluster == {**KOPF_CLUSTER_RULES, ("", "namespaces"): {"list", "watch"}}
     roles = of_kind(objs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
@@ -387,6 +411,65 @@ def test_rbac_and_service_account_can_be_disabled() -> None:
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "default"
 
 
+# What Kubernetes' built-in user-facing roles gain through aggregation (a ClusterRole with
+# the label rbac.authorization.k8s.io/aggregate-to-ROLE: "true" is merged into ROLE).
+USER_READ = {"get", "list", "watch"}
+USER_WRITE = {"create", "update", "patch", "delete", "deletecollection"}
+USER_ROLES = {
+    "view": {
+        (CRD_GROUP, "distgnnjobs"): USER_READ,
+        (CRD_GROUP, "graphservers"): USER_READ,
+        (CRD_GROUP, "distgnnjobs/status"): USER_READ,
+        (CRD_GROUP, "graphservers/status"): USER_READ,
+    },
+    "edit": {
+        (CRD_GROUP, "distgnnjobs"): USER_READ | USER_WRITE,
+        (CRD_GROUP, "graphservers"): USER_READ | USER_WRITE,
+        (CRD_GROUP, "distgnnjobs/status"): USER_READ,
+        (CRD_GROUP, "graphservers/status"): USER_READ,
+    },
+}
+USER_ROLES["admin"] = USER_ROLES["edit"]
+
+
+def aggregated(objs: list[Obj], builtin: str) -> dict[tuple[str, str], set[str]]:
+    """What the built-in ClusterRole ``builtin`` gains from the rendered ClusterRoles."""
+    label = f"rbac.authorization.k8s.io/aggregate-to-{builtin}"
+    out: dict[tuple[str, str], set[str]] = {}
+    for role in of_kind(objs, "ClusterRole"):
+        if role["metadata"]["labels"].get(label) == "true":
+            for key, verbs in rules_of(role).items():
+                out.setdefault(key, set()).update(verbs)
+    return out
+
+
+@pytest.mark.parametrize("builtin", sorted(USER_ROLES))
+def test_user_roles_aggregate_into_view_edit_admin(builtin: str) -> None:
+    """A namespace user bound to view/edit/admin can read/create DistGNN resources."""
+    objs = render({})
+    assert aggregated(objs, builtin) == USER_ROLES[builtin]
+    user_roles = [r for r in of_kind(objs, "ClusterRole") if r["metadata"]["name"] != FULLNAME]
+    assert sorted(r["metadata"]["name"] for r in user_roles) == [
+        f"{FULLNAME}-edit",
+        f"{FULLNAME}-view",
+    ]
+    # users never write status: that is the operator's
+    for role in user_roles:
+        for (_, res), verbs in rules_of(role).items():
+            assert not (res.endswith("/status") and verbs - USER_READ), role["metadata"]["name"]
+
+
+def test_user_roles_follow_their_value_and_rbac_create() -> None:
+    assert aggregated(render({"watchNamespaces": ["team-a"]}), "edit") == USER_ROLES["edit"]
+    for values in (
+        {"rbac": {"aggregateToDefaultRoles": False}},
+        {"rbac": {"create": False}},
+    ):
+        objs = render(values)
+        for builtin in USER_ROLES:
+            assert aggregated(objs, builtin) == {}, values
+
+
 # --- HA: kopf peering -------------------------------------------------------------------------
 
 PEERING_VERBS = {"get", "list", "watch", "patch"}
@@ -406,7 +489,7 @@ def test_ha_cluster_wide_ships_cluster_peering() -> None:
     assert peering["metadata"]["name"] == peering_name
     # A custom resource of a CRD from the same release must be a post-install hook.
     assert "post-install" in peering["metadata"]["annotations"]["helm.sh/hook"]
-    rules = rules_of(one(objs, "ClusterRole"))
+    rules = rules_of(operator_cluster_role(objs))
     assert rules[("kopf.dev", "clusterkopfpeerings")] == PEERING_VERBS
     assert ("kopf.dev", "kopfpeerings") not in rules
 
@@ -421,7 +504,7 @@ def test_ha_namespaced_ships_a_peering_per_namespace() -> None:
     assert of_kind(objs, "ClusterKopfPeering") == []
     for role in of_kind(objs, "Role"):
         assert rules_of(role)[("kopf.dev", "kopfpeerings")] == PEERING_VERBS
-    assert ("kopf.dev", "clusterkopfpeerings") not in rules_of(one(objs, "ClusterRole"))
+    assert ("kopf.dev", "clusterkopfpeerings") not in rules_of(operator_cluster_role(objs))
 
 
 def test_ha_peering_crd_can_be_left_to_another_operator() -> None:

@@ -56,7 +56,7 @@ def test_typed_data_and_typed_sampling(hetero: str) -> None:
         assert g.ntypes == ["item", "user"] and g.num_nodes("user") == 30
         assert g.num_edges("user:follows:user") == 50 and g.num_edges() == 210
         assert g.canonical_etypes[1] == ("user", "buys", "item")
-        book = g.get_partition_book()
+        book = g.book
         ids = np.arange(30)
         x = g.nodes["user"].data["x"][ids].numpy()
         orig_typed = orig_n[book.to_homogeneous_nids("user", ids)] - NOFF["user"]

@@ -162,8 +162,18 @@ def test_dist_tensor_create_write_read_and_release(cora_parts: str) -> None:
         assert ((vals >= 2) & (vals < 3)).all() and vals.std() > 0
         with pytest.raises(ConfigError, match="out of range"):
             t[[g.num_nodes()]]
-        with pytest.raises(ConfigError, match="not shipped"):
-            DistTensor((g.num_nodes(),), torch.float32, "f", lambda s, d: torch.zeros(s), ctx=g)
+        # a callable init_func is called once per partition with that partition's shape
+        shapes: list[tuple[int, ...]] = []
+
+        def init(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            shapes.append(tuple(shape))
+            return torch.full(shape, 2.5, dtype=dtype)
+
+        f = DistTensor((g.num_nodes(), 2), torch.float32, "f", init, ctx=g)
+        assert shapes == [(n, 2) for n in np.diff(g.book.node_offsets).tolist()]
+        assert (f[np.arange(g.num_nodes())] == 2.5).all()
+        DistTensor((g.num_nodes(), 2), torch.float32, "f", init, ctx=g)  # attaches
+        assert len(shapes) == 3
         ctx = g.ctx
     assert ctx.closed
 
@@ -218,15 +228,14 @@ def test_node_and_edge_split_over_a_dist_graph(g: DistGraph, cora_path: Path, ne
     np.testing.assert_array_equal(np.sort(torch.cat(shares).numpy()), want)
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
     # rank r takes partition r % 3's nodes first, as far as its quota allows
-    off = book.node_offsets
+    off = g.book.node_offsets
     for p in range(3):
         mine = [shares[r].numpy() for r in range(4) if r % 3 == p]
         own = sum(int(((s >= off[p]) & (s < off[p + 1])).sum()) for s in mine)
         avail = int(((want >= off[p]) & (want < off[p + 1])).sum())
         assert own == min(avail, sum(len(s) for s in mine))
-    eshares = [
-        edge_split(np.arange(0, g.num_edges(), 2), book, rank=r, world_size=2) for r in range(2)
-    ]
+    emask = np.arange(g.num_edges()) % 2 == 0
+    eshares = [edge_split(emask, book, rank=r, world_size=2) for r in range(2)]
     np.testing.assert_array_equal(
         np.sort(torch.cat(eshares).numpy()), np.arange(0, g.num_edges(), 2)
     )

@@ -58,7 +58,9 @@ def ctx(tmp_path: Path) -> RunContext:
             create_time=process_create_time(os.getpid()),
         )
     )
-    return RunContext(workdir=tmp_path / "work", registry=reg, stream=io.StringIO(), grace=5)
+    return RunContext(
+        workdir=tmp_path / "work", registry=reg, stream=io.StringIO(), grace=5, log_format="text"
+    )
 
 
 def plan_of(obj: dict[str, Any], tmp_path: Path) -> LocalPlan:

@@ -59,7 +59,13 @@ FULL_JOB: dict[str, Any] = {
             "resources": {"limits": {"cpu": 4, "memory": "8Gi"}},
             "podTemplate": {"labels": {"team": "gnn"}, "env": [{"name": "X", "value": "1"}]},
             "checkpoint": {"url": "s3://graphs/ckpt"},
-            "app": {"name": "node-classification", "epochs": 5, "weightDecay": 0.0005},
+            "app": {
+                "name": "node-classification",
+                "epochs": 5,
+                "weightDecay": 0.0005,
+                "inferAfterTraining": True,
+                "outputURL": "s3://graphs/embeddings",
+            },
         },
         "runPolicy": {
             "schedulingPolicy": {
@@ -68,6 +74,7 @@ FULL_JOB: dict[str, Any] = {
                 "queue": "gpu",
             }
         },
+        "monitoring": {"metrics": True},
     },
 }
 GS: dict[str, Any] = {

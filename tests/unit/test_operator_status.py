@@ -164,3 +164,12 @@ def test_graphserver_terminating_names_attached_jobs() -> None:
     assert term["status"] == "True" and term["reason"] == Reason.TERMINATING
     assert term["message"].endswith(": a, b")
     assert graphserver_terminating(st, ["a", "b"], "t2", 1) == st  # unchanged: no patch
+
+
+def test_output_url_named_once_the_job_succeeded() -> None:
+    running = job_status(obs(output_url="s3://out/emb"), None, "t0")
+    assert "outputURL" not in running  # not complete yet: no index to read
+    done = job_status(obs(trainer_job="succeeded", output_url="s3://out/emb"), running, "t1")
+    assert done["phase"] == "Succeeded" and done["outputURL"] == "s3://out/emb"
+    failed = job_status(obs(trainer_job="failed", restarts=3, output_url="s3://x"), None, "t")
+    assert "outputURL" not in failed

@@ -8,6 +8,7 @@ from __future__ import annotations
 from distgnn.api.commands import (
     SERVER_COMMAND,
     graph_name,
+    inference_output_url,
     manifest_url,
     partition_command,
     server_env,
@@ -52,6 +53,7 @@ __all__ = [
     "Storage",
     "Trainers",
     "graph_name",
+    "inference_output_url",
     "manifest_url",
     "parse_graphserver",
     "parse_job",

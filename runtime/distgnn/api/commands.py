@@ -138,7 +138,29 @@ def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
     ]
     if app.name == "link-prediction":
         cmd += ["--num-negs", str(app.num_negs), "--exclude", app.exclude]
+    if app.name == "inference" or app.infer_after_training:
+        if app.infer_after_training:
+            cmd.append("--infer-after-training")
+        if app.checkpoint_url is not None:
+            cmd += ["--checkpoint-url", app.checkpoint_url]
+        cmd += [
+            "--output-url",
+            inference_output_url(spec) or "",
+            "--embedding-layer",
+            app.embedding_layer,
+            "--infer-batch-size",
+            str(app.infer_batch_size),
+        ]
     return cmd
+
+
+def inference_output_url(job: t.DistGNNJob | t.DistGNNJobSpec) -> str | None:
+    """Where the job's inference writes (``trainers.app.outputURL``), or None without one."""
+    spec = job.spec if isinstance(job, t.DistGNNJob) else job
+    app = spec.trainers.app
+    if app is None or (app.name != "inference" and not app.infer_after_training):
+        return None
+    return app.output_url
 
 
 def storage_env(st: t.Storage) -> dict[str, str]:
@@ -172,8 +194,13 @@ def trainer_env(
     token_file: str | None = None,
     metrics_file: str | None = None,
     termination_log: str | None = None,
+    metrics_port: int | None = None,
+    progress_port: int | None = None,
 ) -> dict[str, str]:
-    """The contract environment of one trainer (``rank`` unset: JOB_COMPLETION_INDEX)."""
+    """The contract environment of one trainer (``rank`` unset: JOB_COMPLETION_INDEX).
+
+    ``metrics_port`` (only with ``spec.monitoring.metrics``) turns /metrics on;
+    ``progress_port`` overrides rank 0's /progress port."""
     spec = job.spec
     env = {
         contract.ENV_JOB_NAME: job.metadata.name,
@@ -197,6 +224,10 @@ def trainer_env(
         env[contract.ENV_TERMINATION_LOG] = termination_log
     if spec.trainers.checkpoint is not None:
         env[contract.ENV_CHECKPOINT_URL] = spec.trainers.checkpoint.url
+    if metrics_port is not None and spec.monitoring.metrics:
+        env[contract.ENV_METRICS_PORT] = str(metrics_port)
+    if progress_port is not None:
+        env[contract.ENV_PROGRESS_PORT] = str(progress_port)
     return env
 
 
@@ -212,8 +243,13 @@ def server_env(
     token: str | None = None,
     token_file: str | None = None,
     ready_file: str | None = None,
+    owner: str | None = None,
+    metrics_port: int | None = None,
 ) -> dict[str, str]:
-    """The contract environment of one graph server (``part_id`` unset: from POD_NAME)."""
+    """The contract environment of one graph server (``part_id`` unset: from POD_NAME).
+
+    ``owner`` (the DistGNNJob or GraphServer) becomes the ``job`` field of its log lines;
+    ``metrics_port`` turns /metrics on."""
     env = {
         contract.ENV_MANIFEST: manifest,
         contract.ENV_SERVER_PORT: str(port),
@@ -228,6 +264,10 @@ def server_env(
         env[contract.ENV_SERVER_BIND] = bind
     if ready_file:
         env[contract.ENV_READY_FILE] = ready_file
+    if owner:
+        env[contract.ENV_JOB_NAME] = owner
+    if metrics_port is not None:
+        env[contract.ENV_METRICS_PORT] = str(metrics_port)
     return env
 
 

@@ -20,6 +20,20 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# An OCI image reference, as distribution/reference's ReferenceRegexp (RE2 and Python alike):
+# [host[:port]/]path[:tag][@digest], path components lower-case.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+IMAGE_REF = (
+    rf"^(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
+STORAGE_SCHEMES = ("s3", "s3a", "file")
+"""URL schemes of graph, partition and checkpoint URLs in a cluster: what the runtime image
+ships (fsspec with s3fs). ``file:///`` is a path inside the pod."""
 URL_MAX = 2048
 NAME_MAX = 253
 META_KEY = "distgnn"
@@ -34,6 +48,7 @@ class Meta:
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
     min_length: int | None = None
     max_length: int = NAME_MAX
     pattern: str | None = None
@@ -44,6 +59,26 @@ class Meta:
     item_maximum: float | None = None
     preserve_unknown: bool = False
     fmt: str | None = None
+    schemes: tuple[str, ...] | None = None
+    """URL schemes accepted: the CRD requires a URL with one of them; local mode also
+    accepts a plain (relative or absolute) path."""
+
+
+def url_pattern(schemes: tuple[str, ...]) -> str:
+    """The CRD pattern of a URL field: ``SCHEME://BUCKET[/KEY]`` or ``file:///PATH``."""
+    alts = [r"file:///\S+" if s == "file" else rf"{s}://[^/\s]+(/\S*)?" for s in schemes]
+    return "^(" + "|".join(alts) + ")$"
+
+
+def scheme_problem(m: Meta, value: str) -> str | None:
+    """Why ``value`` is refused by a URL field in local mode (paths are fine), or None."""
+    if m.schemes is None or "://" not in value:
+        return None
+    scheme = value.split("://", 1)[0]
+    if scheme in m.schemes:
+        return None
+    ok = ", ".join(f"{s}://" for s in m.schemes)
+    return f"unsupported URL scheme {scheme}:// (supported: {ok} or a local path)"
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ def _bounds(s: dict[str, Any]) -> str:
         parts.append(" \\| ".join(f"`{e}`" for e in s["enum"]))
     if "minimum" in s or "maximum" in s:
         lo = ("(" if s.get("exclusiveMinimum") else "[") + str(s.get("minimum", "")) + ".."
-        parts.append(f"{lo}{s.get('maximum', '')}]")
+        hi = ")" if s.get("exclusiveMaximum") else "]"
+        parts.append(f"{lo}{s.get('maximum', '')}{hi}")
     if s.get("type") == "string" and "enum" not in s:
         parts.append(f"≤{s['maxLength']} chars")
     if "maxItems" in s:

@@ -13,7 +13,16 @@ from typing import Any
 
 from distgnn import contract
 from distgnn.api import types as t
-from distgnn.api.fields import QUANTITY, Meta, Quantity, default_of, has_default, json_name, meta_of
+from distgnn.api.fields import (
+    QUANTITY,
+    Meta,
+    Quantity,
+    default_of,
+    has_default,
+    json_name,
+    meta_of,
+    url_pattern,
+)
 from distgnn.api.validate import JOB_NAME_MAX, hints, to_dict, unwrap
 
 
@@ -33,6 +42,8 @@ def _scalar(tp: Any, m: Meta) -> dict[str, Any]:
             s["minLength"] = m.min_length
         if m.pattern is not None:
             s["pattern"] = m.pattern
+        elif m.schemes is not None:
+            s["pattern"] = url_pattern(m.schemes)
         if m.fmt is not None:
             s["format"] = m.fmt
         return s
@@ -48,6 +59,8 @@ def _scalar(tp: Any, m: Meta) -> dict[str, Any]:
                 s["exclusiveMinimum"] = True
         if m.maximum is not None:
             s["maximum"] = m.maximum if tp is float else int(m.maximum)
+            if m.exclusive_maximum:
+                s["exclusiveMaximum"] = True
         return s
     raise TypeError(f"unsupported field type {tp}")
 
@@ -58,8 +71,10 @@ def _item_meta(m: Meta) -> Meta:
         minimum=m.item_minimum,
         maximum=m.item_maximum,
         exclusive_minimum=False,
+        exclusive_maximum=False,
         min_length=None,
         fmt=None,
+        schemes=None,
     )
 
 
@@ -89,6 +104,14 @@ def _value(tp: Any, m: Meta) -> dict[str, Any]:
     return _scalar(tp, m)
 
 
+def _doc(m: Meta) -> str:
+    if m.schemes is None:
+        return m.doc
+    urls = ["file:///" if x == "file" else f"{x}://" for x in m.schemes]
+    listed = ", ".join(urls[:-1]) + " or " + urls[-1] if len(urls) > 1 else urls[0]
+    return f"{m.doc} In a cluster the URL is {listed}; local mode also takes a path."
+
+
 def object_schema(cls: Any) -> dict[str, Any]:
     """Structural schema of a dataclass type, with defaults and CEL rules."""
     props: dict[str, Any] = {}
@@ -98,7 +121,7 @@ def object_schema(cls: Any) -> dict[str, Any]:
         m = meta_of(f)
         tp, _ = unwrap(th[f.name])
         s = _value(tp, m)
-        s = {"description": m.doc, **s}
+        s = {"description": _doc(m), **s}
         if has_default(f):
             d = default_of(f)
             if d is not None:
@@ -206,6 +229,7 @@ def job_crd() -> dict[str, Any]:
             _col("Phase", ".status.phase", desc="Summary phase"),
             _col("Partitions", ".status.partitionsReady", "integer", "Graph servers ready"),
             _col("Trainers", ".status.trainers.active", "integer", "Active trainer pods"),
+            _col("Epoch", ".status.progress.epoch", desc="Completed epochs of total (rank 0)"),
             _col("Accuracy", ".status.metrics.testAccuracy", "number", "Test accuracy when known"),
             _col("Restarts", ".status.restarts", "integer", "Trainer group restarts", priority=1),
         ],

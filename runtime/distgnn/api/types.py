@@ -17,6 +17,9 @@ from distgnn.api.fields import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_NAME,
+    HTTP_URL,
+    IMAGE_REF,
+    STORAGE_SCHEMES,
     URL_MAX,
     Quantity,
     Rule,
@@ -24,6 +27,8 @@ from distgnn.api.fields import (
 )
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+APPS = ("node-classification", "link-prediction", "inference")
+"""The built-in apps of ``distgnn train``."""
 PRECISIONS = ("32", "bf16-mixed")
 """``32``: float32 throughout. ``bf16-mixed``: the forward pass under bfloat16 autocast
 (matrix products in bfloat16, sparse aggregation in float32); parameters, gradients
@@ -43,9 +48,10 @@ class UrlSource:
     """A raw graph (``.npz`` file or folder of ``.npy`` files) to partition."""
 
     url: str = fld(
-        doc="fsspec URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
+        doc="URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
 
@@ -58,6 +64,7 @@ class PartitionsSource:
         name="manifestURL",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
 
@@ -135,6 +142,7 @@ class Partitioning:
         name="outputURL",
         max_length=URL_MAX,
         min_length=1,
+        schemes=STORAGE_SCHEMES,
     )
 
     RULES: ClassVar[tuple[Rule, ...]] = (Rule(IMMUTABLE, "spec.partitioning is immutable"),)
@@ -161,7 +169,10 @@ class Storage:
     """Object storage settings shared by partitioner, servers and trainers."""
 
     endpoint: str | None = fld(
-        None, doc="S3 endpoint URL (AWS_ENDPOINT_URL_S3).", max_length=URL_MAX
+        None,
+        doc="S3 endpoint URL, http:// or https:// (AWS_ENDPOINT_URL_S3).",
+        max_length=URL_MAX,
+        pattern=HTTP_URL,
     )
     region: str | None = fld(None, doc="S3 region (AWS_DEFAULT_REGION).", max_length=64)
     credentials_secret: CredentialsSecret | None = fld(None, doc="S3 credentials Secret.")
@@ -229,7 +240,11 @@ class Servers:
 
     workers: int = fld(1, doc="Worker processes per server pod.", minimum=1, maximum=64)
     image: str | None = fld(
-        None, doc="Image; default: the operator's runtime image.", max_length=512
+        None,
+        doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
+        "runtime image.",
+        max_length=512,
+        pattern=IMAGE_REF,
     )
     image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
     resources: Resources | None = fld(None, doc="Server container resources.")
@@ -240,7 +255,10 @@ class Servers:
 class App:
     """A built-in training app and its options (``distgnn train APP ...``)."""
 
-    name: str = fld(doc="Built-in app.", enum=("node-classification", "link-prediction"))
+    name: str = fld(
+        doc="Built-in app: a training app, or inference (every node's output from a checkpoint).",
+        enum=APPS,
+    )
     model: str = fld("sage", doc="GNN model.", enum=("sage", "gat"))
     epochs: int = fld(10, doc="Training epochs.", minimum=1, maximum=100000)
     num_layers: int = fld(2, doc="GNN layers (one fanout each).", minimum=1, maximum=8)
@@ -255,7 +273,9 @@ class App:
     )
     batch_size: int = fld(1024, doc="Seeds per mini-batch.", minimum=1, maximum=1048576)
     lr: float = fld(0.01, doc="Learning rate.", minimum=0, exclusive_minimum=True, maximum=10)
-    dropout: float = fld(0.5, doc="Dropout probability.", minimum=0, maximum=1)
+    dropout: float = fld(
+        0.5, doc="Dropout probability (below 1).", minimum=0, maximum=1, exclusive_maximum=True
+    )
     precision: str = fld(
         "32",
         doc="Training precision: 32 (float32) or bf16-mixed (bfloat16 autocast for the "
@@ -277,6 +297,32 @@ class App:
     val_mask: str = fld("val_mask", doc="Validation mask name.", max_length=128)
     test_mask: str = fld("test_mask", doc="Test mask name.", max_length=128)
     seed: int = fld(0, doc="Training random seed.", minimum=0, maximum=2**31 - 1)
+    checkpoint_url: str | None = fld(
+        None,
+        doc="Inference: the checkpoint to load (a ckpt-epoch-N.pt file, or a folder: its "
+        "latest); default: trainers.checkpoint.url.",
+        name="checkpointURL",
+        max_length=URL_MAX,
+        min_length=1,
+    )
+    output_url: str | None = fld(
+        None,
+        doc="Inference output folder (embeddings, predictions; see docs/inference.md).",
+        name="outputURL",
+        max_length=URL_MAX,
+        min_length=1,
+    )
+    infer_after_training: bool = fld(
+        False,
+        doc="After training, compute every node's output with the trained model (the last "
+        "checkpoint, all neighbours) and write it to outputURL.",
+    )
+    embedding_layer: str = fld(
+        "last",
+        doc="Inference: embeddings of the last layer, or of the last hidden layer.",
+        enum=("last", "hidden"),
+    )
+    infer_batch_size: int = fld(4096, doc="Inference: nodes per batch.", minimum=1, maximum=1048576)
 
     RULES: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -285,6 +331,21 @@ class App:
             lambda a: len(a.fanouts) == a.num_layers,
             field="fanouts",
         ),
+        Rule(
+            "(self.name != 'inference' && !(has(self.inferAfterTraining) && "
+            "self.inferAfterTraining)) || has(self.outputURL)",
+            "inference (app inference or inferAfterTraining) needs outputURL",
+            lambda a: (
+                (a.name != "inference" and not a.infer_after_training) or a.output_url is not None
+            ),
+            field="outputURL",
+        ),
+        Rule(
+            "self.name != 'inference' || !has(self.inferAfterTraining) || !self.inferAfterTraining",
+            "inferAfterTraining is for the training apps",
+            lambda a: a.name != "inference" or not a.infer_after_training,
+            field="inferAfterTraining",
+        ),
     )
 
 
@@ -292,7 +353,9 @@ class App:
 class Checkpoint:
     """Where trainers save checkpoints and resume from."""
 
-    url: str = fld(doc="Checkpoint folder URL.", max_length=URL_MAX, min_length=1)
+    url: str = fld(
+        doc="Checkpoint folder URL.", max_length=URL_MAX, min_length=1, schemes=STORAGE_SCHEMES
+    )
 
 
 @dataclass
@@ -303,7 +366,11 @@ class Trainers:
     num_samplers: int = fld(0, doc="Sampler processes per trainer.", minimum=0, maximum=64)
     gpus: int = fld(0, doc="GPUs per trainer (nvidia.com/gpu).", minimum=0, maximum=16)
     image: str | None = fld(
-        None, doc="Image; default: the operator's runtime image.", max_length=512
+        None,
+        doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
+        "runtime image.",
+        max_length=512,
+        pattern=IMAGE_REF,
     )
     image_pull_policy: str | None = fld(None, doc="Image pull policy.", enum=PULL_POLICIES)
     resources: Resources | None = fld(None, doc="Trainer container resources.")
@@ -324,10 +391,35 @@ class Trainers:
             lambda t: _count(t.app, t.command) == 1,
         ),
         Rule(
+            "!has(self.app) || self.app.name != 'inference' || has(self.app.checkpointURL) "
+            "|| has(self.checkpoint)",
+            "app inference needs app.checkpointURL or checkpoint",
+            lambda t: (
+                t.app is None
+                or t.app.name != "inference"
+                or t.app.checkpoint_url is not None
+                or t.checkpoint is not None
+            ),
+            field="app",
+        ),
+        Rule(
+            "!has(self.app) || !has(self.app.inferAfterTraining) || "
+            "!self.app.inferAfterTraining || has(self.checkpoint)",
+            "app.inferAfterTraining needs checkpoint (inference loads the last checkpoint)",
+            lambda t: t.app is None or not t.app.infer_after_training or t.checkpoint is not None,
+            field="checkpoint",
+        ),
+        Rule(
             "!has(self.args) || has(self.command)",
             "args needs command",
             lambda t: t.args is None or t.command is not None,
             field="args",
+        ),
+        Rule(
+            "self.replicas == oldSelf.replicas",
+            "spec.trainers.replicas is immutable (the world size of the trainer group): "
+            "delete the job and create it again to change it",
+            field="replicas",
         ),
     )
 
@@ -382,6 +474,17 @@ class RunPolicy:
 
 
 @dataclass
+class Monitoring:
+    """Prometheus metrics of the pods (docs/observability.md)."""
+
+    metrics: bool = fld(
+        False,
+        doc="Serve Prometheus /metrics from graph servers and trainers, with scrape "
+        "annotations and named metrics ports on their pods.",
+    )
+
+
+@dataclass
 class DistGNNJobSpec:
     """A distributed GNN training job."""
 
@@ -391,6 +494,7 @@ class DistGNNJobSpec:
     storage: Storage = fld(factory=Storage, doc="Object storage.")
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
     run_policy: RunPolicy = fld(factory=RunPolicy, doc="Run policy.")
+    monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
 
 
 @dataclass
@@ -401,6 +505,7 @@ class GraphServerSpec:
     partitioning: Partitioning = fld(factory=Partitioning, doc="Partitioning options.")
     storage: Storage = fld(factory=Storage, doc="Object storage.")
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
+    monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
 
 
 # --- status -------------------------------------------------------------------------
@@ -436,6 +541,27 @@ class TrainerCounts:
 
 
 @dataclass
+class TrainingProgress:
+    """Live progress of rank 0, read by the operator from its /progress endpoint."""
+
+    epoch: str | None = fld(None, doc="Completed epochs of total, e.g. 7/25.", max_length=32)
+    completed_epochs: int | None = fld(None, doc="Epochs completed.", minimum=0)
+    total_epochs: int | None = fld(None, doc="Epochs to run.", minimum=0)
+    loss: float | None = fld(None, doc="Training loss of the last epoch.")
+    validation_metric: str | None = fld(
+        None, doc="Name of the last validation metric (e.g. valAccuracy).", max_length=63
+    )
+    validation_value: float | None = fld(None, doc="Value of the last validation metric.")
+    epoch_seconds: float | None = fld(None, doc="Wall time of the last epoch.", minimum=0)
+    samples_per_second: float | None = fld(
+        None, doc="Training seeds per second of the last epoch (all ranks).", minimum=0
+    )
+    update_time: str | None = fld(
+        None, doc="When this progress last changed.", max_length=64, fmt="date-time"
+    )
+
+
+@dataclass
 class DistGNNJobStatus:
     """Observed state of a DistGNNJob."""
 
@@ -457,6 +583,13 @@ class DistGNNJobStatus:
         None, doc="Final metrics of rank 0 (testAccuracy, valAccuracy, ...)."
     )
     graph_server: str | None = fld(None, doc="Attached GraphServer.", max_length=63)
+    output_url: str | None = fld(
+        None,
+        doc="Where inference wrote its output (index.json there), once the job succeeded.",
+        name="outputURL",
+        max_length=URL_MAX,
+    )
+    progress: TrainingProgress | None = fld(None, doc="Live training progress of rank 0.")
 
 
 @dataclass

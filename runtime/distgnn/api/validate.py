@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -26,10 +27,14 @@ from distgnn.api.fields import (
     has_default,
     json_name,
     meta_of,
+    scheme_problem,
 )
+from distgnn.api.manifest_yaml import MAX_DEPTH, MAX_NODES, short
 from distgnn.errors import ConfigError
 
 MAX_ERRORS = 8
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+"""NUL and lone surrogates: never valid in a name, URL or command."""
 JOB_NAME_MAX = 40
 """Job names are short enough for every child name (``NAME-server-1023``) to be a DNS label."""
 
@@ -42,6 +47,13 @@ def unwrap(tp: Any) -> tuple[Any, bool]:
             raise TypeError(f"unsupported union {tp}")
         return args[0], True
     return tp, False
+
+
+def _key(k: Any) -> str:
+    """A field name as written when short and printable, else a bounded repr."""
+    if isinstance(k, str) and len(k) <= 64 and k.isprintable():
+        return k
+    return short(k, 40)
 
 
 def hints(cls: type) -> dict[str, Any]:
@@ -62,14 +74,17 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             errs.add(path, "must be a quantity (integer or string like 500m, 2Gi)")
             return v
         if isinstance(v, str) and (len(v) > m.max_length or not re.match(QUANTITY, v)):
-            errs.add(path, f"{v!r} is not a quantity (like 500m, 2Gi)")
+            errs.add(path, f"{short(v)} is not a quantity (like 500m, 2Gi)")
         return v
     if tp is str:
         if not isinstance(v, str):
             errs.add(path, "must be a string")
             return v
+        if _BAD_CHARS.search(v):
+            errs.add(path, "must not contain NUL or unpaired surrogate characters")
+            return v
         if m.enum is not None and v not in m.enum:
-            errs.add(path, f"must be one of {', '.join(m.enum)} (got {v!r})")
+            errs.add(path, f"must be one of {', '.join(m.enum)} (got {short(v)})")
         if len(v) > m.max_length:
             errs.add(path, f"must be at most {m.max_length} characters")
         if m.min_length is not None and len(v) < m.min_length:
@@ -80,7 +95,10 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
                 else f"must be at least {m.min_length} characters",
             )
         if m.pattern is not None and not re.match(m.pattern, v):
-            errs.add(path, f"{v!r} does not match {m.pattern}")
+            errs.add(path, f"{short(v)} does not match {m.pattern}")
+        problem = scheme_problem(m, v)
+        if problem is not None:
+            errs.add(path, problem)
         return v
     if tp is bool:
         if not isinstance(v, bool):
@@ -91,20 +109,32 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
         if isinstance(v, bool) or not ok:
             errs.add(path, "must be an integer" if tp is int else "must be a number")
             return v
+        if isinstance(v, float) and not math.isfinite(v):
+            errs.add(path, f"must be a finite number (got {v})")
+            return v
         if m.minimum is not None:
             if m.exclusive_minimum and v <= m.minimum:
                 errs.add(path, f"must be > {m.minimum:g}")
             elif v < m.minimum:
                 errs.add(path, f"must be >= {m.minimum:g}")
-        if m.maximum is not None and v > m.maximum:
-            errs.add(path, f"must be <= {m.maximum:g}")
+        if m.maximum is not None:
+            if m.exclusive_maximum and v >= m.maximum:
+                errs.add(path, f"must be < {m.maximum:g}")
+            elif v > m.maximum:
+                errs.add(path, f"must be <= {m.maximum:g}")
         return float(v) if tp is float else v
     raise TypeError(f"unsupported field type {tp}")
 
 
 def _item_meta(m: Meta) -> Meta:
     return dataclasses.replace(
-        m, minimum=m.item_minimum, maximum=m.item_maximum, exclusive_minimum=False, min_length=None
+        m,
+        minimum=m.item_minimum,
+        maximum=m.item_maximum,
+        exclusive_minimum=False,
+        exclusive_maximum=False,
+        min_length=None,
+        schemes=None,
     )
 
 
@@ -133,8 +163,8 @@ def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             errs.add(path, f"must have at most {m.max_items} entries")
         out = {}
         for k, x in v.items():
-            if not isinstance(k, str) or not k or len(k) > 253:
-                errs.add(path, f"key {k!r} must be a non-empty string of <= 253 characters")
+            if not isinstance(k, str) or not k or len(k) > 253 or _BAD_CHARS.search(k):
+                errs.add(path, f"key {short(k)} must be a non-empty string of <= 253 characters")
                 continue
             out[k] = _load_value(val, _item_meta(m), x, f"{path}.{k}", errs)
         return out
@@ -150,7 +180,7 @@ def load(cls: Any, obj: Any, path: str, errs: _Errors) -> Any:
     names = {json_name(f): f for f in fields}
     for k in obj:
         if k not in names:
-            errs.add(f"{path}.{k}", f"unknown field (known: {', '.join(sorted(names))})")
+            errs.add(f"{path}.{_key(k)}", f"unknown field (known: {', '.join(sorted(names))})")
     th = hints(cls)
     n_before = len(errs.items)
     kwargs: dict[str, Any] = {}
@@ -178,6 +208,29 @@ def load(cls: Any, obj: Any, path: str, errs: _Errors) -> Any:
     return inst
 
 
+def _str_map(md: Mapping[str, Any], key: str, max_value: int, errs: _Errors) -> dict[str, str]:
+    """``metadata.labels`` / ``annotations``: a mapping of strings to strings, or absent."""
+    v = md.get(key)
+    if v is None:
+        return {}
+    path = f"metadata.{key}"
+    if not isinstance(v, Mapping):
+        errs.add(path, "must be a mapping of strings to strings")
+        return {}
+    if len(v) > 256:
+        errs.add(path, "must have at most 256 entries")
+        return {}
+    out: dict[str, str] = {}
+    for k, x in v.items():
+        if not isinstance(k, str) or not k or len(k) > 253 or _BAD_CHARS.search(k):
+            errs.add(path, f"key {short(k)} must be a non-empty string of <= 253 characters")
+        elif not isinstance(x, str) or len(x) > max_value or _BAD_CHARS.search(x):
+            errs.add(f"{path}.{k}", f"must be a string of <= {max_value} characters")
+        else:
+            out[k] = x
+    return out
+
+
 def _metadata(obj: Mapping[str, Any], errs: _Errors) -> t.ObjectMeta:
     md = obj.get("metadata")
     if not isinstance(md, Mapping):
@@ -190,19 +243,46 @@ def _metadata(obj: Mapping[str, Any], errs: _Errors) -> t.ObjectMeta:
     elif len(name) > JOB_NAME_MAX or not re.match(DNS_LABEL, name):
         errs.add(
             "metadata.name",
-            f"{name!r} must be a DNS label of at most {JOB_NAME_MAX} "
+            f"{short(name)} must be a DNS label of at most {JOB_NAME_MAX} "
             "characters (lower-case letters, digits, '-')",
         )
-    ns = md.get("namespace") or "default"
+    ns = md.get("namespace")
+    if ns is None:
+        ns = "default"
+    elif not isinstance(ns, str) or not re.match(DNS_LABEL, ns) or len(ns) > 63:
+        errs.add("metadata.namespace", f"{short(ns)} must be a DNS label")
+        ns = "default"
+    uid = md.get("uid")
+    if uid is not None and (not isinstance(uid, str) or len(uid) > 128 or _BAD_CHARS.search(uid)):
+        errs.add("metadata.uid", "must be a string of <= 128 characters")
+        uid = None
     gen = md.get("generation")
     return t.ObjectMeta(
         name=name,
-        namespace=str(ns),
-        uid=str(md.get("uid") or ""),
-        generation=gen if isinstance(gen, int) else 0,
-        labels=dict(md.get("labels") or {}),
-        annotations=dict(md.get("annotations") or {}),
+        namespace=ns,
+        uid=uid or "",
+        generation=gen if isinstance(gen, int) and not isinstance(gen, bool) else 0,
+        labels=_str_map(md, "labels", 63, errs),
+        annotations=_str_map(md, "annotations", 256 * 1024, errs),
     )
+
+
+def check_bounds(obj: Any, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> None:
+    """Refuse a document nested deeper than ``max_depth`` or holding more than ``max_nodes``
+    values (shared sub-objects counted each time): an iterative walk that stops at the cap."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    seen = 0
+    while stack:
+        v, depth = stack.pop()
+        seen += 1
+        if seen > max_nodes:
+            raise ConfigError(f"manifest: more than {max_nodes} values")
+        if depth > max_depth:
+            raise ConfigError(f"manifest: nested deeper than {max_depth} levels")
+        if isinstance(v, Mapping):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend((x, depth + 1) for x in v)
 
 
 def _header(obj: Any, kind: str, errs: _Errors) -> None:
@@ -210,9 +290,9 @@ def _header(obj: Any, kind: str, errs: _Errors) -> None:
         raise ConfigError(f"a {kind} manifest must be a mapping, not {type(obj).__name__}")
     want = f"{contract.API_GROUP}/{contract.API_VERSION}"
     if obj.get("apiVersion") != want:
-        errs.add("apiVersion", f"must be {want} (got {obj.get('apiVersion')!r})")
+        errs.add("apiVersion", f"must be {want} (got {short(obj.get('apiVersion'))})")
     if obj.get("kind") != kind:
-        errs.add("kind", f"must be {kind} (got {obj.get('kind')!r})")
+        errs.add("kind", f"must be {kind} (got {short(obj.get('kind'))})")
 
 
 def _raise(errs: _Errors, kind: str) -> None:
@@ -224,6 +304,7 @@ def _raise(errs: _Errors, kind: str) -> None:
 
 def parse_job(obj: Any) -> t.DistGNNJob:
     """Validate a DistGNNJob manifest and return it with defaults applied."""
+    check_bounds(obj)
     errs = _Errors()
     _header(obj, "DistGNNJob", errs)
     md = _metadata(obj, errs)
@@ -234,6 +315,7 @@ def parse_job(obj: Any) -> t.DistGNNJob:
 
 def parse_graphserver(obj: Any) -> t.GraphServer:
     """Validate a GraphServer manifest and return it with defaults applied."""
+    check_bounds(obj)
     errs = _Errors()
     _header(obj, "GraphServer", errs)
     md = _metadata(obj, errs)
@@ -249,7 +331,7 @@ def parse_manifest(obj: Any) -> t.DistGNNJob | t.GraphServer:
         return parse_job(obj)
     if kind == "GraphServer":
         return parse_graphserver(obj)
-    raise ConfigError(f"kind: must be DistGNNJob or GraphServer (got {kind!r})")
+    raise ConfigError(f"kind: must be DistGNNJob or GraphServer (got {short(kind)})")
 
 
 def to_dict(inst: Any) -> Any:

@@ -1,21 +1,28 @@
-"""``initialize()`` and the explicit :class:`DistContext` every trainer-side object uses.
+"""``initialize()`` and the :class:`DistContext` every trainer-side object uses.
 
 A context talks to the graph servers through a :class:`~distgnn.rpc.client.ServerPool`
 or, in standalone mode, to in-process request handlers over every partition
 (:class:`LocalBackend`): the same handlers the servers run, so both modes behave
-alike. There is no global state: pass the context (or a ``DistGraph``) around.
+alike. ``initialize()`` returns the context and also makes it the process default
+(held by :data:`DEFAULT`, an explicit holder object), so DGL-style code such as
+``DistGraph("cora")`` or ``DistTensor(shape, dtype)`` finds it; every object also
+takes ``ctx=`` to use another context explicitly.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from distgnn import contract
-from distgnn.errors import ConfigError, DistGNNError
+from distgnn.errors import ConfigError, DistGNNError, RequestTimeout
 from distgnn.log import kv
 from distgnn.partition.book import PartitionBook
 from distgnn.partition.manifest import Manifest
@@ -23,6 +30,9 @@ from distgnn.rpc.client import Call, ServerPool, Timeouts
 from distgnn.rpc.protocol import FLAG_RESPONSE, Frame, MsgType
 
 log = logging.getLogger("distgnn.distributed")
+
+DEFAULT_SERVER_PORT = 30050
+"""Port of an ``ip_config`` line without one (DGL's and ``distgnn serve``'s default)."""
 
 
 class Backend(Protocol):
@@ -75,6 +85,19 @@ class LocalBackend:
         self.stores.clear()
 
 
+def trainer_partition(rank: int, world_size: int, num_parts: int) -> int:
+    """The partition a trainer belongs to (DGL: ranks of one machine are contiguous)."""
+    if world_size >= num_parts and world_size % num_parts == 0:
+        return rank // (world_size // num_parts)
+    return rank % num_parts
+
+
+def _scope(e: Mapping[str, str]) -> str:
+    """What makes generated tensor names unique to one job run on shared servers."""
+    raw = f"{e.get(contract.ENV_JOB_NAME, '')}{e.get(contract.ENV_MASTER_PORT, '')}"
+    return re.sub(r"[^A-Za-z0-9_.\-]", "-", raw)[:60] or "default"
+
+
 @dataclass
 class DistContext:
     """Connections (or the standalone backend), the manifest and the partition book."""
@@ -85,37 +108,135 @@ class DistContext:
     standalone: bool
     rank: int = 0
     world_size: int = 1
-    owned_tensors: list[str] = field(default_factory=list)
+    scope: str = "default"
+    request_timeout: float = 60.0
+    pending_deletes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
     closed: bool = False
+    _anon_count: int = 0
+    _barriers: int = 0
+    _finalizers: list[Any] = field(default_factory=list)
+    _barrier_key: str | None = None
+    _gpb: Any = None
 
     @property
     def num_parts(self) -> int:
         return self.manifest.num_parts
 
+    @property
+    def partid(self) -> int:
+        """This trainer's partition: ``rank // (world_size / num_parts)`` as in DGL."""
+        return trainer_partition(self.rank, self.world_size, self.num_parts)
+
+    @property
+    def partition_book(self) -> Any:
+        """DGL's partition book (:class:`RangePartitionBook`) with this trainer's ``partid``."""
+        if self._gpb is None:
+            from distgnn.distributed.partition_book import RangePartitionBook
+
+            self._gpb = RangePartitionBook(self.book, self.partid)
+        return self._gpb
+
+    def next_anonymous_name(self) -> str:
+        """``anonymous-SCOPE-N``: the n-th unnamed tensor has the same name on every trainer."""
+        name = f"anonymous-{self.scope}-{self._anon_count}"
+        self._anon_count += 1
+        return name
+
     def call(self, part: int, call: Call) -> Frame:
-        return self.backend.call_many({part: call})[part]
+        return self.call_many({part: call})[part]
 
     def call_many(self, calls: Mapping[int, Call]) -> dict[int, Frame]:
         if self.closed:
-            raise ConfigError("this DistContext is closed")
+            raise ConfigError("this DistContext is closed (call initialize() again)")
+        if self.pending_deletes:
+            self._flush_deletes()
         return self.backend.call_many(calls)
 
     def broadcast(self, mtype: MsgType, meta: dict[str, Any]) -> dict[int, Frame]:
         """Send the same request to every partition at once."""
         return self.call_many({p: Call(mtype, meta) for p in range(self.num_parts)})
 
+    def release(self, key: str, parts: tuple[int, ...] | None = None) -> None:
+        """Drop this process's reference to tensor ``key`` before the next request.
+
+        Called from finalizers (``del t``), which may run inside another request; the
+        DELETE goes out at the start of the next request (or at ``close``).
+        """
+        self.pending_deletes.append((key, tuple(range(self.num_parts)) if parts is None else parts))
+
+    def track(self, finalizer: Any) -> None:
+        """Remember a live tensor's finalizer so ``close`` releases it too."""
+        self._finalizers = [f for f in self._finalizers if f.alive]
+        self._finalizers.append(finalizer)
+
+    def flush_releases(self) -> None:
+        """Send the pending releases now."""
+        if not self.closed:
+            self._flush_deletes()
+
+    def _flush_deletes(self) -> None:
+        while self.pending_deletes:
+            key, parts = self.pending_deletes.pop()
+            calls = {p: Call(MsgType.DELETE_TENSOR, {"name": key}) for p in parts}
+            try:
+                self.backend.call_many(calls)
+            except DistGNNError as e:
+                log.warning("could not release tensor", extra=kv(name=key, error=str(e)))
+
+    def barrier(self) -> None:
+        """Block until every trainer (``world_size`` of them) reached this barrier.
+
+        With ``torch.distributed`` initialised its barrier is used; otherwise a counter
+        on partition 0 that every trainer increments and polls until all arrived.
+        """
+        if self.world_size <= 1:
+            return
+        import torch.distributed as tdist
+
+        if tdist.is_available() and tdist.is_initialized():
+            tdist.barrier()
+            return
+        key = f"node/_barrier/{self.scope}"
+        self._barriers += 1
+        if self._barriers == 1:
+            self.call(
+                0,
+                Call(
+                    MsgType.INIT_TENSOR,
+                    {"name": key, "dtype": "int64", "shape": [1], "init": {"kind": "zeros"}},
+                ),
+            )
+            self._barrier_key = key
+        one = [np.zeros(1, np.int64), np.ones(1, np.int64)]
+        self.call(0, Call(MsgType.PUSH, {"name": key, "op": "add"}, one))
+        target = self._barriers * self.world_size
+        deadline = time.monotonic() + self.request_timeout
+        wait = 0.001
+        while True:
+            got = int(self.call(0, Call(MsgType.PULL, {"name": key}, one[:1])).bufs[0][0])
+            if got >= target:
+                return
+            if time.monotonic() > deadline:
+                raise RequestTimeout(
+                    f"barrier: {got - target + self.world_size} of {self.world_size} trainers "
+                    f"arrived within {self.request_timeout:.0f}s"
+                )
+            time.sleep(wait)
+            wait = min(wait * 2, 0.05)
+
     def close(self) -> None:
-        """Drop this context's references to non-persistent tensors, then disconnect."""
+        """Release the non-persistent tensors this context holds, then disconnect."""
         if self.closed:
             return
-        for name in self.owned_tensors:
-            try:
-                self.broadcast(MsgType.DELETE_TENSOR, {"name": name})
-            except DistGNNError as e:
-                log.warning("could not delete tensor", extra=kv(name=name, error=str(e)))
-        self.owned_tensors.clear()
+        for fin in self._finalizers:
+            fin()  # a live tensor's finalizer: queues its release (no-op if already run)
+        self._finalizers.clear()
+        if self._barrier_key is not None:
+            self.release(self._barrier_key, (0,))
+        self._flush_deletes()
         self.closed = True
         self.backend.close()
+        DEFAULT.forget(self)
 
     def __enter__(self) -> DistContext:
         return self
@@ -124,48 +245,127 @@ class DistContext:
         self.close()
 
 
+class DefaultContext:
+    """The context ``initialize()`` made the process default (DGL code passes none)."""
+
+    def __init__(self) -> None:
+        self.ctx: DistContext | None = None
+
+    def set(self, ctx: DistContext) -> None:
+        self.ctx = ctx
+
+    def forget(self, ctx: DistContext) -> None:
+        if self.ctx is ctx:
+            self.ctx = None
+
+    def get(self) -> DistContext:
+        if self.ctx is None or self.ctx.closed:
+            raise ConfigError(
+                "no distributed context: call distgnn.distributed.initialize() first (or pass ctx=)"
+            )
+        return self.ctx
+
+
+DEFAULT = DefaultContext()
+
+
+def resolve_ctx(ctx: Any = None) -> DistContext:
+    """``ctx`` (a DistContext or anything with ``.ctx``, e.g. a DistGraph) or the default."""
+    if ctx is None:
+        return DEFAULT.get()
+    c = getattr(ctx, "ctx", ctx)
+    if not isinstance(c, DistContext):
+        raise ConfigError(f"ctx must be a DistContext or a DistGraph, got {type(ctx).__name__}")
+    return c
+
+
+def read_ip_config(path: str) -> list[tuple[str, int]]:
+    """DGL's ``ip_config.txt``: one ``IP [PORT]`` line per partition server, in order."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [ln.split() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    except OSError as e:
+        raise ConfigError(f"ip_config: cannot read {path!r}: {e}") from e
+    out = []
+    for i, parts in enumerate(lines):
+        if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+            raise ConfigError(f"ip_config: line {i + 1} of {path!r} is not 'IP [PORT]'")
+        out.append((parts[0], int(parts[1]) if len(parts) == 2 else DEFAULT_SERVER_PORT))
+    if not out:
+        raise ConfigError(f"ip_config: {path!r} lists no server")
+    return out
+
+
 def initialize(
+    ip_config: str | None = None,
+    max_queue_size: int | None = None,
+    net_type: str | None = None,
+    num_worker_threads: int = 1,
+    use_graphbolt: bool = False,
+    *,
     servers: Sequence[tuple[str, int]] | str | None = None,
     token: str | None = None,
     manifest: str | None = None,
-    *,
     standalone: bool | None = None,
     request_timeout: float | None = None,
     connect_timeout: float | None = None,
     env: Mapping[str, str] | None = None,
 ) -> DistContext:
-    """Connect to the graph servers (or load every partition in-process when standalone).
+    """Connect to the graph servers (DGL's signature); the context becomes the default.
 
-    ``servers`` defaults to ``DISTGNN_SERVERS`` (``host:port,...`` in partition order),
-    the token to ``DISTGNN_TOKEN_FILE``/``DISTGNN_TOKEN``. Without servers, ``manifest``
-    (or ``DISTGNN_MANIFEST``) selects standalone mode.
+    Servers come from ``servers``, else ``ip_config`` (DGL's file: ``IP [PORT]`` per
+    line, in partition order), else ``DISTGNN_SERVERS``; the token from
+    ``DISTGNN_TOKEN_FILE``/``DISTGNN_TOKEN``. Without servers, ``manifest`` (or
+    ``DISTGNN_MANIFEST``) selects standalone mode (every partition in this process).
+    ``max_queue_size``, ``net_type`` and ``num_worker_threads`` are accepted for DGL
+    compatibility and have no effect (DistGNN has one TCP protocol, no queues to size).
     """
+    if net_type not in (None, "socket", "tensorpipe"):
+        raise ConfigError(f"net_type {net_type!r} is not 'socket' or 'tensorpipe'")
+    if use_graphbolt:
+        raise ConfigError(
+            "use_graphbolt: DistGNN servers sample with their own CSC kernels; "
+            "leave use_graphbolt=False"
+        )
     e = os.environ if env is None else env
     tenv = contract.TrainerEnv.from_env(e)
     if isinstance(servers, str):
-        servers = contract.parse_servers(servers)
+        try:
+            servers = contract.parse_servers(servers)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    if servers is None and ip_config is not None and not standalone:
+        servers = read_ip_config(ip_config)
     if servers is None and e.get(contract.ENV_SERVERS) and not standalone:
         try:
             servers = contract.parse_servers(e[contract.ENV_SERVERS])
         except ValueError as err:
             raise ConfigError(str(err)) from err
+    t = Timeouts.from_env(e)
+    t = Timeouts(
+        request=request_timeout if request_timeout is not None else t.request,
+        connect=connect_timeout if connect_timeout is not None else t.connect,
+    )
+    common = {
+        "rank": tenv.rank,
+        "world_size": tenv.world_size,
+        "scope": _scope(e),
+        "request_timeout": t.request,
+    }
     if standalone or not servers:
         url = manifest or e.get(contract.ENV_MANIFEST)
         if not url:
             raise ConfigError(
-                f"no graph servers ({contract.ENV_SERVERS}) and no manifest "
+                f"no graph servers ({contract.ENV_SERVERS} or ip_config) and no manifest "
                 f"({contract.ENV_MANIFEST}) for standalone mode"
             )
         from distgnn.partition.loader import load_manifest
 
         backend = LocalBackend(url)
         man = load_manifest(url)
-        return DistContext(backend, man, PartitionBook(man), True, tenv.rank, tenv.world_size)
-    t = Timeouts.from_env(e)
-    t = Timeouts(
-        request=request_timeout if request_timeout is not None else t.request,
-        connect=connect_timeout if connect_timeout is not None else t.connect,
-    )
+        ctx = DistContext(backend, man, PartitionBook(man), True, **common)  # type: ignore[arg-type]
+        DEFAULT.set(ctx)
+        return ctx
     tok = token if token is not None else contract.read_token(e)
     pool = ServerPool(list(servers), tok, t)
     try:
@@ -186,4 +386,12 @@ def initialize(
         pool.close()
         raise
     log.info("connected to graph servers", extra=kv(servers=len(pool), graph=man.graph_name))
-    return DistContext(pool, man, PartitionBook(man), False, tenv.rank, tenv.world_size)
+    ctx = DistContext(pool, man, PartitionBook(man), False, **common)  # type: ignore[arg-type]
+    DEFAULT.set(ctx)
+    return ctx
+
+
+def exit_client() -> None:
+    """DGL's ``exit_client()``: close the default context (its tensors are released)."""
+    if DEFAULT.ctx is not None:
+        DEFAULT.ctx.close()

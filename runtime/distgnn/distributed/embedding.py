@@ -2,54 +2,98 @@
 
 ``emb(ids)`` pulls the rows and, while autograd is on, remembers ``(ids, rows)``;
 after ``loss.backward()`` a sparse optimizer (:mod:`distgnn.distributed.optim`) sends the
-row gradients to the servers, which apply the update and keep the optimizer state.
+row gradients to the servers, which apply the update to the table and its state.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from distgnn.distributed.tensor import DistTensor, as_ids
+from distgnn.distributed.tensor import DistTensor, InitFunc, as_ids
 
 
 class DistEmbedding:
-    """DGL's ``DistEmbedding(num_embeddings, embedding_dim, name, init_func, part_policy)``."""
+    """DGL's ``DistEmbedding(num_embeddings, embedding_dim, name=None, init_func=None,
+    part_policy=None)``: zeros unless ``init_func`` says otherwise; unnamed tables are
+    shared by every trainer creating them in the same order (as DGL's)."""
 
     def __init__(
         self,
         num_embeddings: int,
         embedding_dim: int,
         name: str | None = None,
-        init_func: str | tuple[str, dict[str, Any]] | None = None,
-        part_policy: str | None = None,
+        init_func: InitFunc = None,
+        part_policy: Any = None,
         *,
-        ctx: Any,
-        seed: int = 0,
+        ctx: Any = None,
+        seed: int | None = None,
     ) -> None:
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.tensor = DistTensor(
+        self._num_embeddings, self._embedding_dim = int(num_embeddings), int(embedding_dim)
+        self._tensor = DistTensor(
             (num_embeddings, embedding_dim),
             torch.float32,
             name,
-            init_func or ("uniform", {"low": -1.0, "high": 1.0}),
+            init_func,
             part_policy,
-            persistent=name is not None,
             ctx=ctx,
             seed=seed,
         )
-        self.name = self.tensor.name
-        self.trace: list[tuple[np.ndarray, torch.Tensor]] = []
+        self._part_policy = part_policy
+        self._trace: list[tuple[Any, torch.Tensor]] = []
+        self._optm_state: Any = None
 
-    def __call__(self, ids: Any) -> torch.Tensor:
-        idx = as_ids(ids, self.num_embeddings)
-        rows = self.tensor[idx]
+    def __call__(self, idx: Any, device: Any = None) -> torch.Tensor:
+        ids = as_ids(idx, self._num_embeddings)
+        rows = self._tensor[ids]
+        if device is not None:
+            rows = rows.to(device)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
-            self.trace.append((idx, rows))
+            self._trace.append((ids, rows))
         return rows
 
     def reset_trace(self) -> None:
-        self.trace.clear()
+        self._trace = []
+
+    @property
+    def trace(self) -> list[tuple[Any, torch.Tensor]]:
+        return self._trace
+
+    @property
+    def name(self) -> str:
+        """The user's name (generated for unnamed tables)."""
+        return self._tensor.name
+
+    @property
+    def data_name(self) -> str:
+        """The table's name on the servers."""
+        return self._tensor.key
+
+    @property
+    def tensor(self) -> DistTensor:
+        return self._tensor
+
+    @property
+    def weight(self) -> DistTensor:
+        return self._tensor
+
+    @property
+    def part_policy(self) -> Any:
+        return self._tensor.policy
+
+    @property
+    def num_embeddings(self) -> int:
+        return self._num_embeddings
+
+    @property
+    def embedding_dim(self) -> int:
+        return self._embedding_dim
+
+    @property
+    def optm_state(self) -> Any:
+        return self._optm_state
+
+    def __repr__(self) -> str:
+        return f"DistEmbedding({self.name!r}, {self._num_embeddings}x{self._embedding_dim})"

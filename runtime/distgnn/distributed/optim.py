@@ -1,80 +1,259 @@
-"""Sparse optimizers whose state lives on the graph servers (DGL's names).
+"""Sparse optimizers for :class:`DistEmbedding` with DGL's update rule and state names.
 
-``step()`` collects the gradients of the rows each :class:`DistEmbedding` handed out
-since the last step and sends one SPARSE_UPDATE per server (all in flight at once);
-the server sums duplicate rows and applies the update under its row locks, so
-concurrent trainers lose no update. Adagrad and Adam state are element-wise.
+``step()`` takes the gradients of the rows each embedding handed out since the last
+step. With ``torch.distributed`` initialised (``world_size > 1``) every trainer's
+gradients of this step are exchanged and each row is updated by the one trainer that
+owns it (DGL's rule: partition ``p`` of the row, then ``row % trainers_per_partition``),
+so a step is one update per row whatever the number of trainers. A row that appears
+several times (in one trainer or across trainers) gets the **mean** of its gradients,
+as DGL does. The owner sends one SPARSE_UPDATE per server; the server applies the
+update to the table and to the state tensors under its row locks.
+
+State tensors are DistTensors named as in DGL: ``NAME_sum`` (Adagrad), ``NAME_step``,
+``NAME_mem``, ``NAME_power`` (Adam). ``save(f)`` / ``load(f)`` write and read the rows
+each trainer owns to ``f"{f}_{rank}"`` (NumPy ``.npz`` content, no pickle).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from distgnn.distributed.embedding import DistEmbedding
-from distgnn.distributed.tensor import group
+from distgnn.distributed.tensor import DistTensor, group
 from distgnn.errors import ConfigError
+from distgnn.log import kv
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import MsgType
 
+log = logging.getLogger("distgnn.distributed")
+
+
+def _dist() -> tuple[int, int] | None:
+    """(rank, world size) of the torch.distributed group, or None when not initialised."""
+    import torch.distributed as tdist
+
+    if tdist.is_available() and tdist.is_initialized() and tdist.get_world_size() > 1:
+        return tdist.get_rank(), tdist.get_world_size()
+    return None
+
+
+def _all_gather(x: torch.Tensor) -> torch.Tensor:
+    """Concatenation of every rank's ``x`` (rows may differ in number), in rank order."""
+    import torch.distributed as tdist
+
+    world = tdist.get_world_size()
+    n = torch.tensor([x.shape[0]], dtype=torch.int64)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    tdist.all_gather(sizes, n)
+    most = int(max(s.item() for s in sizes))
+    pad = torch.zeros((most, *x.shape[1:]), dtype=x.dtype)
+    pad[: x.shape[0]] = x
+    out = [torch.zeros_like(pad) for _ in range(world)]
+    tdist.all_gather(out, pad)
+    return torch.cat([o[: int(s.item())] for o, s in zip(out, sizes, strict=True)])
+
+
+def row_owner(policy: Any, ids: np.ndarray, world: int) -> np.ndarray:
+    """The trainer that updates each row (DGL: partition, then ``row % per_partition``)."""
+    parts, _ = policy.locate(ids)
+    parts = parts.astype(np.int64)
+    k = len(policy.offsets) - 1
+    if world >= k and world % k == 0:
+        per = world // k
+        return parts * per + (ids % per)
+    return parts % world
+
 
 class SparseOptimizer:
-    """Base: gather traced gradients and ship them to the servers."""
+    """DGL's ``DistSparseGradOptimizer``: gather traced gradients, update on the servers."""
 
     opt = ""
+    state_suffixes: tuple[str, ...] = ()
 
-    def __init__(self, params: Sequence[DistEmbedding], lr: float, **hyper: float) -> None:
+    def __init__(self, params: Sequence[DistEmbedding], lr: float) -> None:
         if not params or not all(isinstance(p, DistEmbedding) for p in params):
             raise ConfigError("sparse optimizers take a non-empty list of DistEmbedding")
         if lr <= 0:
             raise ConfigError(f"lr must be > 0, got {lr}")
-        self.params = list(params)
-        self.lr = lr
-        self.hyper = hyper
+        self._params = list(params)
+        self._lr = float(lr)
+        self._defaults: dict[str, float] = {"_lr": float(lr)}
+        self._state: dict[str, Any] = {}
+        self._clean_grad = False
+        d = _dist()
+        self._rank, self._world_size = d if d is not None else (0, 1)
+
+    def _make_state(self, emb: DistEmbedding, suffix: str, row: tuple[int, ...]) -> DistTensor:
+        return DistTensor(
+            (emb.num_embeddings, *row),
+            torch.float32,
+            emb.name + suffix,
+            "zeros",
+            part_policy=emb.part_policy,
+            is_gdata=False,
+            ctx=emb.tensor.ctx,
+        )
+
+    def _states(self, emb: DistEmbedding) -> tuple[DistTensor, ...]:
+        s = self._state[emb.name]
+        return s if isinstance(s, tuple) else (s,)
+
+    @property
+    def params(self) -> list[DistEmbedding]:
+        return self._params
+
+    @property
+    def lr(self) -> float:
+        return self._lr
 
     def zero_grad(self) -> None:
-        for p in self.params:
+        """Forget the rows handed out so far (``step`` also consumes them)."""
+        for p in self._params:
             p.reset_trace()
 
+    def _hyper(self) -> dict[str, float]:
+        return {"lr": self._lr}
+
     def step(self) -> None:
-        for emb in self.params:
+        """Apply this step's gradients (every trainer must call it when distributed)."""
+        d = _dist()
+        for emb in self._params:
             ids, grads = [], []
             for idx, rows in emb.trace:
                 if rows.grad is not None:
-                    ids.append(idx)
-                    grads.append(rows.grad.detach().cpu().numpy().astype(np.float32, copy=False))
+                    ids.append(torch.as_tensor(idx, dtype=torch.int64))
+                    grads.append(rows.grad.detach().cpu().to(torch.float32))
             emb.reset_trace()
-            if ids:
-                self._apply(emb, np.concatenate(ids), np.concatenate(grads))
+            idx_t = torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64)
+            g_t = torch.cat(grads) if grads else torch.zeros(0, emb.embedding_dim)
+            g_t = g_t.reshape(len(idx_t), emb.embedding_dim)
+            if d is not None:
+                rank, world = d
+                idx_t, g_t = _all_gather(idx_t), _all_gather(g_t)
+                mine = row_owner(emb.tensor.policy, idx_t.numpy(), world) == rank
+                idx_t, g_t = idx_t[torch.from_numpy(mine)], g_t[torch.from_numpy(mine)]
+            if len(idx_t):
+                self._apply(emb, idx_t.numpy(), g_t.numpy())
+        if d is not None:
+            import torch.distributed as tdist
+
+            tdist.barrier()
 
     def _apply(self, emb: DistEmbedding, ids: np.ndarray, grads: np.ndarray) -> None:
+        uniq, inv, cnt = np.unique(ids, return_inverse=True, return_counts=True)
+        g = np.zeros((len(uniq), grads.shape[1]), dtype=np.float32)
+        np.add.at(g, inv, grads)
+        g /= cnt[:, None].astype(np.float32)  # the mean, as DGL
         t = emb.tensor
-        parts, local = t.policy.locate(ids)
+        parts, local = t.policy.locate(uniq)
         order, b = group(parts, len(t.policy.offsets) - 1)
-        meta: dict[str, Any] = {"name": t.key, "opt": self.opt, "lr": self.lr, **self.hyper}
+        states = {s: st.key for s, st in zip(self.state_suffixes, self._states(emb), strict=True)}
+        meta: dict[str, Any] = {"name": t.key, "opt": self.opt, "state": states, **self._hyper()}
         calls = {}
         for p in range(len(b) - 1):
             if b[p + 1] > b[p]:
                 sel = order[b[p] : b[p + 1]]
-                calls[p] = Call(MsgType.SPARSE_UPDATE, meta, [local[sel], grads[sel]])
+                calls[p] = Call(MsgType.SPARSE_UPDATE, meta, [local[sel], g[sel]])
         t.ctx.call_many(calls)
+
+    # --- checkpoints --------------------------------------------------------------
+    def _owned_rows(self, emb: DistEmbedding, rank: int, world: int) -> np.ndarray:
+        ids = np.arange(emb.num_embeddings, dtype=np.int64)
+        return ids[row_owner(emb.tensor.policy, ids, world) == rank]
+
+    def _barrier(self) -> None:
+        self._params[0].tensor.ctx.barrier()
+
+    def save(self, f: str | os.PathLike[str]) -> None:
+        """Write the state rows this trainer owns to ``f"{f}_{rank}"`` (all trainers call it)."""
+        ctx = self._params[0].tensor.ctx
+        rank, world = ctx.rank, ctx.world_size
+        self._barrier()
+        params = {**self._defaults, "num_clients": world}
+        arrays: dict[str, np.ndarray] = {
+            "params": np.frombuffer(json.dumps(params).encode(), dtype=np.uint8)
+        }
+        for emb in self._params:
+            ids = self._owned_rows(emb, rank, world)
+            arrays[f"{emb.name}/ids"] = ids
+            for st in self._states(emb):
+                arrays[f"{emb.name}/state/{st.name}"] = st.pull_numpy(ids)
+        with open(f"{os.fspath(f)}_{rank}", "wb") as out:
+            np.savez(out, **arrays)  # type: ignore[arg-type]
+        self._barrier()
+
+    def _load_file(self, path: str) -> int:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            params = json.loads(bytes(z["params"]).decode())
+            for emb in self._params:
+                if f"{emb.name}/ids" not in z.files:
+                    raise ConfigError(f"optimizer state {path!r} has no embedding {emb.name!r}")
+                ids = z[f"{emb.name}/ids"]
+                for st in self._states(emb):
+                    key = f"{emb.name}/state/{st.name}"
+                    if key not in z.files:
+                        raise ConfigError(f"optimizer state {path!r} has no state {st.name!r}")
+                    st[ids] = z[key]
+        old_world = int(params.pop("num_clients"))
+        self._defaults.update(params)
+        self.__dict__.update(params)
+        return old_world
+
+    def load(self, f: str | os.PathLike[str]) -> None:
+        """Read what ``save`` wrote (hyper-parameters too, as DGL); all trainers call it.
+
+        With fewer trainers than at save time, trainer ``r`` also reads the files of
+        ranks ``r + world``, ``r + 2 * world``, ...
+        """
+        ctx = self._params[0].tensor.ctx
+        rank, world = ctx.rank, ctx.world_size
+        self._barrier()
+        path = f"{os.fspath(f)}_{rank}"
+        if not os.path.exists(path):
+            log.warning("optimizer state file not found, nothing loaded", extra=kv(path=path))
+        else:
+            old_world = self._load_file(path)
+            for r in range(rank + world, old_world, world):
+                self._load_file(f"{os.fspath(f)}_{r}")
+        self._barrier()
+
+    save_state_to = save
+    load_state_from = load
 
 
 class SparseAdagrad(SparseOptimizer):
-    """``SparseAdagrad(params, lr, eps=1e-10)``: state ``sum += g*g`` kept on the servers."""
+    """``SparseAdagrad(params, lr, eps=1e-10)``: ``s += g*g``; ``x -= lr*g/(sqrt(s)+eps)``
+    with ``g`` the mean gradient of the row in this step; state ``NAME_sum``."""
 
     opt = "adagrad"
+    state_suffixes = ("sum",)
 
     def __init__(self, params: Sequence[DistEmbedding], lr: float, eps: float = 1e-10) -> None:
-        super().__init__(params, lr, eps=eps)
+        super().__init__(params, lr)
+        self._eps = float(eps)
+        self._defaults = {"_lr": self._lr, "_eps": self._eps}
+        for emb in self._params:
+            if emb.name in self._state:
+                raise ConfigError(f"embedding {emb.name!r} is registered twice")
+            self._state[emb.name] = self._make_state(emb, "_sum", (emb.embedding_dim,))
+
+    def _hyper(self) -> dict[str, float]:
+        return {"lr": self._lr, "eps": self._eps}
 
 
 class SparseAdam(SparseOptimizer):
-    """``SparseAdam(params, lr, betas=(0.9, 0.999), eps=1e-08)`` with per-row step counts."""
+    """``SparseAdam(params, lr, betas=(0.9, 0.999), eps=1e-08)`` with a per-row step count;
+    state ``NAME_step``, ``NAME_mem``, ``NAME_power`` (DGL's names)."""
 
     opt = "adam"
+    state_suffixes = ("step", "mem", "power")
 
     def __init__(
         self,
@@ -83,4 +262,23 @@ class SparseAdam(SparseOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-08,
     ) -> None:
-        super().__init__(params, lr, beta1=betas[0], beta2=betas[1], eps=eps)
+        super().__init__(params, lr)
+        self._eps = float(eps)
+        self._beta1, self._beta2 = float(betas[0]), float(betas[1])
+        self._defaults = {
+            "_lr": self._lr,
+            "_eps": self._eps,
+            "_beta1": self._beta1,
+            "_beta2": self._beta2,
+        }
+        for emb in self._params:
+            if emb.name in self._state:
+                raise ConfigError(f"embedding {emb.name!r} is registered twice")
+            self._state[emb.name] = (
+                self._make_state(emb, "_step", ()),
+                self._make_state(emb, "_mem", (emb.embedding_dim,)),
+                self._make_state(emb, "_power", (emb.embedding_dim,)),
+            )
+
+    def _hyper(self) -> dict[str, float]:
+        return {"lr": self._lr, "eps": self._eps, "beta1": self._beta1, "beta2": self._beta2}

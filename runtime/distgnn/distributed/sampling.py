@@ -1,4 +1,5 @@
-"""One-hop distributed neighbour sampling (DGL's ``sample_neighbors`` on a DistGraph).
+"""One-hop distributed neighbour sampling: DGL's ``sample_neighbors``,
+``sample_etype_neighbors`` and ``in_subgraph`` on a DistGraph.
 
 Seeds (homogeneous global node IDs) are grouped by owner partition; each server
 gets one SAMPLE_NEIGHBORS request, all in flight at once, and samples in-edges of
@@ -12,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from distgnn.distributed.subgraph import SubGraph
 from distgnn.distributed.tensor import as_ids, group
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
@@ -47,24 +49,45 @@ def _fanout(g: Any, fanout: int | dict[Any, int]) -> int | dict[str, int]:
     return out
 
 
-def sample_neighbors(
+def _seeds(g: Any, nodes: Any) -> np.ndarray:
+    """Homogeneous global seed IDs from IDs or a dict ``{ntype: type-wise IDs}``."""
+    if isinstance(nodes, dict):
+        book = g.get_partition_book()
+        parts = []
+        for ntype, ids in nodes.items():
+            if ntype not in book.ntypes:
+                raise ConfigError(f"nodes: unknown node type {ntype!r} (known: {book.ntypes})")
+            typed = as_ids(ids, g.num_nodes(ntype))
+            if typed.size and (int(typed.min()) < 0 or int(typed.max()) >= g.num_nodes(ntype)):
+                raise ConfigError(f"nodes[{ntype!r}] out of range [0, {g.num_nodes(ntype)})")
+            parts.append(g.book.to_homogeneous_nids(ntype, typed))
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+    gid = as_ids(nodes, g.num_nodes())
+    if gid.size and (int(gid.min()) < 0 or int(gid.max()) >= g.num_nodes()):
+        raise ConfigError(f"seed IDs out of range [0, {g.num_nodes()})")
+    return gid
+
+
+def _excluded(g: Any, exclude_edges: Any) -> np.ndarray:
+    if isinstance(exclude_edges, dict):
+        out = [
+            g.book.to_homogeneous_eids(g.to_canonical_etype(et), as_ids(e, g.num_edges(et)))
+            for et, e in exclude_edges.items()
+        ]
+        return np.concatenate(out) if out else np.empty(0, np.int64)
+    return as_ids(exclude_edges, g.num_edges())
+
+
+def sample_hop(
     g: Any,
-    seeds: Any,
+    gid: np.ndarray,
     fanout: int | dict[Any, int],
-    *,
     replace: bool = False,
     prob: str | None = None,
     seed: int | None = None,
 ) -> SampledEdges:
-    """Sample up to ``fanout`` in-edges of every seed (``-1``: all); see the module doc.
-
-    ``prob`` names an edge-data array used as unnormalised weights. ``seed`` makes
-    the draw reproducible (each server derives its own stream from it).
-    """
+    """One request per owning server (all in flight at once): sampled in-edges of ``gid``."""
     fo = _fanout(g, fanout)
-    gid = as_ids(seeds, g.num_nodes())
-    if gid.size and (int(gid.min()) < 0 or int(gid.max()) >= g.num_nodes()):
-        raise ConfigError(f"seed IDs out of range [0, {g.num_nodes()})")
     offsets = np.asarray(g.book.node_offsets, dtype=np.int64)
     nparts = len(offsets) - 1
     parts = (np.searchsorted(offsets, gid, side="right") - 1).astype(np.int16)
@@ -89,3 +112,66 @@ def sample_neighbors(
     res = [frames[p].bufs for p in sorted(frames)]
     cols = res[0] if len(res) == 1 else [np.concatenate([r[i] for r in res]) for i in range(4)]
     return SampledEdges(*(torch.from_numpy(np.ascontiguousarray(c)) for c in cols))
+
+
+def sample_neighbors(
+    g: Any,
+    nodes: Any,
+    fanout: int | dict[Any, int],
+    edge_dir: str = "in",
+    prob: str | None = None,
+    exclude_edges: Any = None,
+    replace: bool = False,
+    etype_sorted: bool = True,
+    output_device: Any = None,
+    *,
+    seed: int | None = None,
+) -> SubGraph:
+    """DGL's ``sample_neighbors``: up to ``fanout`` in-edges of every seed (``-1``: all).
+
+    ``nodes`` are homogeneous IDs, or ``{ntype: type-wise IDs}``; ``fanout`` an int or
+    ``{etype: int}`` (edge types not named are not sampled); ``prob`` names an edge-data
+    tensor used as unnormalised weights; ``exclude_edges`` (IDs, or ``{etype: IDs}``)
+    are dropped from the sample, as DGL does on a distributed graph. ``seed`` (DistGNN)
+    makes the draw reproducible. Servers keep in-edges only: ``edge_dir="out"`` raises
+    (sample the in-edges of a graph partitioned with reversed edges instead).
+    Returns a :class:`SubGraph` (``edges()``, ``edata[EID]``, ...).
+    """
+    if edge_dir != "in":
+        raise ConfigError(
+            "edge_dir: graph servers keep in-edges (CSC) only, so edge_dir='out' is not "
+            "supported; partition the graph with reversed edges and sample 'in'"
+        )
+    s = sample_hop(g, _seeds(g, nodes), fanout, replace, prob, seed)
+    src, dst, eid, et = s
+    if exclude_edges is not None:
+        keep = torch.from_numpy(~np.isin(eid.numpy(), _excluded(g, exclude_edges)))
+        src, dst, eid, et = src[keep], dst[keep], eid[keep], et[keep]
+    if output_device is not None:
+        src, dst, eid, et = (x.to(output_device) for x in (src, dst, eid, et))
+    return SubGraph(g, src, dst, eid, et.to(torch.int64))
+
+
+def sample_etype_neighbors(
+    g: Any,
+    nodes: Any,
+    fanout: int | dict[Any, int],
+    edge_dir: str = "in",
+    prob: str | None = None,
+    exclude_edges: Any = None,
+    replace: bool = False,
+    etype_sorted: bool = True,
+    output_device: Any = None,
+    *,
+    seed: int | None = None,
+) -> SubGraph:
+    """DGL's ``sample_etype_neighbors``: ``fanout`` per edge type (same as above)."""
+    return sample_neighbors(
+        g, nodes, fanout, edge_dir, prob, exclude_edges, replace, etype_sorted, output_device,
+        seed=seed,
+    )  # fmt: skip
+
+
+def in_subgraph(g: Any, nodes: Any, output_device: Any = None) -> SubGraph:
+    """DGL's ``in_subgraph``: every in-edge of ``nodes``."""
+    return sample_neighbors(g, nodes, -1, output_device=output_device)

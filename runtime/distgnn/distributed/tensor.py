@@ -9,14 +9,16 @@ New named tensors are created on every server with an initialiser given by name
 
 from __future__ import annotations
 
-import uuid
+import weakref
+import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from distgnn.distributed.context import DistContext, resolve_ctx
+from distgnn.distributed.partition_book import PartitionPolicy
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import Into, MsgType, Segments
@@ -59,74 +61,35 @@ def as_ids(ids: Any, n: int | None = None) -> np.ndarray:
     return a.reshape(-1).astype(np.int64, copy=False)
 
 
-@dataclass(frozen=True)
-class PartPolicy:
-    """How rows map to partitions: the type-wise offsets of one node or edge type."""
-
-    kind: str  # "node" or "edge"
-    type_name: str  # ntype or "SRC:ETYPE:DST"
-    offsets: np.ndarray  # (num_parts+1,) type-wise offsets
-
-    @property
-    def policy_str(self) -> str:
-        return f"{self.kind}:{self.type_name}"
-
-    @property
-    def size(self) -> int:
-        return int(self.offsets[-1])
-
-    def key(self, name: str) -> str:
-        return f"{self.kind}/{self.type_name}/{name}"
-
-    def part_sizes(self) -> list[int]:
-        return np.diff(self.offsets).astype(int).tolist()
-
-    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(partition, local row) of each ID; out-of-range IDs raise ConfigError."""
-        dtype = np.int16 if len(self.offsets) < 30000 else np.int64
-        if not ids.size:
-            return np.empty(0, dtype), ids
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= self.size:
-            raise ConfigError(f"{self.kind} IDs out of range [0, {self.size}) for {self.type_name}")
-        p_lo, p_hi = np.searchsorted(self.offsets, [lo, hi], side="right") - 1
-        if p_lo == p_hi:  # all in one partition (always so with one): no per-ID search
-            return np.full(len(ids), p_lo, dtype), ids - self.offsets[p_lo]
-        part = np.searchsorted(self.offsets, ids, side="right") - 1
-        return part.astype(dtype), ids - self.offsets[part]
-
-
-def resolve_policy(
-    ctx: Any, policy: str | PartPolicy | None, rows: int | None = None
-) -> PartPolicy:
-    """Parse ``node``/``edge``/``node:NTYPE``/``edge:S:E:D``/an ntype/an etype name."""
-    if isinstance(policy, PartPolicy):
+def resolve_policy(ctx: Any, policy: Any, rows: int | None = None) -> PartitionPolicy:
+    """A :class:`PartitionPolicy` from a policy object, a policy string (``node``,
+    ``edge``, ``node:NTYPE``, ``edge:S:E:D``), a node or edge type name, or (None) the
+    one node or edge type whose size is ``rows`` (DGL's inference)."""
+    book = ctx.partition_book
+    if isinstance(policy, PartitionPolicy):
         return policy
-    book, man = ctx.book, ctx.manifest
     if policy is None:
-        if rows is not None and len(man.node_types) == 1 and rows == man.num_nodes:
-            policy = "node"
-        elif rows is not None and len(man.edge_types) == 1 and rows == man.num_edges:
-            policy = "edge"
-        else:
-            raise ConfigError(f"part_policy is required (cannot infer it from {rows} rows)")
-    kind, _, rest = policy.partition(":")
-    if kind in ("node", "edge") and not rest:
-        types = man.node_types if kind == "node" else man.etype_names
-        if len(types) != 1:
-            raise ConfigError(f"part_policy {policy!r} is ambiguous: name a type among {types}")
-        rest = types[0]
-    elif kind not in ("node", "edge"):
-        kind, rest = ("node", policy) if policy in man.node_types else ("edge", policy)
-    if kind == "node":
-        if rest not in man.node_types:
-            raise ConfigError(f"part_policy: unknown node type {rest!r}")
-        return PartPolicy("node", rest, np.asarray(book.ntype_offsets(rest), dtype=np.int64))
+        if rows is None:
+            raise ConfigError("part_policy is required (no row count to infer it from)")
+        found = [f"node:{t}" for t in book.ntypes if book._num_nodes(t) == rows]
+        found += [
+            "edge:" + ":".join(c) for c in book.canonical_etypes if book._num_edges(c) == rows
+        ]
+        if len(found) != 1:
+            why = "no node or edge type has" if not found else f"several types ({found}) have"
+            raise ConfigError(f"part_policy: {why} {rows} rows; pass part_policy")
+        return PartitionPolicy(found[0], book)
+    if not isinstance(policy, str):
+        raise ConfigError(f"part_policy must be a PartitionPolicy or a string, got {policy!r}")
+    kind = policy.replace("~", ":").partition(":")[0]
+    if kind in ("node", "edge"):
+        return PartitionPolicy(policy, book)
+    if policy in book.ntypes:
+        return PartitionPolicy(f"node:{policy}", book)
     try:
-        name = man.etype_names[book.etype_id(rest)]
-    except Exception as e:
-        raise ConfigError(f"part_policy: unknown edge type {rest!r}") from e
-    return PartPolicy("edge", name, np.asarray(book.etype_offsets(name), dtype=np.int64))
+        return PartitionPolicy("edge:" + ":".join(book.to_canonical_etype(policy)), book)
+    except ConfigError:
+        raise ConfigError(f"part_policy: {policy!r} is no node or edge type") from None
 
 
 def _into(dest: np.ndarray) -> Into:
@@ -204,14 +167,40 @@ def group(parts: np.ndarray, nparts: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.concatenate([[0], np.cumsum(counts)])
 
 
+InitFunc = str | tuple[str, dict[str, Any]] | Callable[..., Any] | None
+_CHUNK_BYTES = 32 << 20
+
+
+def _init_spec(init_func: InitFunc) -> dict[str, Any]:
+    if callable(init_func):
+        raise ConfigError("init_func: a function is called by the client, not named")
+    kind, args = (init_func, {}) if isinstance(init_func, str) or init_func is None else init_func
+    if not isinstance(args, dict):
+        raise ConfigError("init_func: a named initialiser is a name or (name, {args})")
+    return {"kind": kind or "zeros", **args}
+
+
 class DistTensor:
-    """A distributed tensor (DGL's name and semantics) bound to an explicit context.
+    """DGL's distributed tensor: rows partitioned like one node or edge type.
 
     ``DistTensor(shape, dtype, name=None, init_func=None, part_policy=None,
-    persistent=False, ctx=...)``: attaches when ``name`` exists on the servers (shape and
-    dtype must match), else creates it with ``init_func`` (a name, or a tuple
-    ``("uniform", {"low": -1, "high": 1})``). A non-persistent tensor is released when
-    the context closes (deleted when no other context holds it).
+    persistent=False, is_gdata=True, attach=True, *, ctx=None)``:
+
+    * an existing ``name`` is attached (shape and dtype must match), else created;
+    * unnamed tensors get ``anonymous-SCOPE-N`` (the n-th unnamed tensor of a context):
+      every trainer creating them in the same order shares them, as in DGL;
+    * ``init_func(shape, dtype)`` is called (by the creating trainer) once per partition
+      with that partition's shape, as DGL's servers do; DistGNN also takes a named
+      initialiser run on the servers (``"zeros"``, ``"ones"``, ``("uniform", {"low":
+      -1, "high": 1})``, ``"normal"``, ``("constant", {"value": v})``), seeded by the
+      tensor's name;
+    * ``part_policy`` is inferred from ``shape[0]`` when one node or edge type has
+      that many rows;
+    * a non-persistent tensor is released on ``del`` (deleted on the servers when the
+      last holder lets go) or when its context closes.
+
+    ``is_gdata`` and ``attach`` are accepted for DGL compatibility (DistGNN has no client
+    groups, and every tensor of a node or edge type is listed in ``ndata``/``edata``).
     """
 
     def __init__(
@@ -219,16 +208,18 @@ class DistTensor:
         shape: tuple[int, ...] | list[int],
         dtype: Any,
         name: str | None = None,
-        init_func: str | tuple[str, dict[str, Any]] | Callable[..., Any] | None = None,
-        part_policy: str | PartPolicy | None = None,
+        init_func: InitFunc = None,
+        part_policy: Any = None,
         persistent: bool = False,
+        is_gdata: bool = True,
+        attach: bool = True,
         *,
-        ctx: Any,
-        attach_only: bool = False,
-        seed: int = 0,
+        ctx: Any = None,
+        seed: int | None = None,
+        _view: bool = False,
     ) -> None:
-        ctx = getattr(ctx, "ctx", ctx)  # a DistGraph works too
-        self.ctx = ctx
+        ctx = resolve_ctx(ctx)
+        self.ctx: DistContext = ctx
         self.shape = tuple(int(s) for s in shape)
         self.np_dtype = np_dtype(dtype)
         self.policy = resolve_policy(ctx, part_policy, self.shape[0] if self.shape else None)
@@ -238,53 +229,91 @@ class DistTensor:
                 f"has {self.policy.size}"
             )
         if name is None:
-            name, persistent = f"anon-{uuid.uuid4().hex[:12]}", False
+            if persistent:
+                raise ConfigError("persistent: an unnamed DistTensor cannot be persistent")
+            name = ctx.next_anonymous_name()
         self.name = name
         self.key = self.policy.key(name)
         self.persistent = persistent
-        if attach_only:
+        self.is_gdata = is_gdata
+        self._finalizer: Any = None
+        if _view:
             return
         if callable(init_func):
-            raise ConfigError(
-                "init_func must be a name (zeros, ones, uniform, normal, constant) or "
-                "(name, {args}); functions are not shipped to servers"
-            )
-        kind, args = (
-            (init_func, {}) if isinstance(init_func, str) or init_func is None else init_func
-        )
-        spec = {"kind": kind or "zeros", **args}
+            created_persistent = self._create_with(init_func)
+        else:
+            created_persistent = self._create_named(init_func, seed)
+        # hold a reference (released on del / close) unless the servers keep it anyway
+        if not created_persistent:
+            self._finalizer = weakref.finalize(self, ctx.release, self.key)
+            ctx.track(self._finalizer)
+
+    def _init_call(
+        self, p: int, n: int, init: dict[str, Any], extra: dict[str, Any], bufs: tuple = ()
+    ) -> Call:
+        meta = {
+            "name": self.key,
+            "dtype": self.np_dtype.name,
+            "shape": [n, *self.shape[1:]],
+            "init": init,
+            "persistent": self.persistent,
+            **extra,
+        }
+        return Call(MsgType.INIT_TENSOR, meta, bufs)
+
+    def _create_named(self, init_func: InitFunc, seed: int | None) -> bool:
+        spec = _init_spec(init_func)
+        s = zlib.crc32(self.key.encode()) if seed is None else int(seed)
         calls = {
-            p: Call(
-                MsgType.INIT_TENSOR,
-                {
-                    "name": self.key,
-                    "dtype": self.np_dtype.name,
-                    "shape": [n, *self.shape[1:]],
-                    "init": spec,
-                    "persistent": persistent,
-                    "seed": seed,
-                },
-            )
+            p: self._init_call(p, n, spec, {"seed": s})
             for p, n in enumerate(self.policy.part_sizes())
         }
-        res = ctx.call_many(calls)
-        # hold a reference (released by ctx.close) only on tensors the servers keep counted
-        if not all(f.meta.get("persistent", persistent) for f in res.values()):
-            ctx.owned_tensors.append(self.key)
+        res = self.ctx.call_many(calls)
+        return all(f.meta.get("persistent", self.persistent) for f in res.values())
+
+    def _create_with(self, init_func: Callable[..., Any]) -> bool:
+        """Attach where the tensor exists; elsewhere create it from ``init_func``'s data."""
+        sizes = self.policy.part_sizes()
+        probe = {
+            p: self._init_call(p, n, {"kind": "zeros"}, {"attach_only": True})
+            for p, n in enumerate(sizes)
+        }
+        res = self.ctx.call_many(probe)
+        missing = [p for p, f in res.items() if not f.meta.get("exists", True)]
+        torch_dtype = self.dtype
+        for p in missing:
+            data = init_func((sizes[p], *self.shape[1:]), torch_dtype)
+            if isinstance(data, torch.Tensor):
+                data = data.detach().cpu().numpy()
+            arr = np.ascontiguousarray(np.asarray(data, dtype=self.np_dtype))
+            if arr.shape != (sizes[p], *self.shape[1:]):
+                raise ConfigError(
+                    f"init_func returned shape {list(arr.shape)} for a partition of "
+                    f"{[sizes[p], *self.shape[1:]]}"
+                )
+            call = self._init_call(p, sizes[p], {"kind": "data"}, {}, (arr,))
+            res[p] = self.ctx.call(p, call)
+        return all(f.meta.get("persistent", self.persistent) for f in res.values())
+
+    def release(self) -> None:
+        """Drop this handle's reference on the servers now (what ``del`` does later)."""
+        if self._finalizer is not None and self._finalizer.alive:
+            self._finalizer()
+            self.ctx.flush_releases()
 
     @classmethod
-    def attach(
-        cls, ctx: Any, policy: PartPolicy, name: str, dtype: Any, row_shape: tuple
+    def view(
+        cls, ctx: Any, policy: PartitionPolicy, name: str, dtype: Any, row_shape: tuple
     ) -> DistTensor:
-        """A view of an existing server tensor (partition data)."""
+        """A view of an existing server tensor (graph data); holds no reference."""
         return cls(
             (policy.size, *row_shape),
             dtype,
             name,
             part_policy=policy,
-            ctx=ctx,
             persistent=True,
-            attach_only=True,
+            ctx=ctx,
+            _view=True,
         )
 
     def __len__(self) -> int:
@@ -295,14 +324,42 @@ class DistTensor:
         return torch.from_numpy(np.empty(0, self.np_dtype)).dtype
 
     @property
-    def part_policy(self) -> PartPolicy:
+    def part_policy(self) -> PartitionPolicy:
         return self.policy
+
+    @property
+    def tensor_name(self) -> str:
+        return self.name
+
+    @property
+    def kvstore_key(self) -> str:
+        """The tensor's name on the servers (``node/NTYPE/NAME``)."""
+        return self.key
 
     def __repr__(self) -> str:
         return (
             f"DistTensor({self.name!r}, shape={self.shape}, dtype={self.np_dtype}, "
             f"{self.policy.policy_str})"
         )
+
+    def _chunks(self) -> Any:
+        row = max(1, self.np_dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64)))
+        step = max(1, _CHUNK_BYTES // row)
+        for i in range(0, self.shape[0], step):
+            yield np.arange(i, min(i + step, self.shape[0]), dtype=np.int64)
+
+    def count_nonzero(self) -> int:
+        """Number of non-zero elements (read in chunks)."""
+        return sum(int(np.count_nonzero(self.pull_numpy(ids))) for ids in self._chunks())
+
+    def __or__(self, other: DistTensor) -> DistTensor:
+        """Element-wise OR into a new unnamed tensor of the same policy (as DGL's)."""
+        if not isinstance(other, DistTensor) or other.shape != self.shape:
+            raise ConfigError("| needs a DistTensor of the same shape")
+        out = DistTensor(self.shape, self.dtype, part_policy=self.policy, ctx=self.ctx)
+        for ids in self._chunks():
+            out[ids] = np.logical_or(self.pull_numpy(ids), other.pull_numpy(ids))
+        return out
 
     def pull_numpy(self, ids: Any) -> np.ndarray:
         """Rows ``ids`` as a NumPy array (in the order given)."""

@@ -259,7 +259,7 @@ def _hetero(arrays: dict[str, np.ndarray], source: str) -> GraphData:
         else:
             raise GraphFormatError(f"{source}: unexpected array {k!r} in a heterogeneous graph")
     ntypes = sorted(counts)
-    etypes = sorted(edges, key=etype_str)
+    etypes = sorted(edges)  # DGL's relation order: (src, etype, dst) tuples sorted
     offs = dict(zip(ntypes, np.cumsum([0, *[counts[t] for t in ntypes]]).tolist(), strict=False))
     srcs: list[np.ndarray] = []
     dsts: list[np.ndarray] = []

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from distgnn import log as dlog
+from distgnn import storage
 from distgnn.errors import ConfigError, JobFailed
 
 HELP = "run a DistGNNJob or GraphServer manifest locally (processes on 127.0.0.1)"
@@ -99,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
     ctx = RunContext(
         workdir=workdir, registry=registry, ready_timeout=args.ready_timeout, grace=args.grace
     )
+    dlog.add_context(job=plan.name)
     log.info(
         "distgnn run",
         extra={"fields": {"kind": plan.kind, "name": plan.name, "workdir": str(workdir)}},
@@ -119,6 +122,9 @@ def main(args: argparse.Namespace) -> int:
         except JobFailed as e:
             print(f"distgnn run: job failed: {e}", file=sys.stderr)
             return 1
+    if plan.output_url:  # where inference wrote (trainers ran in the manifest's folder)
+        metrics["output_url"] = plan.output_url
+        log.info("inference output", extra={"fields": {"url": storage.redact(plan.output_url)}})
     text = json.dumps(metrics, sort_keys=True)
     if args.metrics_out:
         args.metrics_out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from distgnn import storage
 from distgnn.errors import ConfigError
 from distgnn.log import kv
@@ -80,35 +78,36 @@ class LocalPlan:
     replicas: int = 1
     num_samplers: int = 0
     checkpoint_url: str | None = None
+    output_url: str | None = None
     backoff_limit: int = 0
     active_deadline: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    metrics: bool = False
+    """``spec.monitoring.metrics``: servers and trainers serve Prometheus /metrics."""
 
 
 def load_yaml(path: Path) -> Any:
-    """Read one YAML document; a missing file or malformed YAML is a one-line ConfigError."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the manifest ({e.strerror or e})") from e
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or type(e).__name__
-        raise ConfigError(f"{path}:{where}: malformed YAML ({problem})") from e
+    """Read one YAML manifest within the limits of :mod:`distgnn.api.manifest_yaml`;
+    a missing, oversized, non-UTF-8, too deep or malformed file is a one-line ConfigError."""
+    from distgnn.api.manifest_yaml import load_file
+
+    return load_file(path)
 
 
-def resolve(url: str, base: Path) -> str:
+def resolve(url: str, base: Path, field: str = "url") -> str:
     """A relative local path resolved against ``base``; URLs and absolute paths unchanged."""
-    if "://" in url:
-        if url.startswith("file://") and not url.startswith("file:///"):
-            return str((base / url[len("file://") :]).resolve())
-        return url
-    p = Path(url).expanduser()
-    return str(p if p.is_absolute() else (base / p).resolve())
+    from distgnn.api.manifest_yaml import short
+
+    try:
+        if "://" in url:
+            if url.startswith("file://") and not url.startswith("file:///"):
+                return str((base / url[len("file://") :]).resolve())
+            return url
+        p = Path(url).expanduser()
+        return str(p if p.is_absolute() else (base / p).resolve())
+    except (ValueError, RuntimeError, OSError) as e:
+        raise ConfigError(f"{field}: {short(url)} is not a usable path ({e})") from e
 
 
 def _partition_plan(
@@ -118,7 +117,11 @@ def _partition_plan(
     from distgnn.api.commands import balance_mask
 
     p = spec.partitioning
-    out = resolve(p.output_url, base) if p.output_url else str(workdir / "partitions")
+    out = (
+        resolve(p.output_url, base, "spec.partitioning.outputURL")
+        if p.output_url
+        else str(workdir / "partitions")
+    )
     return PartitionPlan(
         graph_url=graph_url,
         out_url=out,
@@ -137,7 +140,7 @@ def plan_from_manifest(
     obj: Any, manifest_path: Path, workdir: Path | None
 ) -> tuple[LocalPlan, Path]:
     """Validate ``obj`` with distgnn.api and build the local plan; returns (plan, workdir)."""
-    from distgnn.api import storage_env, trainer_command
+    from distgnn.api import inference_output_url, storage_env, trainer_command
     from distgnn.api.types import DistGNNJob, JobGraph
     from distgnn.api.validate import parse_manifest
 
@@ -151,9 +154,13 @@ def plan_from_manifest(
     manifest_url: str | None = None
     graph_server: str | None = None
     if graph.source is not None:
-        part = _partition_plan(spec, name, resolve(graph.source.url, base), base, workdir)
+        part = _partition_plan(
+            spec, name, resolve(graph.source.url, base, "spec.graph.source.url"), base, workdir
+        )
     elif graph.partitions is not None:
-        manifest_url = resolve(graph.partitions.manifest_url, base)
+        manifest_url = resolve(
+            graph.partitions.manifest_url, base, "spec.graph.partitions.manifestURL"
+        )
     elif isinstance(graph, JobGraph) and graph.graph_server is not None:
         graph_server = graph.graph_server.name
     common: dict[str, Any] = dict(
@@ -163,6 +170,7 @@ def plan_from_manifest(
         graph_server=graph_server,
         server_workers=spec.servers.workers,
         cwd=str(base),
+        metrics=spec.monitoring.metrics,
     )
     if not isinstance(res, DistGNNJob):
         return LocalPlan(kind="GraphServer", env=storage_env(spec.storage), **common), workdir
@@ -183,7 +191,16 @@ def plan_from_manifest(
             app=tr.app.name if tr.app is not None else None,
             replicas=tr.replicas,
             num_samplers=tr.num_samplers,
-            checkpoint_url=resolve(tr.checkpoint.url, base) if tr.checkpoint else None,
+            checkpoint_url=(
+                resolve(tr.checkpoint.url, base, "spec.trainers.checkpoint.url")
+                if tr.checkpoint
+                else None
+            ),
+            output_url=(
+                resolve(out, base, "spec.trainers.app.outputURL")
+                if (out := inference_output_url(res))
+                else None
+            ),
             backoff_limit=rp.backoff_limit,
             active_deadline=rp.active_deadline_seconds,
             env=env,

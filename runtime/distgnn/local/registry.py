@@ -160,6 +160,19 @@ class Registry:
         p.unlink(missing_ok=True)
         self.token_path(name).unlink(missing_ok=True)
 
+    def sweep(self) -> list[str]:
+        """Remove the entries (and token files) of GraphServers whose process is gone."""
+        removed = []
+        for name in self.names():
+            try:
+                entry = self.read(name)
+            except ConfigError:
+                continue
+            if not entry.alive():
+                self.remove(name, pid=entry.pid)
+                removed.append(name)
+        return removed
+
     def names(self) -> list[str]:
         if not self.root.is_dir():
             return []

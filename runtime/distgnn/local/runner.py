@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from distgnn import contract
+from distgnn import log as dlog
 from distgnn.errors import ConfigError, JobFailed
 from distgnn.local.plan import LocalPlan, distgnn_argv
 from distgnn.local.ports import LOOPBACK, PortAllocator
+from distgnn.local.progress import ProgressWatch
 from distgnn.local.registry import GraphServerEntry, Registry, process_create_time
 from distgnn.local.supervisor import ManagedProcess, ProcessSpec, Supervisor, describe_exit
 from distgnn.log import Progress, kv
@@ -45,6 +47,13 @@ class RunContext:
     grace: float = 10.0
     poll_interval: float = 0.1
     status_interval: float = 30.0
+    progress_interval: float = 2.0
+    log_format: str | None = None
+    """Format of the children's logs and of their lines in ``stream`` (json or text);
+    None: this process's own (``distgnn --log-format``)."""
+
+    def resolved_log_format(self) -> str:
+        return self.log_format or dlog.current_format() or "text"
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class Servers:
     addresses: list[str]
     token_file: str
     manifest_url: str
+    metrics_urls: list[str] = field(default_factory=list)
 
 
 class Deadline:
@@ -86,10 +96,13 @@ def write_token(path: Path) -> Path:
     return path
 
 
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """The parent's environment, readable logs and unbuffered output, plus ``extra``."""
+def child_env(extra: dict[str, str], log_format: str | None = None) -> dict[str, str]:
+    """The parent's environment, the run's log format (one format per run, default the
+    parent's own), unbuffered output, plus ``extra``."""
     env = dict(os.environ)
-    env.setdefault(contract.ENV_LOG_FORMAT, "text")
+    env[contract.ENV_LOG_FORMAT] = (
+        log_format or dlog.current_format() or env.get(contract.ENV_LOG_FORMAT) or "text"
+    )
     env["PYTHONUNBUFFERED"] = "1"
     env.pop(contract.ENV_TOKEN, None)
     env.update(extra)
@@ -97,18 +110,10 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def read_num_parts(manifest_url: str) -> int:
-    """``num_parts`` of a partition manifest (see docs/partition-format.md)."""
-    from distgnn import storage
-    from distgnn.errors import ManifestError
+    """``num_parts`` of a partition manifest, validated (see docs/partition-format.md)."""
+    from distgnn.partition.loader import load_manifest
 
-    raw = storage.read_bytes(manifest_url)
-    try:
-        n = json.loads(raw)["num_parts"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ManifestError(f"{storage.redact(manifest_url)}: no valid num_parts ({e})") from e
-    if not isinstance(n, int) or n < 1:
-        raise ManifestError(f"{storage.redact(manifest_url)}: num_parts {n!r} is not >= 1")
-    return n
+    return load_manifest(manifest_url).num_parts
 
 
 # -- servers ---------------------------------------------------------------------------
@@ -123,11 +128,16 @@ def start_servers(
     rundir: Path,
     ports: PortAllocator,
     deadline: Deadline,
+    *,
+    owner: str | None = None,
+    metrics: bool = False,
 ) -> Servers:
-    """Start one server per partition and wait for all of them to be ready."""
+    """Start one server per partition and wait for all of them to be ready (with
+    ``metrics``, each also serves /metrics on a port of its own)."""
     num_parts = read_num_parts(manifest_url)
     health: dict[str, tuple[int, Path]] = {}
     addresses: list[str] = []
+    metrics_urls: list[str] = []
     for i in range(num_parts):
         name = f"server-{i}"
         port, hport = ports.take(), ports.take()
@@ -145,13 +155,22 @@ def start_servers(
             "--health-port", str(hport),
             "--ready-file", str(ready),
         ]  # fmt: skip
-        env = child_env({contract.ENV_TOKEN_FILE: str(token_file)})
+        if metrics:
+            mport = ports.take()
+            argv += ["--metrics-port", str(mport)]
+            metrics_urls.append(f"http://{LOOPBACK}:{mport}{contract.METRICS_PATH}")
+        extra = {contract.ENV_TOKEN_FILE: str(token_file)}
+        if owner:
+            extra[contract.ENV_JOB_NAME] = owner
+        env = child_env(extra, ctx.resolved_log_format())
         sup.start(ProcessSpec(name, argv, env=env, cwd=str(rundir)))
         health[name] = (hport, ready)
         addresses.append(f"{LOOPBACK}:{port}")
     wait_ready(sup, ctx, health, deadline)
     log.info("graph servers ready", extra=kv(servers=",".join(addresses), num_parts=num_parts))
-    return Servers(addresses, str(token_file), manifest_url)
+    if metrics_urls:
+        log.info("graph server metrics", extra=kv(urls=",".join(metrics_urls)))
+    return Servers(addresses, str(token_file), manifest_url, metrics_urls)
 
 
 def _is_ready(hport: int, ready: Path) -> bool:
@@ -214,8 +233,26 @@ def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) 
 # -- trainers --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TrainerPorts:
+    """Rank 0's rendezvous and /progress ports; each rank's /metrics port (if enabled)."""
+
+    master: int
+    progress: int
+    metrics: list[int] = field(default_factory=list)
+
+    @classmethod
+    def take(cls, ports: PortAllocator, plan: LocalPlan) -> TrainerPorts:
+        metrics = [ports.take() for _ in range(plan.replicas)] if plan.metrics else []
+        return cls(ports.take(), ports.take(), metrics)
+
+
 def trainer_specs(
-    plan: LocalPlan, servers: Servers, rundir: Path, master_port: int
+    plan: LocalPlan,
+    servers: Servers,
+    rundir: Path,
+    tports: TrainerPorts,
+    log_format: str | None = None,
 ) -> list[ProcessSpec]:
     """One ProcessSpec per trainer replica with the contract environment."""
     assert plan.trainer_argv is not None
@@ -230,16 +267,20 @@ def trainer_specs(
             contract.ENV_LOCAL_RANK: str(rank),
             contract.ENV_WORLD_SIZE: str(plan.replicas),
             contract.ENV_MASTER_ADDR: LOOPBACK,
-            contract.ENV_MASTER_PORT: str(master_port),
+            contract.ENV_MASTER_PORT: str(tports.master),
             contract.ENV_NUM_SAMPLERS: str(plan.num_samplers),
             contract.ENV_JOB_NAME: plan.name,
             contract.ENV_METRICS_FILE: str(rundir / "metrics.json"),
             contract.ENV_TERMINATION_LOG: str(rundir / f"trainer-{rank}.termination-log"),
+            contract.ENV_PROGRESS_PORT: str(tports.progress) if rank == 0 else "off",
+            contract.ENV_HTTP_BIND: LOOPBACK,
             **plan.env,
         }
+        if tports.metrics:
+            extra[contract.ENV_METRICS_PORT] = str(tports.metrics[rank])
         if plan.checkpoint_url:
             extra[contract.ENV_CHECKPOINT_URL] = plan.checkpoint_url
-        env = child_env(extra)
+        env = child_env(extra, log_format)
         env.setdefault("OMP_NUM_THREADS", str(threads))
         specs.append(ProcessSpec(f"trainer-{rank}", plan.trainer_argv, env=env, cwd=plan.cwd))
     return specs
@@ -261,15 +302,20 @@ def run_trainers(
         for f in rundir.glob("*.termination-log"):
             f.unlink()
         (rundir / "metrics.json").unlink(missing_ok=True)
-        specs = trainer_specs(plan, servers, rundir, ports.take())
+        tports = TrainerPorts.take(ports, plan)
+        specs = trainer_specs(plan, servers, rundir, tports, ctx.resolved_log_format())
         log.info(
             "starting trainers",
             extra=kv(replicas=plan.replicas, attempt=attempt + 1, samplers=plan.num_samplers),
         )
+        if tports.metrics:
+            urls = [f"http://{LOOPBACK}:{p}{contract.METRICS_PATH}" for p in tports.metrics]
+            log.info("trainer metrics", extra=kv(urls=",".join(urls)))
         for spec in specs:
             sup.start(spec)
         names = [s.name for s in specs]
-        failure = _watch(sup, ctx, names, server_names, rundir, deadline)
+        watch = ProgressWatch(tports.progress, ctx.progress_interval)
+        failure = _watch(sup, ctx, names, server_names, rundir, deadline, watch)
         if failure is None:
             return read_metrics(sup, rundir, plan)
         sup.stop(names, grace=ctx.grace)
@@ -294,11 +340,14 @@ def _watch(
     servers: list[str],
     rundir: Path,
     deadline: Deadline,
+    progress: ProgressWatch | None = None,
 ) -> str | None:
     """Wait for the trainers; None when all succeeded, else the failure text."""
     t0 = last_note = time.monotonic()
     while True:
         now = time.monotonic()
+        if progress is not None:
+            progress.poll(now)
         if now - last_note >= ctx.status_interval:
             last_note = now
             n_done = len(sup.exited(trainers))
@@ -369,10 +418,39 @@ def read_metrics(sup: Supervisor, rundir: Path, plan: LocalPlan) -> dict[str, An
 
 
 def _rundir(ctx: RunContext, name: str) -> tempfile.TemporaryDirectory[str]:
-    """A private (0700) folder for one run's token, ready files, logs and metrics."""
+    """A private (0700) folder for one run's token, ready files, logs and metrics.
+
+    The folder records its owner (pid and start time); folders left by runs that died
+    without cleaning up (SIGKILL, power loss) are removed here, at the next start.
+    """
+    from distgnn.server.sweep import sweep_stale, write_owner
+
     runs = ctx.workdir / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryDirectory(prefix=f"{name}-", dir=runs)
+    for path in sweep_stale(str(runs), prefix=""):
+        log.info("removed the run folder of a dead run", extra=kv(path=path))
+    tmp = tempfile.TemporaryDirectory(prefix=f"{name}-", dir=runs, ignore_cleanup_errors=True)
+    os.chmod(tmp.name, 0o700)
+    write_owner(tmp.name)
+    return tmp
+
+
+def sweep_shm() -> list[str]:
+    """Remove shared-memory folders of graph servers that died (SIGKILL, crash)."""
+    from distgnn.server.store import default_shm_root
+    from distgnn.server.sweep import sweep_stale
+
+    return sweep_stale(default_shm_root())
+
+
+def _supervisor(ctx: RunContext, plan: LocalPlan) -> Supervisor:
+    """Children's output in the run's own log format (JSON lines stay JSON)."""
+    return Supervisor(
+        ctx.stream,
+        grace=ctx.grace,
+        json_lines=ctx.resolved_log_format() == "json",
+        fields={"job": plan.name},
+    )
 
 
 def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) -> dict[str, Any]:
@@ -381,28 +459,47 @@ def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) 
 
     deadline = deadline or Deadline(plan.active_deadline)
     ports = PortAllocator()
-    with _rundir(ctx, plan.name) as tmp, Supervisor(ctx.stream, grace=ctx.grace) as sup:
-        rundir = Path(tmp)
-        os.chmod(rundir, 0o700)
-        if plan.graph_server:
-            entry = ctx.registry.lookup(plan.graph_server)
+    started_servers = False
+    try:
+        with _rundir(ctx, plan.name) as tmp, _supervisor(ctx, plan) as sup:
+            rundir = Path(tmp)
+            token_path = rundir / "token"
+            try:
+                if plan.graph_server:
+                    entry = ctx.registry.lookup(plan.graph_server)
+                    log.info(
+                        "attaching to local GraphServer",
+                        extra=kv(graphserver=entry.name, servers=",".join(entry.servers)),
+                    )
+                    servers = Servers(entry.servers, entry.token_file, entry.manifest_url)
+                else:
+                    manifest_url = prepare_partitions(plan)
+                    deadline.check("partitioning")
+                    token = write_token(token_path)
+                    started_servers = True
+                    servers = start_servers(
+                        sup,
+                        ctx,
+                        manifest_url,
+                        plan.server_workers,
+                        token,
+                        rundir,
+                        ports,
+                        deadline,
+                        owner=plan.name,
+                        metrics=plan.metrics,
+                    )
+                metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
+            finally:
+                # first thing, before the (up to --grace seconds) stop of the processes
+                token_path.unlink(missing_ok=True)
             log.info(
-                "attaching to local GraphServer",
-                extra=kv(graphserver=entry.name, servers=",".join(entry.servers)),
-            )
-            servers = Servers(entry.servers, entry.token_file, entry.manifest_url)
-        else:
-            manifest_url = prepare_partitions(plan)
-            deadline.check("partitioning")
-            token = write_token(rundir / "token")
-            servers = start_servers(
-                sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, deadline
-            )
-        metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
-        log.info(
-            "job succeeded in %.1fs; stopping processes", time.monotonic() - deadline.t0,
-            extra=kv(job=plan.name),
-        )  # fmt: skip
+                "job succeeded in %.1fs; stopping processes", time.monotonic() - deadline.t0,
+                extra=kv(job=plan.name),
+            )  # fmt: skip
+    finally:
+        if started_servers:
+            sweep_shm()
     return metrics
 
 
@@ -412,6 +509,7 @@ def run_graphserver(plan: LocalPlan, ctx: RunContext) -> None:
 
     ports = PortAllocator()
     registry = ctx.registry
+    registry.sweep()
     try:
         existing: GraphServerEntry | None = registry.lookup(plan.name)
     except ConfigError:  # absent or stale: the name is free
@@ -424,42 +522,59 @@ def run_graphserver(plan: LocalPlan, ctx: RunContext) -> None:
     token = write_token(registry.token_path(plan.name))
     registered = False
     try:
-        with _rundir(ctx, plan.name) as tmp, Supervisor(ctx.stream, grace=ctx.grace) as sup:
-            rundir = Path(tmp)
-            servers = start_servers(
-                sup, ctx, manifest_url, plan.server_workers, token, rundir, ports, Deadline(None)
-            )
-            entry = GraphServerEntry(
-                name=plan.name,
-                servers=servers.addresses,
-                token_file=str(token),
-                manifest_url=manifest_url,
-                pid=os.getpid(),
-                create_time=process_create_time(os.getpid()),
-            )
-            path = registry.register(entry)
-            registered = True
-            log.info(
-                "GraphServer up; stop it with Ctrl-C or SIGTERM",
-                extra=kv(
-                    graphserver=plan.name, registry=str(path), servers=",".join(servers.addresses)
-                ),
-            )
-            names = list(sup.procs)
-            while True:
-                dead = sup.exited(names)
-                if dead:
-                    p = dead[0]
-                    raise JobFailed(
-                        failure_text(
-                            p,
-                            f"{p.name} of GraphServer {plan.name!r} died "
-                            f"({describe_exit(p.poll())})",
-                        )
-                    )
-                time.sleep(0.5)
+        with _rundir(ctx, plan.name) as tmp, _supervisor(ctx, plan) as sup:
+            try:
+                rundir = Path(tmp)
+                servers = start_servers(
+                    sup,
+                    ctx,
+                    manifest_url,
+                    plan.server_workers,
+                    token,
+                    rundir,
+                    ports,
+                    Deadline(None),
+                    owner=plan.name,
+                    metrics=plan.metrics,
+                )
+                entry = GraphServerEntry(
+                    name=plan.name,
+                    servers=servers.addresses,
+                    token_file=str(token),
+                    manifest_url=manifest_url,
+                    pid=os.getpid(),
+                    create_time=process_create_time(os.getpid()),
+                )
+                path = registry.register(entry)
+                registered = True
+                log.info(
+                    "GraphServer up; stop it with Ctrl-C or SIGTERM",
+                    extra=kv(
+                        graphserver=plan.name,
+                        registry=str(path),
+                        servers=",".join(servers.addresses),
+                    ),
+                )
+                _serve_until_stopped(sup, plan.name)
+            finally:
+                # first thing, before the (up to --grace seconds) stop of the processes
+                if registered:
+                    registry.remove(plan.name, pid=os.getpid())
+                token.unlink(missing_ok=True)
     finally:
-        if registered:
-            registry.remove(plan.name, pid=os.getpid())
-        else:
-            token.unlink(missing_ok=True)
+        token.unlink(missing_ok=True)
+        sweep_shm()
+
+
+def _serve_until_stopped(sup: Supervisor, name: str) -> None:
+    names = list(sup.procs)
+    while True:
+        dead = sup.exited(names)
+        if dead:
+            p = dead[0]
+            raise JobFailed(
+                failure_text(
+                    p, f"{p.name} of GraphServer {name!r} died ({describe_exit(p.poll())})"
+                )
+            )
+        time.sleep(0.5)

@@ -5,13 +5,17 @@ worker and sampler processes it spawned: SIGTERM to the group, then SIGKILL afte
 grace period. On Linux each child also gets SIGTERM if the supervising process
 dies without cleaning up (even by SIGKILL), so no server outlives a killed
 ``distgnn run``. Output (stdout and stderr merged) is streamed line by line to one
-stream as ``NAME | line`` and the last lines are kept for error messages.
+stream as ``NAME | line`` and the last lines are kept for error messages. With
+``json_lines`` (the run logs JSON) every line stays one JSON object instead: a child's
+JSON log line gets a ``process`` field, any other line (a print, a traceback) is
+wrapped as the ``msg`` of a JSON object, so the whole run's output parses line by line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -22,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 import psutil
 
@@ -100,8 +104,12 @@ class Supervisor:
         *,
         tail_lines: int = 50,
         grace: float = 10.0,
+        json_lines: bool = False,
+        fields: Mapping[str, str] | None = None,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        self.json_lines = json_lines
+        self.fields = dict(fields or {})
         self.tail_lines = tail_lines
         self.grace = grace
         self.procs: dict[str, ManagedProcess] = {}
@@ -150,12 +158,34 @@ class Supervisor:
         for raw in iter(popen.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             tail.append(line)
+            out = self._json_line(name, line) if self.json_lines else f"{name} | {line}"
             with self._lock:
                 try:
-                    self.stream.write(f"{name} | {line}\n")
+                    self.stream.write(out + "\n")
                     self.stream.flush()
                 except (OSError, ValueError):  # our own stream closed: keep draining
                     pass
+
+    def _json_line(self, name: str, line: str) -> str:
+        """One JSON object per output line, tagged with the process name."""
+        obj: Any = None
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = None
+        if not isinstance(obj, dict) or "msg" not in obj:
+            obj = {
+                "ts": round(time.time(), 3),
+                "level": "info",
+                "logger": "distgnn.local.output",
+                # a JSON object printed by the child (its final metrics) stays structured
+                **({"msg": "output", "output": obj} if isinstance(obj, dict) else {"msg": line}),
+            }
+        obj.setdefault("process", name)
+        for k, v in self.fields.items():
+            obj.setdefault(k, v)
+        return json.dumps(obj, default=str)
 
     # -- waiting -----------------------------------------------------------------
     def exited(self, names: Iterable[str] | None = None) -> list[ManagedProcess]:

@@ -13,8 +13,14 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from distgnn.errors import ManifestError
 
+MAX_JSON_BYTES = 64 << 20
+"""Largest manifest parsed (a 1,024-part manifest is a few MiB)."""
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of a manifest's JSON (the format needs 5)."""
 FORMAT = "distgnn-partitions"
 VERSION = 1
 METHODS = ("metis", "random")
@@ -102,15 +108,33 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "manifest") -> Manifest:
+        if len(text) > MAX_JSON_BYTES:
+            raise ManifestError(f"{source}: larger than {MAX_JSON_BYTES} bytes")
+        if _max_depth(text) > MAX_JSON_DEPTH:
+            raise ManifestError(f"{source}: nested deeper than {MAX_JSON_DEPTH} levels")
         try:
             obj = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ManifestError(f"{source}: not valid JSON ({e})") from e
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise ManifestError(f"{source}: not valid JSON ({str(e)[:200]})") from e
         return cls.from_dict(obj, source)
 
     @classmethod
     def from_dict(cls, obj: Any, source: str = "manifest") -> Manifest:
         return _Parser(source).manifest(obj)
+
+
+def _max_depth(text: str | bytes) -> int:
+    """An upper bound of the JSON nesting depth, computed without recursion.
+
+    Brackets inside strings count too, so the bound can only be too high; names in a
+    manifest hold no brackets, so a valid manifest stays far below the limit.
+    """
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    b = np.frombuffer(raw, dtype=np.uint8)
+    step = np.zeros(b.shape, dtype=np.int32)
+    step[(b == ord("[")) | (b == ord("{"))] = 1
+    step[(b == ord("]")) | (b == ord("}"))] = -1
+    return int(np.cumsum(step).max()) if step.size else 0
 
 
 class _Parser:
@@ -246,6 +270,14 @@ class _Parser:
             if et[0] not in ntypes or et[2] not in ntypes:
                 raise self.err(f"edge_types[{i}]", "uses an unknown node type")
             etypes.append((et[0], et[1], et[2]))
+        if list(ntypes) != sorted(ntypes):
+            raise self.err("node_types", "must be sorted by name (DGL's node type IDs)")
+        if etypes != sorted(etypes):
+            raise self.err(
+                "edge_types",
+                "must be sorted as (src, etype, dst) tuples (DGL's relation IDs); "
+                "partition the graph again",
+            )
         enames = [":".join(x) for x in etypes]
         m: dict[str, Any] = {
             "node_offsets": self.offsets(obj.get("node_offsets"), "node_offsets", k, n),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -11,7 +13,6 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from distgnn import storage
-from distgnn.errors import StorageError
 from distgnn.partition.manifest import FileInfo
 
 
@@ -43,18 +44,26 @@ class PartWriter:
         self.files: dict[str, FileInfo] = {}
 
     def write(self, rel_name: str, arr: np.ndarray) -> FileInfo:
+        """Write one ``.npy`` file. On a local file system it goes to a temporary name and
+        is renamed when complete, so a reader never sees a partial file under its name."""
         path = posixpath.join(self.root, rel_name)
         url = storage.redact(storage.join(self.base_url, self.rel_dir, rel_name))
-        try:
-            if isinstance(self.fs, LocalFileSystem):
-                self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
-            with self.fs.open(path, "wb") as f:
-                hf = _HashingFile(f)
-                np.lib.format.write_array(hf, np.asanyarray(arr), allow_pickle=False)
-        except PermissionError as e:
-            raise StorageError(f"{url}: access denied ({e})") from e
-        except OSError as e:
-            raise StorageError(f"{url}: {e}") from e
+        local = isinstance(self.fs, LocalFileSystem)
+        target = f"{path}.{os.getpid()}.tmp" if local else path
+        with storage.errors_for(url):
+            try:
+                if local:
+                    self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+                with self.fs.open(target, "wb") as f:
+                    hf = _HashingFile(f)
+                    np.lib.format.write_array(hf, np.asanyarray(arr), allow_pickle=False)
+                if local:
+                    os.replace(target, path)
+            except BaseException:
+                if local:
+                    with contextlib.suppress(OSError):
+                        os.unlink(target)
+                raise
         info = FileInfo(sha256=hf.h.hexdigest(), bytes=hf.n)
         self.files[rel_name] = info
         return info

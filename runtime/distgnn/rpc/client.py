@@ -42,6 +42,7 @@ from distgnn.rpc.protocol import (
     recv_frame,
     send_frame,
 )
+from distgnn.rpc.stats import ClientStats
 
 log = logging.getLogger("distgnn.rpc")
 
@@ -222,6 +223,7 @@ class ServerPool:
         self.addrs = list(addrs)
         self.conns = [Connection(h, p, token, timeouts, limits) for h, p in self.addrs]
         self._lock = threading.Lock()
+        self.stats = ClientStats()
 
     def __len__(self) -> int:
         return len(self.conns)
@@ -249,6 +251,7 @@ class ServerPool:
                 c = calls[part]
                 try:
                     out[part] = self.conns[part].recv(req_id, c.mtype, c.into)
+                    self.stats.record(c.mtype, c.bufs, out[part])
                 except DistGNNError as e:
                     first_error = first_error or e
             if first_error is not None:

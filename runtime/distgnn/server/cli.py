@@ -9,6 +9,7 @@ import signal
 from collections.abc import Mapping
 
 from distgnn import contract
+from distgnn import log as dlog
 from distgnn.errors import ConfigError
 
 HELP = "serve one partition (features, writes, sampling) to trainers over TCP"
@@ -88,6 +89,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"file written (JSON: ports, pid) once ready (env {contract.ENV_READY_FILE})",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help=f"serve Prometheus /metrics on this port, 0 = any (env {contract.ENV_METRICS_PORT}; "
+        f"default off; Kubernetes: {contract.SERVER_METRICS_PORT})",
+    )
     p.add_argument("--shm-dir", default=None, help="tmpfs folder for shared memory (/dev/shm)")
     p.add_argument(
         "--drain-timeout",
@@ -123,6 +131,14 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
             raise ConfigError(f"{contract.ENV_TOKEN_FILE}: {err}") from err
     if token is not None and not token and not args.insecure_no_token:
         raise ConfigError("the token is empty")
+    try:
+        metrics_port = (
+            args.metrics_port
+            if args.metrics_port is not None
+            else contract.optional_port(contract.ENV_METRICS_PORT, e)
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return ServeConfig(
         manifest=args.manifest,
         part_id=part,
@@ -141,6 +157,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         ready_file=args.ready_file or e.get(contract.ENV_READY_FILE) or None,
         shm_dir=check_shm_root(args.shm_dir) if args.shm_dir else default_shm_root(),
         drain_timeout=args.drain_timeout,
+        metrics_port=metrics_port,
     )
 
 
@@ -149,6 +166,7 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     assert isinstance(cfg, ServeConfig)
+    dlog.add_context(partition=cfg.part_id)
     server = GraphServer(cfg)
     signal.signal(signal.SIGTERM, server.request_stop)
     signal.signal(signal.SIGINT, server.request_stop)

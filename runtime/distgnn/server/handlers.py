@@ -21,7 +21,7 @@ from distgnn.server.store import ShmStore, TensorError
 
 Reply = tuple[dict[str, Any], list[Any]]
 INITS = ("zeros", "ones", "uniform", "normal", "constant")
-OPT_STATE = {"adagrad": ("adagrad_sum",), "adam": ("adam_m", "adam_v", "adam_step")}
+OPT_STATE = {"adagrad": ("sum",), "adam": ("step", "mem", "power")}
 
 
 def _str(meta: dict[str, Any], key: str) -> str:
@@ -179,15 +179,27 @@ class Handlers:
         spec = meta.get("init") or {"kind": "zeros"}
         if not isinstance(spec, dict):
             raise TensorError("field 'init' must be an object")
+        if meta.get("attach_only") and name not in self.store.names():
+            return {"created": False, "exists": False}, []
         seed = int(_num(meta, "seed", 0)) + 7919 * self.g.part_id
-        if spec.get("kind", "zeros") not in INITS:
-            raise TensorError(f"init kind {spec.get('kind')!r} is not one of {INITS}")
+        kind = spec.get("kind", "zeros")
+        if kind == "data":  # the initial values come with the request
+            if len(bufs) != 1 or bufs[0].shape != tuple(shape):
+                raise TensorError(f"init 'data' of {name!r} needs one buffer of shape {shape}")
+            values = bufs[0]
+
+            def fill(a: np.ndarray) -> None:
+                a[...] = values
+
+        elif kind in INITS:
+
+            def fill(a: np.ndarray) -> None:
+                fill_init(a, spec, seed)
+
+        else:
+            raise TensorError(f"init kind {kind!r} is not one of {(*INITS, 'data')}")
         created, persistent = self.store.init(
-            name,
-            np.dtype(dtype),
-            tuple(shape),
-            lambda a: fill_init(a, spec, seed),
-            bool(meta.get("persistent", False)),
+            name, np.dtype(dtype), tuple(shape), fill, bool(meta.get("persistent", False))
         )
         return {"created": created, "persistent": persistent}, []
 
@@ -196,25 +208,20 @@ class Handlers:
         if name.startswith("graph/") or "/" not in name:
             raise TensorError(f"tensor {name!r} cannot be deleted")
         removed = self.store.delete(name)
-        if removed:
-            for states in OPT_STATE.values():
-                for s in states:
-                    if f"{name}.{s}" in self.store.names():
-                        self.store.delete(f"{name}.{s}", force=True)
         return {"removed": removed}, []
 
-    def _state(
-        self, name: str, suffix: str, like: np.ndarray, dtype: str = "float32"
-    ) -> np.ndarray:
-        sname = f"{name}.{suffix}"
-        shape = like.shape if suffix != "adam_step" else like.shape[:1]
-        self.store.init(
-            sname, np.dtype(dtype), shape, lambda a: fill_init(a, {"kind": "zeros"}, 0), True
-        )
-        return self.store.get(sname)
+    def _state(self, meta: dict[str, Any], which: str, rows: int) -> np.ndarray:
+        states = meta.get("state")
+        if not isinstance(states, dict) or not isinstance(states.get(which), str):
+            raise TensorError(f"sparse update: field 'state' must name the {which!r} tensor")
+        arr = self.store.get(states[which])
+        if arr.shape[0] != rows or arr.dtype.kind != "f":
+            raise TensorError(f"state tensor {states[which]!r} does not match the table")
+        return arr
 
     def sparse_update(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        """Apply Adagrad/Adam to the rows given (duplicates summed), state kept here."""
+        """Apply Adagrad/Adam to the rows given (duplicates summed); the client names the
+        state tensors (``state``: ``{sum}`` or ``{step, mem, power}``)."""
         name, emb = self._tensor(meta)
         if emb.dtype.kind != "f":
             raise TensorError(f"sparse update of {name!r}: not a float tensor")
@@ -227,17 +234,18 @@ class Handlers:
         uniq, inv = np.unique(rows, return_inverse=True)
         g = np.zeros((len(uniq), *emb.shape[1:]), dtype=np.float32)
         np.add.at(g, inv, grads)
+        n = emb.shape[0]
         if opt == "adagrad":
-            state = self._state(name, "adagrad_sum", emb)
+            state = self._state(meta, "sum", n)
             with self.store.lock_rows(name, uniq):
                 s = state[uniq] + g * g
                 state[uniq] = s
                 emb[uniq] -= (lr * g / (np.sqrt(s) + eps)).astype(emb.dtype)
         else:
             b1, b2 = _num(meta, "beta1", 0.9), _num(meta, "beta2", 0.999)
-            m_s = self._state(name, "adam_m", emb)
-            v_s = self._state(name, "adam_v", emb)
-            t_s = self._state(name, "adam_step", emb, "int64")
+            t_s = self._state(meta, "step", n)
+            m_s = self._state(meta, "mem", n)
+            v_s = self._state(meta, "power", n)
             with self.store.lock_rows(name, uniq):
                 m = b1 * m_s[uniq] + (1 - b1) * g
                 v = b2 * v_s[uniq] + (1 - b2) * g * g

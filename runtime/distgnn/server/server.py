@@ -11,6 +11,9 @@ Order of a server's life:
 5. ``/readyz`` turns 200 and the ready file (JSON: ports, pid) is written;
 6. on SIGTERM/SIGINT the workers are asked to drain, the shared memory is removed,
    and the process exits 0. A worker that dies unexpectedly is restarted.
+
+With ``metrics_port`` set, ``/metrics`` (Prometheus) is served from step 3 on, summing
+the workers' counters (:mod:`distgnn.server.metrics`).
 """
 
 from __future__ import annotations
@@ -30,13 +33,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from distgnn import contract, storage
 from distgnn import log as dlog
-from distgnn import storage
 from distgnn.errors import ConfigError, DistGNNError
 from distgnn.log import kv
+from distgnn.metrics_http import MetricsEndpoint, serve
+from distgnn.partition.loader import LoadCancelled
 from distgnn.server.health import HealthServer
+from distgnn.server.metrics import ServerState, server_registry, stats_path
 from distgnn.server.state import load_into_store
-from distgnn.server.store import ShmStore, default_shm_root
+from distgnn.server.store import ShmStore, default_shm_root, sweep_stale
 
 log = logging.getLogger("distgnn.server")
 
@@ -61,6 +67,8 @@ class ServeConfig:
     shm_dir: str = field(default_factory=default_shm_root)
     drain_timeout: float = 30.0
     storage_options: Mapping[str, Any] | None = None
+    metrics_port: int | None = None
+    """Prometheus /metrics port (0: any); None: no metrics."""
 
     def validate(self) -> None:
         if not self.token and not self.insecure:
@@ -72,7 +80,11 @@ class ServeConfig:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.part_id < 0:
             raise ConfigError(f"--part-id must be >= 0, got {self.part_id}")
-        for name, port in (("--port", self.port), ("--health-port", self.health_port)):
+        for name, port in (
+            ("--port", self.port),
+            ("--health-port", self.health_port),
+            ("--metrics-port", 0 if self.metrics_port is None else self.metrics_port),
+        ):
             if not 0 <= port < 65536:
                 raise ConfigError(f"{name} {port} is not a port number")
 
@@ -85,14 +97,18 @@ class GraphServer:
         self.cfg = cfg
         self.stop = threading.Event()
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.stats = ServerState(cfg.part_id)
 
     def request_stop(self, *_: object) -> None:
         self.stop.set()
 
-    def _spawn(self, listener: socket.socket, store: ShmStore) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, listener: socket.socket, store: ShmStore, slot: int
+    ) -> subprocess.Popen[bytes]:
         rfd, wfd = os.pipe()
         env = dict(os.environ)
         env["DISTGNN_WORKER_TOKEN"] = self.cfg.token or ""
+        env[contract.ENV_PART_ID] = str(self.cfg.part_id)  # the workers' log context
         cmd = [
             sys.executable,
             "-m",
@@ -108,6 +124,8 @@ class GraphServer:
         ]
         if self.cfg.insecure:
             cmd.append("--insecure-no-token")
+        if self.cfg.metrics_port is not None:
+            cmd += ["--stats-file", stats_path(store.root, slot)]
         proc = subprocess.Popen(cmd, pass_fds=(listener.fileno(), wfd), env=env)
         os.close(wfd)
         try:
@@ -130,6 +148,7 @@ class GraphServer:
                 bind=cfg.bind,
                 port=cfg.port,
                 health_port=cfg.health_port,
+                metrics_port=cfg.metrics_port,
                 workers=cfg.workers,
                 auth=not cfg.insecure,
             ),
@@ -141,27 +160,48 @@ class GraphServer:
         health.start()
         listener = socket.socket(socket.AF_INET6 if ":" in cfg.bind else socket.AF_INET)
         store: ShmStore | None = None
+        metrics: MetricsEndpoint | None = None
         try:
+            if cfg.metrics_port is not None:
+                try:
+                    metrics = serve(server_registry(self.stats), cfg.metrics_port, cfg.bind)
+                except OSError as e:
+                    raise ServerStartError(
+                        f"cannot bind metrics port {cfg.metrics_port}: {e}"
+                    ) from e
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 listener.bind((cfg.bind, cfg.port))
             except OSError as e:
                 raise ServerStartError(f"cannot bind {cfg.bind}:{cfg.port}: {e}") from e
             port = int(listener.getsockname()[1])
+            # folders of servers killed before they could clean up (SIGKILL, OOM)
+            sweep_stale(cfg.shm_dir)
             store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
+            self.stats.shm_root = store.root
+            t_load = time.monotonic()
             with dlog.step("load partition", log, part=cfg.part_id):
-                info = load_into_store(cfg.manifest, cfg.part_id, store, cfg.storage_options)
+                try:  # SIGTERM stays live: the loader polls the stop event between reads
+                    info = load_into_store(
+                        cfg.manifest, cfg.part_id, store, cfg.storage_options, self.stop.is_set
+                    )
+                except LoadCancelled:
+                    log.info("stopped while loading the partition")
+                    return 0
+            self.stats.load_seconds = round(time.monotonic() - t_load, 3)
             if self.stop.is_set():
                 return 0
             # listen only now: while loading, connections are refused and clients keep
             # retrying (DISTGNN_CONNECT_TIMEOUT) instead of waiting on a silent backlog
             listener.listen(1024)
-            for _ in range(cfg.workers):
-                self.workers.append(self._spawn(listener, store))
+            for slot in range(cfg.workers):
+                self.workers.append(self._spawn(listener, store, slot))
+            self.stats.workers = [w.pid for w in self.workers]
             details = {
                 "part_id": cfg.part_id,
                 "port": port,
                 "health_port": health.port,
+                "metrics_port": metrics.port if metrics is not None else None,
                 "pid": os.getpid(),
                 "workers": [w.pid for w in self.workers],
                 "shm_dir": store.root,
@@ -169,6 +209,7 @@ class GraphServer:
             }
             health.details = details
             health.ready.set()
+            self.stats.loaded = True
             if cfg.ready_file:
                 tmp = cfg.ready_file + ".tmp"
                 with open(tmp, "w", encoding="utf-8") as f:
@@ -179,14 +220,18 @@ class GraphServer:
                 for i, w in enumerate(self.workers):
                     if w.poll() is not None:
                         log.warning("worker died; restarting", extra=kv(pid=w.pid, rc=w.returncode))
-                        self.workers[i] = self._spawn(listener, store)
+                        self.workers[i] = self._spawn(listener, store, i)
+                        self.stats.workers = [w.pid for w in self.workers]
             log.info("graph server draining", extra=kv(workers=len(self.workers)))
             return 0
         finally:
             health.ready.clear()
+            self.stats.loaded = False
             self._stop_workers()
             listener.close()
             health.close()
+            if metrics is not None:
+                metrics.close()
             if store is not None:
                 store.close()
             log.info("graph server stopped")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +36,16 @@ def load_into_store(
     part_id: int,
     store: ShmStore,
     storage_options: Mapping[str, Any] | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Load one partition into ``store``; returns the info workers need."""
+    """Load one partition into ``store``; returns the info workers need.
+
+    ``cancel()`` is polled while files are read (LoadCancelled when it turns true)."""
     from distgnn.partition.loader import load_partition
 
-    part = load_partition(manifest_url, part_id, storage_options=dict(storage_options or {}))
+    part = load_partition(
+        manifest_url, part_id, storage_options=dict(storage_options or {}), cancel=cancel
+    )
     man: Manifest = part.manifest
     n_owned, m_owned = int(part.num_owned_nodes), int(part.num_owned_edges)
     indptr = np.asarray(part.indptr, dtype=np.int64)

@@ -36,6 +36,9 @@ from typing import Any
 import numpy as np
 
 from distgnn.errors import ConfigError, DistGNNError
+from distgnn.server.sweep import sweep_stale, write_owner
+
+__all__ = ["ShmStore", "TensorError", "sweep_stale"]
 
 STRIPES = 64
 NAME_RE = re.compile(r"^(node|edge|graph)/[^/\x00]{1,200}/[A-Za-z0-9_.\-]{1,200}$")
@@ -84,9 +87,11 @@ class ShmStore:
     @classmethod
     def create(cls, parent: str | None = None, prefix: str = "distgnn-") -> ShmStore:
         root = tempfile.mkdtemp(prefix=prefix, dir=parent or default_shm_root())
+        store = cls(root, owner=True)  # from here on the folder is removed on failure
+        write_owner(root)  # lets sweep_stale remove it if this process is killed
         with open(os.path.join(root, "registry.lock"), "wb"):
             pass
-        return cls(root, owner=True)
+        return store
 
     # --- paths -------------------------------------------------------------------
     def _path(self, name: str, ext: str) -> str:

@@ -11,7 +11,9 @@ protocol is needed. Data lives in the shared :class:`~distgnn.server.store.ShmSt
 Each connection gets a thread (NumPy and socket I/O release the GIL). The first
 frame must be HELLO with the token (``hmac.compare_digest``). A malformed frame
 gets an ERROR frame and closes that connection only. On SIGTERM the worker stops
-accepting, lets every connection finish its in-flight request and exits 0.
+accepting, lets every connection finish its in-flight request and exits 0. With a
+stats file (metrics enabled) every answered request is counted there
+(:class:`~distgnn.server.metrics.WorkerStats`: one lock, a few additions).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from distgnn.rpc.protocol import (
     send_frame,
 )
 from distgnn.server.handlers import Handlers
+from distgnn.server.metrics import CLIENT_ERROR, OK, SERVER_ERROR, WorkerStats
 from distgnn.server.state import GraphState
 from distgnn.server.store import ShmStore
 
@@ -65,6 +68,7 @@ class WorkerConfig:
     frame_timeout: float = 60.0
     drain_timeout: float = 30.0
     limits: Limits = field(default_factory=Limits)
+    stats_file: str | None = None
 
 
 class Worker:
@@ -79,6 +83,7 @@ class Worker:
         self.threads: set[threading.Thread] = set()
         self.lock = threading.Lock()
         self.parent = os.getppid()
+        self.stats = WorkerStats(cfg.stats_file) if cfg.stats_file else None
 
     def run(self) -> int:
         listener = socket.socket(fileno=self.cfg.listen_fd)
@@ -111,6 +116,8 @@ class Worker:
             listener.close()
         self._drain()
         self.store.close()
+        if self.stats is not None:
+            self.stats.close()
         return 0
 
     def _drain(self) -> None:
@@ -153,6 +160,9 @@ class Worker:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
         authed = False
+        stats = self.stats
+        if stats is not None:
+            stats.connection(1)
         try:
             while True:
                 if authed and not self._wait_readable(conn):
@@ -162,6 +172,8 @@ class Worker:
                 try:
                     frame = recv_frame(conn, peer, limits, time.monotonic() + timeout)
                 except ProtocolError as e:
+                    if stats is not None:
+                        stats.protocol_error()
                     log.warning("bad frame; closing", extra=kv(peer=peer, error=str(e)))
                     self._error(conn, 0, "protocol", str(e), close=True)
                     return
@@ -179,6 +191,8 @@ class Worker:
                         and hmac.compare_digest(tok.encode(), self.cfg.token.encode())
                     ):
                         log.warning("token refused", extra=kv(peer=peer))
+                        if stats is not None:
+                            stats.refused(MsgType.HELLO)
                         self._error(
                             conn, frame.req_id, "auth", "wrong or missing token", close=True
                         )
@@ -193,20 +207,29 @@ class Worker:
                     }
                     self._reply(conn, MsgType.HELLO, frame.req_id, info, [])
                     continue
+                t0 = time.perf_counter()
                 try:
                     meta, bufs = self.handlers.handle(frame.type, frame.meta, frame.bufs)
                 except DistGNNError as e:
                     self._error(conn, frame.req_id, "bad_request", str(e))
+                    if stats is not None:
+                        stats.observe(frame, (), CLIENT_ERROR, t0)
                     continue
                 except Exception as e:
                     log.exception("request failed", extra=kv(peer=peer, type=frame.type.name))
                     self._error(conn, frame.req_id, "internal", f"{type(e).__name__}: {e}")
+                    if stats is not None:
+                        stats.observe(frame, (), SERVER_ERROR, t0)
                     continue
                 self._reply(conn, frame.type, frame.req_id, meta, bufs)
+                if stats is not None:
+                    stats.observe(frame, bufs, OK, t0)
         except OSError as e:
             log.debug("connection ended", extra=kv(peer=peer, error=str(e)))
         finally:
             conn.close()
+            if stats is not None:
+                stats.connection(-1)
             with self.lock:
                 self.threads.discard(threading.current_thread())
 
@@ -218,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ready-fd", type=int, required=True)
     p.add_argument("--insecure-no-token", action="store_true")
     p.add_argument("--drain-timeout", type=float, default=30.0)
+    p.add_argument("--stats-file", default=None)
     a = p.parse_args(argv)
     dlog.setup()
     token = os.environ.pop("DISTGNN_WORKER_TOKEN", "")
@@ -228,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         token=token,
         insecure=a.insecure_no_token,
         drain_timeout=a.drain_timeout,
+        stats_file=a.stats_file,
     )
     worker = Worker(cfg)
 

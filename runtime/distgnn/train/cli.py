@@ -9,10 +9,9 @@ import os
 import traceback
 
 from distgnn import contract
-from distgnn.api.types import PRECISIONS
+from distgnn.api.types import APPS, PRECISIONS
 
-HELP = "train a GNN (node classification or link prediction) as one DDP trainer"
-APPS = ("node-classification", "link-prediction")
+HELP = "train a GNN (node classification or link prediction) or run inference, as one DDP trainer"
 
 log = logging.getLogger("distgnn.train")
 
@@ -70,7 +69,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint-url",
         default=None,
-        help=f"save/resume checkpoints here (default ${contract.ENV_CHECKPOINT_URL})",
+        help="save/resume checkpoints here; inference: the checkpoint to load, a file or a "
+        f"folder's latest (default ${contract.ENV_CHECKPOINT_URL})",
+    )
+    p.add_argument(
+        "--output-url",
+        default=None,
+        help="inference output folder (any fsspec URL; see docs/inference.md)",
+    )
+    p.add_argument(
+        "--infer-after-training",
+        action="store_true",
+        help="after training, run inference with the last checkpoint and write --output-url",
+    )
+    p.add_argument(
+        "--embedding-layer",
+        choices=["last", "hidden"],
+        default="last",
+        help="embeddings written: the last layer's output or the last hidden layer's",
+    )
+    p.add_argument(
+        "--infer-batch-size",
+        type=int,
+        default=4096,
+        help="nodes per inference batch (default 4096)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
@@ -107,6 +129,10 @@ def _config(args: argparse.Namespace) -> object:
         checkpoint_url=args.checkpoint_url or env_default(contract.ENV_CHECKPOINT_URL),
         seed=args.seed,
         metrics_file=args.metrics_file or env_default(contract.ENV_METRICS_FILE),
+        output_url=args.output_url,
+        infer_after_training=args.infer_after_training,
+        embedding_layer=args.embedding_layer,
+        infer_batch_size=args.infer_batch_size,
     ).validate()
 
 
@@ -130,26 +156,37 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from distgnn.train import link_prediction, node_classification
+    from distgnn.train import inference, link_prediction, node_classification
     from distgnn.train.config import TrainConfig
     from distgnn.train.ddp import init_ddp, shutdown
     from distgnn.train.graph import open_train_graph
     from distgnn.train.metrics import publish
     from distgnn.train.proc import configure_trainer_process
+    from distgnn.train.telemetry import Telemetry
 
     cfg = _config(args)
     assert isinstance(cfg, TrainConfig)
     configure_trainer_process()
     ctx = init_ddp()
+    tel = Telemetry.start(ctx.rank)
     try:
         tg = open_train_graph()
+        tel.attach(tg.client_stats())
         try:
-            app = node_classification if cfg.app == "node-classification" else link_prediction
-            metrics = app.run(cfg, tg, ctx)
+            if cfg.app == "inference":
+                metrics = inference.run(cfg, tg, ctx)
+            else:
+                app = node_classification if cfg.app == "node-classification" else link_prediction
+                metrics = app.run(cfg, tg, ctx, telemetry=tel)
+                if cfg.infer_after_training:
+                    metrics = inference.run(cfg, tg, ctx) | metrics
         finally:
             tg.close()
         if ctx.is_main:
             publish(metrics, cfg.metrics_file)
+        shutdown(ctx)
+        tel.finish()
     finally:
         shutdown(ctx)
+        tel.close()
     return 0

@@ -36,6 +36,10 @@ class TrainConfig:
     seed: int = 0
     metrics_file: str | None = None
     eval_every: int = 1
+    output_url: str | None = None
+    infer_after_training: bool = False
+    embedding_layer: str = "last"
+    infer_batch_size: int = 4096
 
     def validate(self) -> TrainConfig:
         if self.model not in ("sage", "gat"):
@@ -57,12 +61,39 @@ class TrainConfig:
             raise ConfigError("--lr must be > 0 and --weight-decay >= 0")
         if self.num_samplers < 0:
             raise ConfigError("--num-samplers: must be >= 0")
+        if self.infer_batch_size < 1:
+            raise ConfigError("--infer-batch-size: must be >= 1")
+        if self.embedding_layer not in ("last", "hidden"):
+            raise ConfigError(f"--embedding-layer: {self.embedding_layer!r} is not last or hidden")
+        if self.app == "inference" or self.infer_after_training:
+            what = "inference" if self.app == "inference" else "--infer-after-training"
+            if not self.output_url:
+                raise ConfigError(f"--output-url: {what} needs an output URL")
+            if not self.checkpoint_url:
+                raise ConfigError(
+                    f"--checkpoint-url: {what} needs a checkpoint (file or folder; "
+                    f"default ${contract.ENV_CHECKPOINT_URL})"
+                )
         if self.exclude not in ("none", "self", "reverse"):
             raise ConfigError(f"--exclude: {self.exclude!r} is not none, self or reverse")
         return self
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def log_fields(self) -> dict[str, Any]:
+        """The options worth one log line each (short scalars; no URLs, no dicts)."""
+        return {
+            "model": self.model,
+            "epochs": self.epochs,
+            "layers": self.num_layers,
+            "hidden": self.hidden,
+            "fanouts": ",".join(map(str, self.fanouts)),
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "precision": self.precision,
+            "samplers": self.num_samplers,
+        }
 
 
 def parse_fanouts(text: str) -> list[int]:

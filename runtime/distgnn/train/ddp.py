@@ -7,8 +7,11 @@ A single trainer runs without a process group.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import ipaddress
 import logging
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -50,19 +53,64 @@ def init_ddp(env: TrainerEnv | None = None, timeout_s: float = 600.0) -> DDPCont
     if env.world_size > 1:
         if cuda:
             torch.cuda.set_device(device)
-        dist.init_process_group(
-            backend="nccl" if cuda else "gloo",
-            init_method=f"tcp://{env.master_addr}:{env.master_port}",
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
+        timeout = datetime.timedelta(seconds=timeout_s)
+        backend = "nccl" if cuda else "gloo"
+        if _is_loopback(env.master_addr):
+            store = _loopback_store(env.master_addr, env.master_port, env, timeout)
+            dist.init_process_group(
+                backend=backend,
+                store=store,
+                rank=env.rank,
+                world_size=env.world_size,
+                timeout=timeout,
+            )
+        else:
+            dist.init_process_group(
+                backend=backend,
+                init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                rank=env.rank,
+                world_size=env.world_size,
+                timeout=timeout,
+            )
         ctx.joined = True
         log.info(
             "joined process group",
             extra=kv(rank=env.rank, world_size=env.world_size, backend=dist.get_backend()),
         )
     return ctx
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _loopback_store(
+    host: str, port: int, env: TrainerEnv, timeout: datetime.timedelta
+) -> dist.TCPStore:
+    """The rendezvous store on a loopback ``MASTER_ADDR`` (local mode), listening on that
+    address only: torch's own store server listens on every interface (``*:PORT``), so
+    rank 0 binds the socket itself and hands it over (``master_listen_fd``)."""
+    if env.rank != 0:
+        return dist.TCPStore(host, port, env.world_size, False, timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    addr = "127.0.0.1" if host == "localhost" else host
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(max(128, env.world_size))
+        store = dist.TCPStore(
+            addr, port, env.world_size, True, timeout, master_listen_fd=sock.fileno()
+        )
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            sock.close()
+        raise ConfigError(f"MASTER_PORT: cannot listen on {addr}:{port} ({e})") from e
+    sock.detach()  # the store's server owns the descriptor now
+    return store
 
 
 def wrap(ctx: DDPContext, model: nn.Module) -> nn.Module:

@@ -18,6 +18,7 @@ import torch
 
 from distgnn import contract
 from distgnn.errors import ConfigError
+from distgnn.rpc.stats import ClientStats
 from distgnn.sampling.local import LocalGraph
 from distgnn.sampling.source import GraphSource, LocalSource, source_for
 from distgnn.train.ddp import DDPContext
@@ -69,6 +70,12 @@ class TrainGraph:
             return np.asarray(out, dtype=np.int64)
         return np.array_split(self.mask_ids(name), ctx.world_size)[ctx.rank]
 
+    def client_stats(self) -> ClientStats | None:
+        """Counters of the connections to the graph servers (None without servers)."""
+        backend = getattr(getattr(self.g, "ctx", None), "backend", None)
+        stats = getattr(backend, "stats", None)
+        return stats if isinstance(stats, ClientStats) else None
+
     def close(self) -> None:
         self.source.close()
 
@@ -78,7 +85,7 @@ def open_dist_graph(spec: Mapping[str, Any]) -> tuple[Any, Any]:
     from distgnn.distributed.context import initialize
     from distgnn.distributed.graph import DistGraph
 
-    return DistGraph(initialize(), own=True), None
+    return DistGraph(ctx=initialize(), own=True), None
 
 
 def open_train_graph(env: Mapping[str, str] | None = None) -> TrainGraph:

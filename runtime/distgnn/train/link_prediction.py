@@ -25,6 +25,7 @@ from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwr
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import autocast, epoch_batches, eval_fanouts, resume, save_epoch
 from distgnn.train.metrics import mrr, random_mrr, roc_auc
+from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
 TEST_FRACTION = 0.05
@@ -75,8 +76,13 @@ def evaluate(
 
 
 def run(
-    cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_eids: np.ndarray | None = None
+    cfg: TrainConfig,
+    tg: TrainGraph,
+    ctx: DDPContext,
+    train_eids: np.ndarray | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
+    tel = telemetry or Telemetry()
     torch.manual_seed(cfg.seed)
     all_train, test_eids = split_edges(tg, cfg.seed)
     if train_eids is None:
@@ -108,6 +114,7 @@ def run(
                 start_epoch=start,
             ),
         )
+        tel.begin(cfg.epochs, start)
 
         def load(batch: Any) -> tuple[torch.Tensor, PairGraph, PairGraph, Any]:
             inp, pos, neg, blocks = batch
@@ -116,8 +123,8 @@ def run(
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
             loader.set_epoch(epoch)
-            tot_loss = tot_n = 0.0
-            with epoch_batches(loader, steps, load) as batches:
+            tot_loss = tot_n = n_edges = 0.0
+            with epoch_batches(loader, steps, load, tel) as batches:
                 for (x_cpu, pos, neg, blocks), w in batches:
                     with autocast(cfg, ctx.device):
                         h = model(blocks, x_cpu.to(ctx.device)).float()
@@ -135,10 +142,20 @@ def run(
                     if w:
                         tot_loss += float(loss.item())
                         tot_n += 1
-            tot_loss, tot_n = all_reduce(ctx, [tot_loss, tot_n])
+                        n_edges += pos.num_edges()
+            local_edges = n_edges
+            tot_loss, tot_n, n_edges = all_reduce(ctx, [tot_loss, tot_n, n_edges])
             dt = time.monotonic() - t0
             t_train += dt
             save_epoch(cfg, ctx, epoch, model, opt)
+            tel.epoch_end(
+                epoch,
+                cfg.epochs,
+                tot_loss / max(tot_n, 1),
+                dt,
+                samples=local_edges,
+                total_samples=n_edges,
+            )
             if ctx.is_main:
                 log.info(
                     "epoch",

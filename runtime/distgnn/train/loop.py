@@ -17,6 +17,7 @@ from distgnn.sampling.loader import prefetch
 from distgnn.train import checkpoint
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, broadcast_int, unwrap
+from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
 
@@ -48,14 +49,19 @@ def eval_fanouts(cfg: TrainConfig, num_nodes: int) -> list[int]:
 
 @contextlib.contextmanager
 def epoch_batches(
-    loader: Iterable[Any], steps: int, load: Callable[[Any], Any]
+    loader: Iterable[Any],
+    steps: int,
+    load: Callable[[Any], Any],
+    telemetry: Telemetry | None = None,
 ) -> Iterator[Iterator[tuple[Any, float]]]:
     """This epoch's ``steps`` ``(load(batch), weight)`` pairs (see :func:`padded`), each
     loaded by a prefetch thread one batch ahead of training (the next batch's features
-    are pulled while this one trains); the thread stops when the block exits."""
-    batches = prefetch(iter(loader), load)
+    are pulled while this one trains); the thread stops when the block exits. With
+    ``telemetry`` the sample, pull and compute time of each step is measured."""
+    tel = telemetry or Telemetry()
+    batches = prefetch(tel.sampled(iter(loader)), tel.pulled(load))
     with contextlib.closing(batches):
-        yield padded(batches, steps)
+        yield tel.computed(padded(batches, steps))
 
 
 def padded(batches: Iterator[Any], steps: int) -> Iterator[tuple[Any, float]]:

@@ -25,6 +25,7 @@ from distgnn.train.loop import (
     resume,
     save_epoch,
 )
+from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
 
@@ -56,9 +57,14 @@ def evaluate(
 
 
 def run(
-    cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_ids: np.ndarray | None = None
+    cfg: TrainConfig,
+    tg: TrainGraph,
+    ctx: DDPContext,
+    train_ids: np.ndarray | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
     """Train; returns the metrics (meaningful on rank 0)."""
+    tel = telemetry or Telemetry()
     torch.manual_seed(cfg.seed)
     device = ctx.device
     if train_ids is None:
@@ -88,9 +94,10 @@ def run(
                 train_nodes=int(train_ids.size),
                 steps_per_epoch=steps,
                 start_epoch=start,
-                config=cfg.as_dict(),
+                **cfg.log_fields(),
             ),
         )
+        tel.begin(cfg.epochs, start)
 
         def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
             inp, out, blocks = batch
@@ -100,7 +107,7 @@ def run(
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_correct = tot_n = 0.0
-            with epoch_batches(loader, steps, load) as batches:
+            with epoch_batches(loader, steps, load, tel) as batches:
                 for (x_cpu, y_cpu, blocks), w in batches:
                     x, y = x_cpu.to(device), y_cpu.to(device)
                     with autocast(cfg, device):
@@ -113,6 +120,7 @@ def run(
                         tot_loss += float(loss.item()) * y.numel()
                         tot_correct += float((logits.argmax(1) == y).sum().item())
                         tot_n += y.numel()
+            local_n = tot_n
             tot_loss, tot_correct, tot_n = all_reduce(ctx, [tot_loss, tot_correct, tot_n])
             dt = time.monotonic() - t0
             t_train += dt
@@ -131,6 +139,15 @@ def run(
                     }
                 fields["val_acc"] = round(val_acc, 4)
             save_epoch(cfg, ctx, epoch, model, opt)
+            tel.epoch_end(
+                epoch,
+                cfg.epochs,
+                fields["loss"],
+                dt,
+                samples=local_n,
+                total_samples=tot_n,
+                validation=("valAccuracy", val_acc) if "val_acc" in fields else None,
+            )
             if ctx.is_main:
                 log.info("epoch", extra=kv(**fields))
             barrier(ctx)

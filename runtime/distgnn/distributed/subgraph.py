@@ -1,0 +1,164 @@
+"""A small graph of sampled or selected edges, what DGL returns as a ``DGLGraph``.
+
+``sample_neighbors``, ``sample_etype_neighbors``, ``in_subgraph`` and
+``DistGraph.edge_subgraph`` return a :class:`SubGraph`: ``edges()``, ``num_edges()``,
+``edata[EID]``, ``num_nodes()`` and, on heterogeneous graphs, per-type views
+(``edges(etype=...)``, ``edata[EID]`` as a dict keyed by canonical edge type) with
+type-wise IDs, as DGL's frontier has. The homogeneous columns are kept as ``src``,
+``dst``, ``eid`` and ``etype`` (global homogeneous IDs, edge-type index), which is
+what the block builders of :mod:`distgnn.sampling` consume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn.errors import ConfigError
+
+NID = "_ID"
+EID = "_ID"
+Etype = str | tuple[str, str, str]
+
+
+class _Data(Mapping[str, Any]):
+    def __init__(self, items: dict[str, Any]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class SubGraph:
+    """Edges of a distributed graph with their IDs (see the module doc)."""
+
+    def __init__(
+        self,
+        g: Any,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        eid: torch.Tensor,
+        etype: torch.Tensor,
+        node_ids: torch.Tensor | None = None,
+    ) -> None:
+        self.g = g
+        self.src, self.dst, self.eid, self.etype = src, dst, eid, etype
+        self._node_ids = node_ids  # relabelled subgraph: local node i is node_ids[i]
+        self.book = g.get_partition_book()
+        self.hetero = len(self.book.canonical_etypes) > 1 or len(self.book.ntypes) > 1
+
+    # --- schema ---------------------------------------------------------------------
+    @property
+    def ntypes(self) -> list[str]:
+        return list(self.book.ntypes)
+
+    @property
+    def canonical_etypes(self) -> list[tuple[str, str, str]]:
+        return list(self.book.canonical_etypes)
+
+    @property
+    def etypes(self) -> list[str]:
+        return [c[1] for c in self.canonical_etypes]
+
+    def num_nodes(self, ntype: str | None = None) -> int:
+        if self._node_ids is not None:
+            return len(self._node_ids)
+        return int(self.g.num_nodes(ntype))
+
+    number_of_nodes = num_nodes
+
+    def _select(self, etype: Etype | None) -> tuple[np.ndarray | None, int | None]:
+        if etype is None:
+            if self.hetero and len(self.canonical_etypes) > 1:
+                return None, None
+            return None, 0
+        c = self.book.to_canonical_etype(etype)
+        t = self.canonical_etypes.index(c)
+        return (self.etype == t).numpy(), t
+
+    def num_edges(self, etype: Etype | None = None) -> int:
+        sel, _ = self._select(etype)
+        return len(self.eid) if sel is None else int(sel.sum())
+
+    number_of_edges = num_edges
+
+    # --- edges ---------------------------------------------------------------------------
+    def _typed_nodes(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.book.map_to_per_ntype(ids)[1] if len(self.book.ntypes) > 1 else ids
+
+    def edges(
+        self, form: str = "uv", order: str = "eid", etype: Etype | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """``(src, dst)`` (``form="all"``: ``(src, dst, eid)``) of one edge type.
+
+        IDs are type-wise on heterogeneous graphs (``etype`` required when there are
+        several edge types), homogeneous global IDs otherwise; in a relabelled
+        ``edge_subgraph`` node IDs are local (``ndata[NID]`` maps them back).
+        """
+        if form not in ("uv", "all", "eid"):
+            raise ConfigError(f"form must be 'uv', 'all' or 'eid', got {form!r}")
+        sel, t = self._select(etype)
+        if t is None:
+            raise ConfigError("edges(): name an etype (the graph has several edge types)")
+        src, dst, eid = self.src, self.dst, self.eid
+        if sel is not None:
+            m = torch.from_numpy(sel)
+            src, dst, eid = src[m], dst[m], eid[m]
+        if self._node_ids is None:
+            src, dst = self._typed_nodes(src), self._typed_nodes(dst)
+        if self.hetero:
+            eid = self.book.map_to_per_etype(eid)[1]
+        if form == "eid":
+            return (eid,)
+        return (src, dst) if form == "uv" else (src, dst, eid)
+
+    def find_edges(self, eids: Any, etype: Etype | None = None) -> tuple[torch.Tensor, ...]:
+        src, dst = self.edges(etype=etype)
+        idx = torch.as_tensor(eids, dtype=torch.int64)
+        return src[idx], dst[idx]
+
+    @property
+    def edata(self) -> Mapping[str, Any]:
+        """``edata[EID]``: edge IDs in the parent graph (dict by canonical type if typed)."""
+        if not self.hetero:
+            return _Data({EID: self.eid})
+        out = {}
+        for c in self.canonical_etypes:
+            if self.num_edges(c):
+                out[c] = self.edges(form="all", etype=c)[2]
+        return _Data({EID: out})
+
+    @property
+    def ndata(self) -> Mapping[str, Any]:
+        """``ndata[NID]`` of a relabelled subgraph: parent node ID of each local node."""
+        return _Data({} if self._node_ids is None else {NID: self._node_ids})
+
+    def __repr__(self) -> str:
+        return f"SubGraph(num_nodes={self.num_nodes()}, num_edges={self.num_edges()})"
+
+
+def relabel(
+    g: Any, src: torch.Tensor, dst: torch.Tensor, eid: torch.Tensor, etype: torch.Tensor
+) -> SubGraph:
+    """An edge subgraph over only its incident nodes (local IDs in ascending parent order)."""
+    both = torch.cat([src, dst]).numpy()
+    nodes = np.unique(both)
+    local = np.searchsorted(nodes, both)
+    n = len(src)
+    return SubGraph(
+        g,
+        torch.from_numpy(local[:n]),
+        torch.from_numpy(local[n:]),
+        eid,
+        etype,
+        node_ids=torch.from_numpy(nodes),
+    )

@@ -1,0 +1,222 @@
+"""The inference output format: ``.npy`` shards per node type and partition, a JSON index.
+
+Layout under the output URL (see docs/inference.md)::
+
+    URL/index.json                                   written last: the output is complete
+    URL/run-RUN/NTYPE/part-00000/orig_id.npy         int64 (n,)  original node IDs
+    URL/run-RUN/NTYPE/part-00000/embedding.npy       float32 (n, d)
+    URL/run-RUN/NTYPE/part-00000/pred.npy            int64 (n,)   (node classification)
+    URL/run-RUN/NTYPE/part-00000/prob.npy            float32 (n,) (node classification)
+
+Each run writes its own ``run-RUN`` folder; the index names it, so a reader never mixes
+runs, and a run killed before its index leaves the previous complete output intact.
+Shards are streamed chunk by chunk (``.npy`` header first), their size and sha256
+recorded in the index. No pickle anywhere: ``np.load(f, allow_pickle=False)`` reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from distgnn import storage
+from distgnn.errors import StorageError
+from distgnn.log import kv
+
+log = logging.getLogger("distgnn.train")
+
+FORMAT = "distgnn-node-output"
+VERSION = 1
+INDEX = "index.json"
+
+
+def shard_path(run: str, ntype: str, part: int, array: str) -> str:
+    """Path of one shard relative to the output URL."""
+    return f"run-{run}/{ntype}/part-{part:05d}/{array}.npy"
+
+
+@dataclass
+class ShardInfo:
+    """One written shard: where, how big, its digest."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+
+class ShardWriter:
+    """Streams one ``.npy`` file of a known shape, chunk by chunk, hashing as it goes."""
+
+    def __init__(self, base: str, rel: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.url = storage.join(base, rel)
+        self.rel, self.dtype, self.shape = rel, np.dtype(dtype), shape
+        self.rows = 0
+        self.size = 0
+        self.hash = hashlib.sha256()
+        fs, path = storage.get_fs(self.url)
+        try:
+            if storage.is_local(self.url):
+                fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            self.f: BinaryIO = fs.open(path, "wb")
+        except OSError as e:
+            raise StorageError(f"{storage.redact(self.url)}: {e}") from e
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            head, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                   "shape": shape}
+        )  # fmt: skip
+        self._put(head.getvalue())
+
+    def _put(self, data: bytes | memoryview) -> None:
+        try:
+            self.f.write(data)
+        except OSError as e:
+            raise StorageError(f"{storage.redact(self.url)}: {e}") from e
+        self.hash.update(data)
+        self.size += len(data)
+
+    def write(self, rows: np.ndarray) -> None:
+        a = np.ascontiguousarray(rows, dtype=self.dtype)
+        if a.shape[1:] != self.shape[1:] or self.rows + a.shape[0] > self.shape[0]:
+            raise StorageError(
+                f"{storage.redact(self.url)}: rows {a.shape} do not fit {self.shape}"
+            )
+        self._put(a.tobytes())
+        self.rows += a.shape[0]
+
+    def close(self) -> ShardInfo:
+        if self.rows != self.shape[0]:
+            raise StorageError(
+                f"{storage.redact(self.url)}: {self.rows} rows written, {self.shape[0]} expected"
+            )
+        try:
+            self.f.close()
+        except OSError as e:
+            raise StorageError(f"{storage.redact(self.url)}: {e}") from e
+        return ShardInfo(self.rel, self.size, self.hash.hexdigest())
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self.f.close()
+
+
+@dataclass
+class Index:
+    """The index: what was written and where (``index.json``)."""
+
+    run: str
+    num_nodes: int
+    arrays: dict[str, dict[str, Any]]
+    node_types: dict[str, dict[str, Any]] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "run": self.run,
+            "num_nodes": self.num_nodes,
+            "arrays": self.arrays,
+            "node_types": self.node_types,
+            **self.info,
+        }
+
+
+def write_index(base: str, index: Index) -> str:
+    """Write ``index.json`` atomically (a temporary name, then renamed); returns its URL."""
+    url = storage.join(base, INDEX)
+    data = (json.dumps(index.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+    tmp = storage.join(base, f".{INDEX}.{index.run}.tmp")
+    storage.write_bytes(tmp, data)
+    fs, path = storage.get_fs(url)
+    try:
+        fs.mv(storage.get_fs(tmp)[1], path)
+    except OSError as e:
+        raise StorageError(f"{storage.redact(url)}: {e}") from e
+    log.info("inference index written", extra=kv(url=storage.redact(url), run=index.run))
+    return url
+
+
+def read_index(base: str) -> dict[str, Any]:
+    """The index of a complete output; StorageError when there is none (or it is foreign)."""
+    url = storage.join(base, INDEX)
+    try:
+        obj = json.loads(storage.read_bytes(url))
+    except ValueError as e:
+        raise StorageError(f"{storage.redact(url)}: not JSON ({e})") from e
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise StorageError(f"{storage.redact(url)}: not a {FORMAT} index")
+    if int(obj.get("version", 0)) > VERSION:
+        raise StorageError(f"{storage.redact(url)}: version {obj.get('version')} is too new")
+    return obj
+
+
+def _load_npy(url: str, info: dict[str, Any], verify: bool) -> np.ndarray:
+    data = storage.read_bytes(url)
+    if len(data) != int(info["bytes"]):
+        raise StorageError(f"{storage.redact(url)}: {len(data)} bytes, index says {info['bytes']}")
+    if verify and hashlib.sha256(data).hexdigest() != info["sha256"]:
+        raise StorageError(f"{storage.redact(url)}: sha256 does not match the index")
+    return np.asarray(np.load(io.BytesIO(data), allow_pickle=False))
+
+
+def read_output(
+    base: str,
+    ntype: str | None = None,
+    arrays: list[str] | None = None,
+    verify: bool = True,
+) -> dict[str, np.ndarray]:
+    """All rows of one node type (the only one when None), shards concatenated in
+    partition order: ``{"orig_id": ..., "embedding": ..., ...}``."""
+    idx = read_index(base)
+    types = idx["node_types"]
+    if ntype is None:
+        if len(types) != 1:
+            raise StorageError(f"the output has node types {sorted(types)}: name one")
+        ntype = next(iter(types))
+    if ntype not in types:
+        raise StorageError(f"node type {ntype!r} is not in the output ({sorted(types)})")
+    names = arrays or ["orig_id", *[a for a in idx["arrays"] if a != "orig_id"]]
+    out: dict[str, list[np.ndarray]] = {a: [] for a in names}
+    for shard in types[ntype]["shards"]:
+        for a in names:
+            if a not in shard["files"]:
+                raise StorageError(f"array {a!r} is not in the output")
+            f = shard["files"][a]
+            out[a].append(_load_npy(storage.join(base, f["path"]), f, verify))
+    return {a: np.concatenate(v) if v else np.zeros(0) for a, v in out.items()}
+
+
+def stale_runs(base: str, keep: str) -> Iterator[str]:
+    """``run-*`` folders under ``base`` other than ``run-KEEP`` (left by earlier runs)."""
+    fs, path = storage.get_fs(base)
+    try:
+        names = fs.ls(path, detail=False) if fs.exists(path) else []
+    except OSError as e:
+        raise StorageError(f"{storage.redact(base)}: {e}") from e
+    for n in names:
+        leaf = str(n).rstrip("/").rsplit("/", 1)[-1]
+        if leaf.startswith("run-") and leaf != f"run-{keep}":
+            yield storage.join(base, leaf)
+
+
+def remove_stale_runs(base: str, keep: str) -> int:
+    """Delete the folders of earlier runs (best effort); returns how many went."""
+    n = 0
+    for url in list(stale_runs(base, keep)):
+        fs, path = storage.get_fs(url)
+        try:
+            fs.rm(path, recursive=True)
+            n += 1
+        except OSError as e:
+            log.warning("could not remove", extra=kv(url=storage.redact(url), error=str(e)))
+    return n

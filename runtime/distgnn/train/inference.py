@@ -1,0 +1,391 @@
+"""The built-in ``inference`` app: every node's embedding (and prediction) from a checkpoint.
+
+``distgnn train inference --checkpoint-url URL --output-url OUT`` (or a training app with
+``--infer-after-training``) loads the checkpoint, rebuilds the model from its weights,
+runs the layer-wise full-neighbour pass (:mod:`distgnn.train.layerwise`, the layers on
+the graph servers) and writes the output (:mod:`distgnn.train.infer_output`): each
+partition's shards by one trainer (partition ``p`` by rank ``p % world_size``), then
+the index, last, by rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from distgnn import contract, storage
+from distgnn.errors import ConfigError, StorageError
+from distgnn.log import kv
+from distgnn.nn import GAT, GraphSAGE
+from distgnn.sampling.local import LocalGraph
+from distgnn.train import checkpoint
+from distgnn.train import infer_output as fmt
+from distgnn.train.ddp import DDPContext, barrier
+from distgnn.train.graph import TrainGraph
+from distgnn.train.layerwise import (
+    FeatureRows,
+    Rows,
+    layer_pass,
+    layerwise,
+    owned_nodes,
+    rows_factory,
+    run_id,
+)
+
+log = logging.getLogger("distgnn.train")
+CHUNK = 1 << 16
+EMBEDDING_LAYERS = ("last", "hidden")
+
+
+@dataclass(frozen=True)
+class InferOptions:
+    """What to compute and where to write it."""
+
+    output_url: str
+    feat: str = "feat"
+    batch_size: int = 4096
+    embedding_layer: str = "last"
+    classify: bool = True
+    test_mask: str | None = "test_mask"
+    label: str = "label"
+
+    def validate(self) -> InferOptions:
+        if not self.output_url:
+            raise ConfigError("--output-url: inference needs an output URL")
+        if self.embedding_layer not in EMBEDDING_LAYERS:
+            raise ConfigError(f"--embedding-layer: {self.embedding_layer!r} is not last or hidden")
+        if self.batch_size < 1:
+            raise ConfigError("--infer-batch-size: must be >= 1")
+        return self
+
+
+def resolve_checkpoint(url: str | None) -> str:
+    """A ``ckpt-epoch-N.pt`` URL as given, or the latest one in a folder."""
+    if not url:
+        raise ConfigError("--checkpoint-url: inference needs a checkpoint (file or folder)")
+    if url.endswith(".pt"):
+        return url
+    found = checkpoint.latest(url)
+    if found is None:
+        raise ConfigError(f"--checkpoint-url: no checkpoint under {storage.redact(url)}")
+    return found
+
+
+def model_from_state(state: dict[str, Any]) -> nn.Module:
+    """The built-in model (GraphSAGE or GAT) the weights belong to, weights loaded."""
+    keys = set(state)
+    n = 0
+    while any(k.startswith(f"layers.{n}.") for k in keys):
+        n += 1
+    if n == 0:
+        raise ConfigError("checkpoint: no layers.N.* weights (not a built-in model)")
+    model: nn.Module
+    if "layers.0.fc_self.weight" in keys:
+        ws = [state[f"layers.{i}.fc_self.weight"] for i in range(n)]
+        model = GraphSAGE(int(ws[0].shape[1]), int(ws[0].shape[0]), int(ws[-1].shape[0]), n, 0.0)
+    elif "layers.0.attn_l" in keys:
+        a0, al = state["layers.0.attn_l"], state[f"layers.{n - 1}.attn_l"]
+        heads = int(a0.shape[1])
+        in_feats = int(state["layers.0.fc.weight"].shape[1])
+        hidden = heads * int(a0.shape[2]) if n > 1 else 1
+        model = GAT(in_feats, hidden, int(al.shape[2]), n, heads=heads, dropout=0.0)
+    else:
+        raise ConfigError("checkpoint: weights are neither GraphSAGE nor GAT")
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ConfigError(f"checkpoint: weights do not fit the model ({e})") from e
+    model.eval()
+    return model
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The nodes of one type in one partition: new IDs ``start .. start+count``."""
+
+    ntype: str
+    part: int
+    start: int
+    count: int
+    row: int  # first row in the partition's orig_nid
+    type_offset: int  # original homogeneous ID of the type's node 0
+
+
+def segments(tg: TrainGraph) -> list[Segment]:
+    if isinstance(tg.g, LocalGraph):
+        return [Segment("_N", 0, 0, tg.num_nodes(), 0, 0)]
+    man = tg.g.manifest
+    orig_off, acc = {}, 0
+    for t in man.node_types:
+        orig_off[t] = acc
+        acc += int(man.ntype_offsets[t][-1])
+    out = []
+    for p in range(man.num_parts):
+        pos = int(man.node_offsets[p])
+        for t in man.node_types:
+            c = int(man.ntype_offsets[t][p + 1] - man.ntype_offsets[t][p])
+            out.append(Segment(t, p, pos, c, pos - int(man.node_offsets[p]), orig_off[t]))
+            pos += c
+    return out
+
+
+def _orig_nid(tg: TrainGraph, part: int, manifest_url: str | None) -> np.ndarray | None:
+    """Original homogeneous IDs of a partition's nodes (None: IDs are original already)."""
+    if isinstance(tg.g, LocalGraph):
+        return None
+    from distgnn.partition.loader import read_part_array
+
+    if not manifest_url:
+        raise ConfigError(f"{contract.ENV_MANIFEST}: needed to map node IDs to original IDs")
+    return read_part_array(manifest_url, tg.g.manifest, part, "graph/orig_nid.npy")
+
+
+def write_shards(
+    tg: TrainGraph,
+    ctx: DDPContext,
+    opts: InferOptions,
+    run: str,
+    final: Rows,
+    emb: Rows,
+    manifest_url: str | None,
+) -> int:
+    """Write the shards of the partitions this rank owns; returns rows written."""
+    total = 0
+    segs = segments(tg)
+    parts = sorted({s.part for s in segs})
+    for p in parts:
+        if p % ctx.world_size != ctx.rank:
+            continue
+        orig = _orig_nid(tg, p, manifest_url)
+        for s in (s for s in segs if s.part == p):
+            t0 = time.monotonic()
+            files = _write_segment(tg, opts, run, s, orig, final, emb)
+            rel = f"run-{run}/{s.ntype}/part-{p:05d}/shard.json"
+            rec = {"ntype": s.ntype, "part": p, "rows": s.count, "files": files}
+            storage.write_bytes(storage.join(opts.output_url, rel), json.dumps(rec).encode())
+            total += s.count
+            log.info(
+                "inference shard written",
+                extra=kv(
+                    rank=ctx.rank,
+                    ntype=s.ntype,
+                    part=p,
+                    rows=s.count,
+                    seconds=round(time.monotonic() - t0, 3),
+                ),
+            )
+    return total
+
+
+def _write_segment(
+    tg: TrainGraph,
+    opts: InferOptions,
+    run: str,
+    s: Segment,
+    orig: np.ndarray | None,
+    final: Rows,
+    emb: Rows,
+) -> dict[str, dict[str, Any]]:
+    probe = emb.read(np.arange(min(1, tg.num_nodes()), dtype=np.int64))
+    dim = int(probe.shape[1])
+    specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
+        "orig_id": (np.dtype(np.int64), (s.count,)),
+        "embedding": (np.dtype(np.float32), (s.count, dim)),
+    }
+    if opts.classify:
+        specs["pred"] = (np.dtype(np.int64), (s.count,))
+        specs["prob"] = (np.dtype(np.float32), (s.count,))
+    writers = {
+        a: fmt.ShardWriter(opts.output_url, fmt.shard_path(run, s.ntype, s.part, a), dt, shape)
+        for a, (dt, shape) in specs.items()
+    }
+    try:
+        for lo in range(0, s.count, CHUNK):
+            hi = min(lo + CHUNK, s.count)
+            ids = np.arange(s.start + lo, s.start + hi, dtype=np.int64)
+            if orig is None:
+                writers["orig_id"].write(ids - s.type_offset)
+            else:
+                writers["orig_id"].write(orig[s.row + lo : s.row + hi] - s.type_offset)
+            e = emb.read(ids)
+            writers["embedding"].write(e.numpy())
+            if opts.classify:
+                logits = e if emb is final else final.read(ids)
+                prob, pred = torch.softmax(logits.float(), dim=1).max(dim=1)
+                writers["pred"].write(pred.numpy())
+                writers["prob"].write(prob.numpy())
+        return {a: vars(w.close()) for a, w in writers.items()}
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+
+
+def build_index(tg: TrainGraph, opts: InferOptions, run: str, info: dict[str, Any]) -> fmt.Index:
+    """Rank 0: the index from every shard's record (written by the other ranks)."""
+    segs = segments(tg)
+    types: dict[str, dict[str, Any]] = {}
+    arrays: dict[str, dict[str, Any]] = {}
+    for s in segs:
+        rel = f"run-{run}/{s.ntype}/part-{s.part:05d}/shard.json"
+        try:
+            rec = json.loads(storage.read_bytes(storage.join(opts.output_url, rel)))
+        except (StorageError, ValueError) as e:
+            raise StorageError(f"inference output incomplete: {rel} ({e})") from e
+        t = types.setdefault(s.ntype, {"num_nodes": 0, "shards": []})
+        t["num_nodes"] += int(rec["rows"])
+        t["shards"].append({"part": s.part, "rows": int(rec["rows"]), "files": rec["files"]})
+    probe = info.pop("_dims")
+    arrays["orig_id"] = {"dtype": "int64", "shape": []}
+    arrays["embedding"] = {"dtype": "float32", "shape": [probe]}
+    if opts.classify:
+        arrays["pred"] = {"dtype": "int64", "shape": []}
+        arrays["prob"] = {"dtype": "float32", "shape": []}
+    return fmt.Index(run, tg.num_nodes(), arrays, types, info)
+
+
+def peak_rss_mb() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(r / (1 << 20) if sys.platform == "darwin" else r / 1024, 1)
+
+
+def infer_to_storage(
+    tg: TrainGraph,
+    model: nn.Module,
+    ctx: DDPContext,
+    opts: InferOptions,
+    info: dict[str, Any] | None = None,
+    manifest_url: str | None = None,
+) -> dict[str, Any]:
+    """Layer-wise inference of ``model`` over ``tg``, written to ``opts.output_url``;
+    returns the summary (test accuracy on rank 0 for node classification)."""
+    import os
+
+    opts = opts.validate()
+    manifest_url = manifest_url or os.environ.get(contract.ENV_MANIFEST)
+    model.eval()
+    lw = layerwise(model)
+    if opts.embedding_layer == "hidden" and len(lw.steps) < 2:
+        raise ConfigError("--embedding-layer hidden: the model has no hidden layer")
+    in_feats = int(tg.read(opts.feat, torch.tensor([0])).shape[1])
+    run = run_id(ctx)
+    nodes = owned_nodes(tg, ctx.rank, ctx.world_size)
+    hidden_i = len(lw.steps) - 2
+    keep = (hidden_i,) if opts.embedding_layer == "hidden" else ()
+    log.info(
+        "inference",
+        extra=kv(
+            rank=ctx.rank,
+            run=run,
+            nodes=int(nodes.size),
+            layers=len(lw.steps),
+            dims=lw.dims,
+            in_feats=in_feats,
+            output=storage.redact(opts.output_url),
+        ),
+    )
+    t0 = time.monotonic()
+    layers = layer_pass(
+        tg,
+        lw,
+        FeatureRows(tg, opts.feat),
+        nodes,
+        ctx,
+        rows_factory(tg, run),
+        opts.batch_size,
+        ctx.device,
+        keep,
+    )
+    t_compute = time.monotonic() - t0
+    final = layers[-1]
+    emb = layers[hidden_i] if opts.embedding_layer == "hidden" else final
+    assert final is not None and emb is not None
+    written = write_shards(tg, ctx, opts, run, final, emb, manifest_url)
+    barrier(ctx)
+    summary: dict[str, Any] = {}
+    if ctx.is_main:
+        dims = lw.dims[hidden_i] if opts.embedding_layer == "hidden" else lw.dims[-1]
+        meta = {
+            "graph_name": getattr(getattr(tg.g, "manifest", None), "graph_name", None),
+            "embedding_layer": opts.embedding_layer,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(info or {}),
+            "_dims": dims,
+        }
+        fmt.write_index(opts.output_url, build_index(tg, opts, run, meta))
+        fmt.remove_stale_runs(opts.output_url, run)
+        summary["inference_test_accuracy"] = _test_accuracy(tg, opts, final)
+    barrier(ctx)
+    for r in {id(x): x for x in (final, emb)}.values():
+        r.release()
+    dt = time.monotonic() - t0
+    summary |= {
+        "output_url": opts.output_url,
+        "inference_nodes": tg.num_nodes(),
+        "inference_seconds": round(dt, 3),
+        "inference_compute_seconds": round(t_compute, 3),
+        "inference_nodes_per_second": round(tg.num_nodes() / max(t_compute, 1e-9), 1),
+    }
+    if summary.get("inference_test_accuracy") is None:
+        summary.pop("inference_test_accuracy", None)
+    log.info(
+        "inference done",
+        extra=kv(
+            rank=ctx.rank,
+            rows_written=written,
+            peak_rss_mb=peak_rss_mb(),
+            **{k: v for k, v in summary.items() if k != "output_url"},
+            output=storage.redact(opts.output_url),
+        ),
+    )
+    return summary
+
+
+def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | None:
+    if not opts.classify or not opts.test_mask:
+        return None
+    try:
+        ids = tg.mask_ids(opts.test_mask)
+        labels = tg.read(opts.label, torch.from_numpy(ids)).long()
+    except (ConfigError, KeyError):
+        return None
+    if ids.size == 0:
+        return None
+    pred = final.read(ids).argmax(1)
+    return round(float((pred == labels).float().mean().item()), 6)
+
+
+def run(
+    cfg: Any, tg: TrainGraph, ctx: DDPContext, checkpoint_url: str | None = None
+) -> dict[str, Any]:
+    """The app: load the checkpoint (a file, or a folder's latest), infer, write."""
+    url = resolve_checkpoint(checkpoint_url or cfg.checkpoint_url)
+    ck = checkpoint.load(url)
+    model = model_from_state(ck.model).to(ctx.device)
+    app = str(ck.extra.get("app") or "node-classification")
+    opts = InferOptions(
+        output_url=cfg.output_url or "",
+        feat=cfg.feat,
+        batch_size=cfg.infer_batch_size,
+        embedding_layer=cfg.embedding_layer,
+        classify=app == "node-classification",
+        test_mask=cfg.test_mask,
+        label=cfg.label,
+    )
+    info = {
+        "app": app,
+        "model": "sage" if isinstance(model, GraphSAGE) else "gat",
+        "checkpoint": storage.redact(url),
+        "checkpoint_epoch": ck.epoch,
+    }
+    out = infer_to_storage(tg, model, ctx, opts, info)
+    return {"app": "inference", "checkpoint_epoch": ck.epoch} | out

@@ -1,0 +1,370 @@
+"""The CRDs' CEL rules and patterns, evaluated offline as the API server would.
+
+kmock runs no CEL and no pattern checks, so the rules in ``x-kubernetes-validations`` are
+evaluated here with a CEL library (cel-python) against sample objects (``self`` and, for
+transition rules, ``oldSelf``), and every ``pattern`` is compiled with RE2 (the API server's
+regular-expression engine) and checked to agree with Python's ``re`` (local mode's parser).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import re2
+
+from distgnn.api import parse_job, schema, to_dict
+from distgnn.api import types as t
+from distgnn.api.fields import HTTP_URL, IMAGE_REF, STORAGE_SCHEMES, url_pattern
+from distgnn.errors import ConfigError
+
+Obj = dict[str, Any]
+CRDS = {"DistGNNJob": schema.job_crd(), "GraphServer": schema.graphserver_crd()}
+
+
+def _root(kind: str) -> Obj:
+    return dict(CRDS[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+def _nodes(s: Obj, path: str = "") -> Iterator[tuple[str, Obj]]:
+    yield path, s
+    for k, v in s.get("properties", {}).items():
+        yield from _nodes(v, f"{path}.{k}")
+    if "items" in s:
+        yield from _nodes(s["items"], f"{path}[]")
+    if isinstance(s.get("additionalProperties"), dict):
+        yield from _nodes(s["additionalProperties"], f"{path}{{}}")
+
+
+def _node(kind: str, path: str) -> Obj:
+    return dict(next(s for p, s in _nodes(_root(kind)) if p == path))
+
+
+def _rule(kind: str, path: str, text: str) -> Obj:
+    found = [
+        r for r in _node(kind, path).get("x-kubernetes-validations", []) if text in r["message"]
+    ]
+    assert len(found) == 1, (path, text, found)
+    return dict(found[0])
+
+
+def cel(rule: str, self: Any, old: Any = None) -> bool:
+    env = celpy.Environment()
+    prog = env.program(env.compile(rule))
+    act = {"self": celpy.json_to_cel(self)}
+    if old is not None:
+        act["oldSelf"] = celpy.json_to_cel(old)
+    return bool(prog.evaluate(act))
+
+
+def all_rules() -> list[tuple[str, str, Obj]]:
+    return [
+        (kind, path, r)
+        for kind in CRDS
+        for path, s in _nodes(_root(kind))
+        for r in s.get("x-kubernetes-validations", [])
+    ]
+
+
+@pytest.mark.parametrize(("kind", "path", "rule"), all_rules(), ids=lambda x: str(x)[:50])
+def test_every_rule_compiles_and_its_field_path_exists(kind: str, path: str, rule: Obj) -> None:
+    env = celpy.Environment()
+    env.compile(rule["rule"])  # raises on a syntax error
+    assert rule["message"] and "\n" not in rule["message"]
+    if "fieldPath" in rule:  # the API server refuses a fieldPath naming no property
+        name = rule["fieldPath"].removeprefix(".")
+        assert name in _node(kind, path)["properties"], rule
+
+
+# --- transition rules: what may not change on a running job ---------------------------
+
+
+def job_spec(**trainers: Any) -> Obj:
+    """A defaulted spec, as the API server stores it (defaults before validation)."""
+    obj = {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "DistGNNJob",
+        "metadata": {"name": "cora"},
+        "spec": {
+            "graph": {"source": {"url": "s3://graphs/cora.npz"}},
+            "trainers": {"replicas": 2, "app": {"name": "node-classification"}, **trainers},
+        },
+    }
+    return dict(to_dict(parse_job(obj).spec))
+
+
+def test_trainer_replicas_are_immutable() -> None:
+    rule = _rule("DistGNNJob", ".spec.trainers", "replicas is immutable")
+    assert rule["fieldPath"] == ".replicas"
+    old = job_spec()["trainers"]
+    grown = job_spec(replicas=4)["trainers"]
+    assert cel(rule["rule"], grown, old) is False
+    assert "delete the job and create it again" in rule["message"]
+    # other trainer fields may change (and the same replicas pass)
+    assert cel(rule["rule"], job_spec(image="example.org/x:2")["trainers"], old) is True
+    assert cel(rule["rule"], old, copy.deepcopy(old)) is True
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "old", "new", "allowed"),
+    [
+        (
+            "DistGNNJob",
+            ".spec.graph",
+            {"source": {"url": "s3://a/g"}},
+            {"source": {"url": "s3://a/h"}},
+            False,
+        ),
+        (
+            "DistGNNJob",
+            ".spec.graph",
+            {"source": {"url": "s3://a/g"}},
+            {"source": {"url": "s3://a/g"}},
+            True,
+        ),
+        ("DistGNNJob", ".spec.partitioning", {"numParts": 2}, {"numParts": 4}, False),
+        (
+            "GraphServer",
+            ".spec.graph",
+            {"partitions": {"manifestURL": "s3://a/m.json"}},
+            {"source": {"url": "s3://a/g"}},
+            False,
+        ),
+    ],
+)
+def test_immutable_specs(kind: str, path: str, old: Obj, new: Obj, allowed: bool) -> None:
+    rule = _rule(kind, path, "immutable")
+    assert cel(rule["rule"], new, old) is allowed
+
+
+# --- the CEL rules and their Python twins agree -------------------------------------------
+
+TWINS: list[tuple[type, str, list[Obj]]] = [
+    (
+        t.JobGraph,
+        ".spec.graph",
+        [
+            {"source": {"url": "s3://a/g"}},
+            {"partitions": {"manifestURL": "s3://a/m.json"}},
+            {"graphServer": {"name": "gs"}},
+            {},
+            {"source": {"url": "s3://a/g"}, "graphServer": {"name": "gs"}},
+            {
+                "source": {"url": "s3://a/g"},
+                "partitions": {"manifestURL": "s3://a/m.json"},
+                "graphServer": {"name": "gs"},
+            },
+        ],
+    ),
+    (
+        t.Trainers,
+        ".spec.trainers",
+        [
+            {"replicas": 2, "app": {"name": "node-classification"}},
+            {"replicas": 2, "command": ["python", "x.py"], "args": ["--a"]},
+            {"replicas": 2},
+            {"replicas": 2, "app": {"name": "node-classification"}, "command": ["x"]},
+            {"replicas": 2, "app": {"name": "node-classification"}, "args": ["--a"]},
+        ],
+    ),
+    (
+        t.App,
+        ".spec.trainers.properties.app",
+        [
+            {"name": "node-classification", "numLayers": 2, "fanouts": [5, 10]},
+            {"name": "node-classification", "numLayers": 3, "fanouts": [5, 10]},
+            {"name": "node-classification", "numLayers": 1, "fanouts": [5]},
+        ],
+    ),
+]
+
+
+def _python_verdicts(cls: type, obj: Obj) -> list[bool]:
+    from distgnn.api.validate import _Errors, load
+
+    inst = load(cls, obj, "x", _Errors())
+    return [r.check(inst) for r in cls.RULES if r.check is not None]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("cls", "path", "samples"), TWINS, ids=lambda x: getattr(x, "__name__", "")
+)
+def test_cel_rules_agree_with_their_python_twins(cls: type, path: str, samples: list[Obj]) -> None:
+    node = _node("DistGNNJob", path.replace(".properties", ""))
+    rules = [r for r in node["x-kubernetes-validations"] if "oldSelf" not in r["rule"]]
+    assert len(rules) == len([r for r in cls.RULES if r.check is not None])  # type: ignore[attr-defined]
+    verdicts = set()
+    for obj in samples:
+        want = _python_verdicts(cls, obj)
+        got = [cel(r["rule"], obj) for r in rules]
+        assert got == want, (obj, got, want)
+        verdicts.add(all(got))
+    assert verdicts == {True, False}  # the samples exercise both outcomes
+
+
+def test_metadata_name_length_rule() -> None:
+    rule = _root("DistGNNJob")["x-kubernetes-validations"][0]
+    assert cel(rule["rule"], {"metadata": {"name": "a" * 40}}) is True
+    assert cel(rule["rule"], {"metadata": {"name": "a" * 41}}) is False
+
+
+# --- patterns: RE2 (API server) and Python re (local mode) agree ---------------------------
+
+
+def all_patterns() -> list[str]:
+    return sorted({s["pattern"] for kind in CRDS for _, s in _nodes(_root(kind)) if "pattern" in s})
+
+
+IMAGES_OK = [
+    "ubuntu",
+    "ghcr.io/distgnn/distgnn-runtime:0.1.0",
+    "registry.example.com:5000/team/app_x:v1.2-cuda",
+    "localhost:5000/a/b/c",
+    "example.org/distgnn:test",
+    "[2001:db8::1]:5000/repo:tag",
+    "busybox@sha256:" + "a" * 64,
+    "ghcr.io/x/y:1.0@sha256:" + "0123456789abcdef" * 4,
+]
+IMAGES_BAD = [
+    "",
+    "Ubuntu",
+    "ghcr.io/Distgnn/runtime",
+    "repo:tag with space",
+    "repo:",
+    "repo::tag",
+    "repo:-tag",
+    "/repo",
+    "repo/",
+    "repo@sha256:short",
+    "https://ghcr.io/x/y",
+    "repo:" + "t" * 129,
+]
+URLS_OK = ["s3://bucket/cora.npz", "s3://b", "s3a://bucket/a/b.json", "file:///data/g.npz"]
+URLS_BAD = [
+    "ftp://host/cora.npz",
+    "gs://bucket/cora.npz",
+    "cora.npz",
+    "/data/cora.npz",
+    "s3:/bucket/x",
+    "s3://",
+    "s3:///key",
+    "file://relative/x",
+    "s3://bucket/has space",
+    "",
+]
+ENDPOINTS_OK = ["http://s3:8333", "https://s3.eu-west-1.amazonaws.com", "http://10.0.0.1:9000/"]
+ENDPOINTS_BAD = ["s3.example.com", "ftp://s3", "http://", "http:// x"]
+
+
+@pytest.mark.parametrize("pattern", all_patterns())
+def test_every_pattern_is_re2_and_anchored(pattern: str) -> None:
+    re2.compile(pattern)
+    assert pattern.startswith("^") and pattern.endswith("$"), pattern
+
+
+@pytest.mark.parametrize(
+    ("pattern", "good", "bad"),
+    [
+        (IMAGE_REF, IMAGES_OK, IMAGES_BAD),
+        (url_pattern(STORAGE_SCHEMES), URLS_OK, URLS_BAD),
+        (HTTP_URL, ENDPOINTS_OK, ENDPOINTS_BAD),
+    ],
+    ids=["image", "storage-url", "endpoint"],
+)
+def test_patterns_accept_and_refuse_alike_in_re2_and_python(
+    pattern: str, good: list[str], bad: list[str]
+) -> None:
+    for s in good:
+        assert re.search(pattern, s) and re2.search(pattern, s), s
+    for s in bad:
+        assert not re.search(pattern, s) and not re2.search(pattern, s), s
+
+
+def test_image_pattern_is_not_catastrophic() -> None:
+    # Python's backtracking engine runs this pattern in local mode: worst cases stay linear-ish
+    for evil in ("a" * 500 + "!", "a-" * 250 + "!", ("a." * 250)[:511] + "/"):
+        assert re.search(IMAGE_REF, evil) is None
+
+
+# --- whole manifests against the openAPIV3Schema (jsonschema, Draft 4) ------------------------
+
+
+def _job(**patch: Any) -> Obj:
+    obj: Obj = {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "DistGNNJob",
+        "metadata": {"name": "cora"},
+        "spec": {
+            "graph": {"partitions": {"manifestURL": "s3://graphs/cora.json"}},
+            "storage": {"endpoint": "http://s3:8333"},
+            "servers": {"image": "example.org/distgnn:test"},
+            "trainers": {
+                "replicas": 2,
+                "image": "example.org/distgnn:test",
+                "app": {"name": "node-classification", "dropout": 0.5},
+            },
+        },
+    }
+    for path, value in patch.items():
+        *head, last = path.split("__")
+        node = obj["spec"]
+        for k in head:
+            node = node[k]
+        node[last] = value
+    return obj
+
+
+def _schema_errors(obj: Obj) -> list[str]:
+    v = jsonschema.Draft4Validator(_root("DistGNNJob"))
+    return [".".join(str(p) for p in e.absolute_path) for e in v.iter_errors(obj)]
+
+
+def test_sample_job_is_valid() -> None:
+    assert _schema_errors(_job()) == []
+    parse_job(_job())
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "local_message"),
+    [
+        (
+            {"graph__partitions__manifestURL": "ftp://h/cora.json"},
+            "spec.graph.partitions.manifestURL",
+            "unsupported URL scheme ftp://",
+        ),
+        (
+            {"graph__partitions__manifestURL": "gs://b/cora.json"},
+            "spec.graph.partitions.manifestURL",
+            "unsupported URL scheme gs://",
+        ),
+        ({"trainers__image": "Not An Image"}, "spec.trainers.image", "does not match"),
+        ({"servers__image": "ghcr.io/x/y:"}, "spec.servers.image", "does not match"),
+        ({"storage__endpoint": "s3.example.com"}, "spec.storage.endpoint", "does not match"),
+        ({"trainers__app__dropout": 1.0}, "spec.trainers.app.dropout", "must be < 1"),
+        ({"trainers__app__dropout": -0.1}, "spec.trainers.app.dropout", "must be >= 0"),
+        ({"trainers__app__lr": 0}, "spec.trainers.app.lr", "must be > 0"),
+        ({"trainers__app__weightDecay": -1e-4}, "spec.trainers.app.weightDecay", "must be >= 0"),
+    ],
+)
+def test_bad_values_are_refused_at_admission_and_in_local_mode(
+    patch: Obj, field: str, local_message: str
+) -> None:
+    obj = _job(**patch)
+    assert _schema_errors(obj) == [field]
+    with pytest.raises(
+        ConfigError, match=re.escape(f"{field}: ") + ".*" + re.escape(local_message)
+    ):
+        parse_job(obj)
+
+
+@pytest.mark.parametrize("path", ["cora.json", "../parts/cora.json", "/data/cora.json"])
+def test_plain_paths_are_local_mode_only(path: str) -> None:
+    """Documented: the CRD wants a URL; ``distgnn run`` resolves paths against the manifest."""
+    obj = _job(graph__partitions__manifestURL=path)
+    assert _schema_errors(obj) == ["spec.graph.partitions.manifestURL"]
+    assert parse_job(obj).spec.graph.partitions is not None
