@@ -100,7 +100,7 @@ def child_train(
 
     from distgnn.nn import GraphSAGE
     from distgnn.sampling import NeighborSampler, NodeBatcher
-    from distgnn.sampling.loader import DistDataLoader, prefetch
+    from distgnn.sampling.loader import BatchLoader, prefetch
     from distgnn.train.config import TrainConfig
     from distgnn.train.ddp import agree_steps, barrier, init_ddp, shutdown, wrap
     from distgnn.train.graph import open_train_graph
@@ -133,7 +133,7 @@ def child_train(
             dist.all_reduce(flat)
         ar.append(time.perf_counter() - t0)
 
-    def timed_batches(loader: DistDataLoader) -> Any:
+    def timed_batches(loader: BatchLoader) -> Any:
         it = iter(loader)
         while True:
             t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def child_train(
         x, y = tg.read("feat", inp).float(), tg.read("label", out).long()
         return t_sample, time.perf_counter() - t1, x, y, blocks, int(inp.numel())
 
-    def run_steps(loader: DistDataLoader, n: int, record: bool) -> int:
+    def run_steps(loader: BatchLoader, n: int, record: bool) -> int:
         src = timed_batches(loader)
         batches = prefetch(src, load) if use_prefetch else map(load, src)
         done = 0
@@ -185,7 +185,7 @@ def child_train(
                 close()
         return done
 
-    with DistDataLoader(tg.source, batcher, num) as loader:
+    with BatchLoader(tg.source, batcher, num) as loader:
         steps_per_epoch = agree_steps(ctx, len(loader))
         run_steps(loader, 2, record=False)  # warm-up (epoch 0)
         barrier(ctx)

@@ -20,6 +20,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "partition": ([], ["--nodes", "100000", "--runs", "1"]),
     "server": ([], ["--nodes", "20000", "--reps", "3"]),
     "training": ([], ["--nodes", "100000", "--steps", "5", "--reps", "3"]),
+    "inference": ([], ["--nodes", "100000", "--reps", "1"]),
     "operator": ([], ["--jobs", "10", "--timeout", "120"]),
 }
 

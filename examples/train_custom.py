@@ -1,8 +1,9 @@
 """A user's own training script: GraphSAGE node classification with the public API.
 
 It imitates ``distgnn train node-classification`` step by step and runs as a job's
-user command (``spec.trainers.command: [python, examples/train_custom.py]``), or by
-hand with the contract environment::
+user command: ``distgnn run examples/custom-script.yaml`` (its
+``spec.trainers.command: [python, train_custom.py]`` is relative to the manifest's
+folder, where user commands run), or by hand with the contract environment::
 
     DISTGNN_MANIFEST=parts/cora.json python examples/train_custom.py --epochs 5
 
@@ -25,8 +26,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 import distgnn.distributed as dgl_dist
 from distgnn import log
+from distgnn.dataloading import DistNodeDataLoader, NeighborSampler
 from distgnn.nn import GraphSAGE
-from distgnn.sampling import DistNodeDataLoader, NeighborSampler
+from distgnn.train.ddp import rendezvous_store
 
 
 def main() -> None:
@@ -41,8 +43,8 @@ def main() -> None:
 
     # 1. join the trainers (gloo on CPU) and connect to the graph
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)  # MASTER_ADDR/PORT
+    if world > 1:  # MASTER_ADDR/PORT; a loopback MASTER_ADDR's store listens on it only
+        dist.init_process_group("gloo", store=rendezvous_store(), rank=rank, world_size=world)
     g = dgl_dist.DistGraph(ctx=dgl_dist.initialize(), own=True)
 
     # 2. this trainer's training nodes (partition-local first), all val/test nodes
@@ -58,9 +60,9 @@ def main() -> None:
         model = DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=0.01)
     sampler = NeighborSampler([int(f) for f in args.fanouts.split(",")])
-    samplers = int(os.environ.get("DISTGNN_NUM_SAMPLERS", "0"))  # sampler processes
+    # sampler processes: the job's numSamplers (DISTGNN_NUM_SAMPLERS)
     loader = DistNodeDataLoader(
-        g, train_ids, sampler, args.batch_size, seed=rank, num_samplers=samplers
+        g, train_ids, sampler, batch_size=args.batch_size, shuffle=True, seed=rank
     )
 
     # 4. every trainer runs the same number of steps (pad with zero-weight repeats)
@@ -88,7 +90,9 @@ def main() -> None:
     if rank == 0:
         net = model.module if isinstance(model, DistributedDataParallel) else model
         net.eval()
-        full = DistNodeDataLoader(g, test_ids, NeighborSampler([-1, -1]), 4096, shuffle=False)
+        full = DistNodeDataLoader(
+            g, test_ids, NeighborSampler([-1, -1]), batch_size=4096, num_samplers=0
+        )
         correct = 0
         with torch.no_grad():
             for inp, out, blocks in full:

@@ -4,13 +4,22 @@ Namespaces: ``--namespace`` (repeatable) or ``DISTGNN_WATCH_NAMESPACES`` (comma-
 all namespaces when neither is given. ``DISTGNN_RUNTIME_IMAGE`` sets the default image of
 the pods, ``DISTGNN_PARTITIONS_URL`` the default partition output URL. ``--metrics-port``
 (``DISTGNN_METRICS_PORT``) serves Prometheus metrics (default off).
+
+HA (``--peering NAME``): replicas peer through kopf, and kopf pauses a replica that sees a
+live peer of higher *or equal* priority. Each replica therefore takes a distinct priority,
+its negated start time in microseconds unless ``--peering-priority`` /
+``DISTGNN_PEERING_PRIORITY`` gives one: the longest-running replica is active, a new or
+restarted one stands by (never preempts it). A standby takes over when the active replica's
+peering record goes: at once on a clean shutdown, ``--peering-lifetime`` seconds after a crash.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 import kopf
@@ -21,6 +30,7 @@ from distgnn.metrics_http import serve
 from distgnn_operator.desired import DesiredContext
 from distgnn_operator.handlers import HandlerSettings, make_settings, register
 from distgnn_operator.kube import KubeApi
+from distgnn_operator.logs import compact_kopf_records, settings_summary
 from distgnn_operator.metrics import OperatorMetrics
 from distgnn_operator.reconcile import OperatorContext
 
@@ -29,6 +39,21 @@ ENV_RUNTIME_IMAGE = "DISTGNN_RUNTIME_IMAGE"
 ENV_PARTITIONS_URL = "DISTGNN_PARTITIONS_URL"
 ENV_RESYNC = "DISTGNN_RESYNC_SECONDS"
 ENV_PROGRESS = "DISTGNN_PROGRESS_SECONDS"
+ENV_PEERING_PRIORITY = "DISTGNN_PEERING_PRIORITY"
+ENV_PEERING_LIFETIME = "DISTGNN_PEERING_LIFETIME"
+
+
+def start_priority() -> int:
+    """The peering priority of a replica starting now: earlier starts rank higher."""
+    return -(time.time_ns() // 1000)
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        raise SystemExit(f"distgnn-operator: {name}: must be an integer (got {raw!r})") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="namespace to watch (repeatable; default: all)",
     )
     p.add_argument("--peering", default=None, help="kopf peering name (HA); default standalone")
+    p.add_argument(
+        "--peering-priority",
+        type=int,
+        default=_env_int(ENV_PEERING_PRIORITY),
+        help="peering priority; the highest live replica is active "
+        "(default: minus the start time in microseconds, so the oldest replica)",
+    )
+    p.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=_env_int(ENV_PEERING_LIFETIME) or 60,
+        help="seconds a replica's peering record stays valid without a keep-alive: "
+        "how long a crashed active replica blocks the standby ones (default 60)",
+    )
     p.add_argument(
         "--liveness",
         default=f"http://0.0.0.0:{contract.OPERATOR_HEALTH_PORT}/healthz",
@@ -106,16 +145,34 @@ def setup(
     )
     registry = kopf.OperatorRegistry()
     register(registry, octx, hs)
-    return registry, make_settings(hs), octx
+    settings = make_settings(hs)
+    prio = args.peering_priority
+    settings.peering.priority = start_priority() if prio is None else prio
+    settings.peering.lifetime = args.peering_lifetime
+    return registry, settings, octx
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     dlog.setup()
+    compact_kopf_records()
     registry, settings, octx = setup(args)
     if octx.metrics is not None and args.metrics_port is not None:
         serve(octx.metrics.registry, args.metrics_port)
     ns = namespaces(args, dict(os.environ))
+    logging.getLogger("distgnn_operator").info(
+        "starting",
+        extra={
+            "fields": settings_summary(
+                settings,
+                namespaces=",".join(ns) or "*",
+                resync_s=args.resync_seconds,
+                runtime_image=args.runtime_image,
+                partitions_url=args.partitions_url,
+                metrics_port=args.metrics_port,
+            )
+        },
+    )
     kopf.run(
         registry=registry,
         settings=settings,

@@ -30,7 +30,20 @@ _LAZY: dict[str, str] = {
 }
 
 
+# submodules a DGL user reaches as attributes (``dgl.distributed``, ``dgl.dataloading``)
+_SUBMODULES = ("distributed", "dataloading", "nn", "function")
+
+NID = "_ID"
+"""DGL's ``dgl.NID``: the key of global node IDs in a block's ``srcdata``/``dstdata``."""
+EID = "_ID"
+"""DGL's ``dgl.EID``: the key of global edge IDs in ``edata``."""
+NTYPE = "_TYPE"
+ETYPE = "_TYPE"
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"distgnn.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'distgnn' has no attribute {name!r}")
@@ -38,6 +51,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [  # noqa: PLE0604 (names resolved lazily by __getattr__)
+    "EID",
+    "ETYPE",
+    "NID",
+    "NTYPE",
     "__version__",
     *_LAZY,
 ]

@@ -48,6 +48,32 @@ ENV_SERVER_WORKERS = "DISTGNN_SERVER_WORKERS"
 ENV_READY_FILE = "DISTGNN_READY_FILE"
 """Optional path a server creates once its partition is loaded (for exec probes / local mode)."""
 
+# --- environment: graph-server limits (docs/servers.md, "Limits and timeouts") ---
+# Unset: derived from the server's memory and file-descriptor limit at start.
+# Byte sizes accept a K/M/G/T suffix (powers of 1024); times are seconds.
+ENV_SERVER_MAX_TENSORS = "DISTGNN_SERVER_MAX_TENSORS"
+"""Named tensors created at run time (optimizer state included) per server."""
+ENV_SERVER_MAX_TENSOR_BYTES = "DISTGNN_SERVER_MAX_TENSOR_BYTES"
+"""Total bytes of the tensors created at run time per server."""
+ENV_SERVER_MAX_REQUEST_BYTES = "DISTGNN_SERVER_MAX_REQUEST_BYTES"
+"""Bytes of one request frame's buffers (IDs, values)."""
+ENV_SERVER_MAX_IDS = "DISTGNN_SERVER_MAX_IDS"
+"""IDs (rows, seeds, edges, nodes) in one request."""
+ENV_SERVER_MAX_REPLY_BYTES = "DISTGNN_SERVER_MAX_REPLY_BYTES"
+"""Bytes of one answer (a PULL's rows, a sampling result)."""
+ENV_SERVER_MAX_SAMPLE_EDGES = "DISTGNN_SERVER_MAX_SAMPLE_EDGES"
+"""Edges one SAMPLE_NEIGHBORS request may touch (seeds x fanout, or all in-edges)."""
+ENV_SERVER_MAX_CONNECTIONS = "DISTGNN_SERVER_MAX_CONNECTIONS"
+"""Open connections per worker process (beyond: an ERROR ``busy`` frame, then close)."""
+ENV_SERVER_IDLE_TIMEOUT = "DISTGNN_SERVER_IDLE_TIMEOUT"
+"""An authenticated connection with no request for this long is closed."""
+ENV_SERVER_SEND_TIMEOUT = "DISTGNN_SERVER_SEND_TIMEOUT"
+"""An answer that makes no progress for this long (a client that does not read) is dropped."""
+ENV_HEALTH_MAX_CONNECTIONS = "DISTGNN_HEALTH_MAX_CONNECTIONS"
+"""Concurrent connections on the health port (beyond: closed at once)."""
+ENV_HEALTH_TIMEOUT = "DISTGNN_HEALTH_TIMEOUT"
+"""Time a health client has to send its whole HTTP request."""
+
 # --- environment: shared by servers and trainers ----------------------------
 ENV_TOKEN = "DISTGNN_TOKEN"
 """The per-job token, given inline (local mode). Prefer ENV_TOKEN_FILE."""

@@ -41,7 +41,12 @@ class AuthError(DistGNNError, PermissionError):
 
 
 class ServerError(DistGNNError, RuntimeError):
-    """A graph server answered a request with an error."""
+    """A graph server answered a request with an error; ``code`` is the ERROR frame's
+    (``bad_request``, ``protocol``, ``auth``, ``busy``, ``resource``, ``internal``)."""
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class RequestTimeout(DistGNNError, TimeoutError):
@@ -50,6 +55,18 @@ class RequestTimeout(DistGNNError, TimeoutError):
 
 class ServerUnavailable(DistGNNError, ConnectionError):
     """A graph server could not be reached (not started, dead, or gone mid-request)."""
+
+
+class WriteFailed(ServerUnavailable):
+    """A write (PUSH, SPARSE_UPDATE, INIT/ATTACH/DETACH/DELETE_TENSOR) lost its server.
+
+    ``applied`` is False when the request never reached the server whole (it was not
+    applied: retrying is safe), None when the connection failed while waiting for the
+    answer (it may or may not have been applied)."""
+
+    def __init__(self, message: str, applied: bool | None) -> None:
+        super().__init__(message)
+        self.applied = applied
 
 
 class JobFailed(DistGNNError, RuntimeError):

@@ -26,6 +26,8 @@ from typing import Any, TextIO
 from distgnn import contract
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+_KOPF_INTERNAL = {"settings", "k8s_skip"}
+"""Extras kopf's per-object loggers attach (the whole OperatorSettings): never printed."""
 MAX_TEXT_VALUE = 160
 """Longest value a text line shows (the rest is cut; JSON lines keep structure)."""
 
@@ -53,8 +55,12 @@ def _fields(record: logging.LogRecord, context: Mapping[str, Any]) -> dict[str, 
     if isinstance(extra, Mapping):
         out.update(extra)
     for k, v in record.__dict__.items():
-        if k not in _RESERVED and k != "fields":
-            out[k] = v
+        if k in _RESERVED or k == "fields" or k in _KOPF_INTERNAL:
+            continue
+        if k == "k8s_ref" and isinstance(v, Mapping):  # kopf's per-object logger
+            out.update({f: v[f] for f in ("kind", "namespace", "name") if v.get(f)})
+            continue
+        out[k] = v
     return out
 
 

@@ -297,7 +297,13 @@ async def _versions(c: Cluster) -> dict[str, str]:
 async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace) -> None:
     c = cluster
     async with Operator(operator_args):
-        created = await c.create(job_manifest("cora"))
+        app = {"name": "node-classification", "epochs": 1, "inferAfterTraining": True}
+        trainers = {
+            "replicas": 2,
+            "checkpoint": {"url": "s3://out/cora-ckpt"},
+            "app": app | {"outputURL": "s3://out/cora-emb"},
+        }
+        created = await c.create(job_manifest("cora", trainers=trainers))
         uid = created["metadata"]["uid"]
         kinds = [
             ("Secret", "cora-token"),
@@ -332,6 +338,9 @@ async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace
         st = await c.phase("DistGNNJob", "cora", "Running")
         assert st["trainers"]["active"] == 2 and cond(st, "Running")["status"] == "True"
         assert st["trainers"]["ready"] == 2
+        assert "outputURL" not in st  # the output is not complete yet
+        argv = tjob["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert "--infer-after-training" in argv
 
         # a settled job: further resyncs (every second) change nothing
         await asyncio.sleep(0.5)
@@ -356,6 +365,7 @@ async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace
         st = await c.phase("DistGNNJob", "cora", "Succeeded")
         assert st["metrics"]["testAccuracy"] == metrics["test_accuracy"]
         assert st["completionTime"] and cond(st, "Succeeded")["status"] == "True"
+        assert st["outputURL"] == "s3://out/cora-emb"  # where inference wrote
         # cleanPodPolicy Running: the servers are scaled away (before the final status is
         # written), the trainer Job is kept
         assert (await c.get("StatefulSet", "cora-server"))["spec"]["replicas"] == 0

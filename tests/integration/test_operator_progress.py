@@ -109,8 +109,13 @@ async def test_running_job_progress_in_status(cluster: Cluster, rank0: ProgressS
         await c.create(rank0_pod("prog", rank0.port))
         await c.patch("Job", "prog-trainers", {"status": {"active": 2}}, "status")
         await c.phase("DistGNNJob", "prog", "Running")
-        # rank 0 still starting: nothing to show, nothing written
-        await asyncio.sleep(1.5)
+        # rank 0 still starting: read, nothing to show, nothing written
+        unavailable = "distgnn_operator_progress_reads_total{outcome=unavailable}"
+
+        async def read_once() -> bool:
+            return (await asyncio.to_thread(scrape, op.octx))[unavailable] >= 1
+
+        await c.until("a progress read", read_once)
         assert "progress" not in await c.status("DistGNNJob", "prog")
 
         rank0.update(
@@ -141,7 +146,6 @@ async def test_running_job_progress_in_status(cluster: Cluster, rank0: ProgressS
         m = scrape(op.octx)
         assert m["distgnn_operator_progress_reads_total{outcome=changed}"] == 2
         assert m["distgnn_operator_progress_reads_total{outcome=unchanged}"] >= 2
-        assert m["distgnn_operator_progress_reads_total{outcome=unavailable}"] >= 1
         assert m["distgnn_operator_resources{kind=DistGNNJob,phase=Running}"] == 1
         assert m["distgnn_operator_reconciles_total{kind=DistGNNJob,outcome=ok}"] >= 3
         assert m["distgnn_operator_reconcile_duration_seconds_count{kind=DistGNNJob}"] >= 3

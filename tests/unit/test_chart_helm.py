@@ -35,7 +35,7 @@ Obj = dict[str, Any]
 
 # Values that change every part of the chart at once (everything non-default).
 NON_DEFAULT: Obj = {
-    "ha": {"enabled": True, "replicas": 3},
+    "ha": {"enabled": True, "replicas": 3, "lifetimeSeconds": 20},
     "watchNamespaces": ["team-a", "team-b"],
     "crds": {"enabled": False},
     "gangScheduling": {"enabled": True},
@@ -84,6 +84,14 @@ SCENARIOS: dict[str, Obj] = {
     "ha-cluster-wide": {"ha": {"enabled": True}},
     "namespaced": {"watchNamespaces": ["team-a"]},
     "no-rbac-no-sa": {"rbac": {"create": False}, "serviceAccount": {"create": False}},
+    "metrics": {
+        "metrics": {
+            "enabled": True,
+            "serviceMonitor": {"enabled": True},
+            "podMonitor": {"enabled": True},
+            "dashboard": {"enabled": True},
+        }
+    },
 }
 
 
@@ -151,7 +159,7 @@ def app_version() -> str:
 # --- lint, schema, built-in kinds ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["default", "non-default"])
+@pytest.mark.parametrize("scenario", ["default", "non-default", "metrics"])
 def test_helm_lint_strict(scenario: str) -> None:
     res = run_helm("lint", "--strict", str(CHART), values=SCENARIOS[scenario])
     assert res.returncode == 0, res.stdout + res.stderr
@@ -251,6 +259,7 @@ def test_default_deployment() -> None:
     assert env["DISTGNN_LOG_LEVEL"] == "INFO"
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "DISTGNN_PARTITIONS_URL" not in env
+    assert "DISTGNN_PEERING_LIFETIME" not in env  # standalone
     assert c["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]  # no --peering: standalone
     assert c["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -307,6 +316,7 @@ def test_non_default_values_reach_the_deployment() -> None:
     assert env["DISTGNN_LOG_LEVEL"] == "DEBUG"
     assert env["DISTGNN_PARTITIONS_URL"] == "s3://distgnn-data/partitions"
     assert c["args"] == ["--liveness=http://0.0.0.0:9090/healthz", f"--peering={RELEASE}-distgnn"]
+    assert env["DISTGNN_PEERING_LIFETIME"] == "20"
     assert env["EXTRA_LITERAL"] == "on"
     assert env["EXTRA_FROM_SECRET"] == {"secretKeyRef": {"name": "extra", "key": "value"}}
     assert c["resources"] == NON_DEFAULT["resources"]
@@ -613,7 +623,7 @@ def test_notes_tell_the_user_what_to_do_next() -> None:
 # --- the chart speaks the operator's interface ---------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["default", "non-default"])
+@pytest.mark.parametrize("scenario", ["default", "non-default", "metrics"])
 def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> None:
     main = pytest.importorskip("distgnn_operator.__main__")
     dep = one(render(SCENARIOS[scenario]), "Deployment")
@@ -635,6 +645,10 @@ def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> No
     assert args.partitions_url == env.get("DISTGNN_PARTITIONS_URL")
     ha = SCENARIOS[scenario].get("ha", {}).get("enabled", False)
     assert (args.peering is not None) is ha
+    assert args.peering_lifetime == SCENARIOS[scenario].get("ha", {}).get("lifetimeSeconds", 60)
+    assert args.peering_priority is None  # each replica ranks itself by its start time
+    metrics = SCENARIOS[scenario].get("metrics", {}).get("enabled", False)
+    assert args.metrics_port == (8081 if metrics else None)
     # Every DISTGNN_* variable the chart sets is read by the operator or the log setup.
     files = [*(REPO / "operator" / "distgnn_operator").glob("*.py")]
     files.append(REPO / "runtime" / "distgnn" / "contract.py")

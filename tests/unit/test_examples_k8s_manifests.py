@@ -27,6 +27,7 @@ EXPECTED = {
     "graphserver.yaml",
     "graphserver-job-a.yaml",
     "graphserver-job-b.yaml",
+    "graphserver-inference.yaml",
     "s3-credentials-secret.yaml",
     "kueue-suspended-job.yaml",
 }
@@ -104,7 +105,7 @@ def test_examples_use_the_credentials_secret() -> None:
 def test_graphserver_jobs_attach_to_the_graphserver() -> None:
     server = load("graphserver.yaml")
     assert server["kind"] == "GraphServer"
-    for name in ("graphserver-job-a.yaml", "graphserver-job-b.yaml"):
+    for name in ("graphserver-job-a.yaml", "graphserver-job-b.yaml", "graphserver-inference.yaml"):
         job = load(name)
         assert job["kind"] == "DistGNNJob"
         assert job["spec"]["graph"] == {"graphServer": {"name": server["metadata"]["name"]}}

@@ -57,6 +57,15 @@ def test_layer_wise_equals_full_forward_and_checkpoint_roundtrip(kind: str) -> N
     torch.testing.assert_close(got, full_forward(tg, model), atol=1e-5, rtol=0)
 
 
+def test_checkpoint_with_pre_dgl_parameter_names_loads() -> None:
+    model = GraphSAGE(2, 8, 3, 2)
+    old = {k.replace(".bias", ".fc_self.bias"): v for k, v in model.state_dict().items()}
+    assert "layers.0.fc_self.bias" in old
+    rebuilt = model_from_state(old)
+    for k, v in model.state_dict().items():
+        assert torch.equal(rebuilt.state_dict()[k], v), k
+
+
 def test_checkpoint_of_another_model_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not a built-in model"):
         model_from_state({"fc.weight": torch.zeros(2, 2)})
@@ -196,4 +205,55 @@ def test_inference_options_are_checked() -> None:
         infer_to_storage(
             tg, GraphSAGE(2, 4, 2, 1), CTX, InferOptions("/nonexistent", embedding_layer="hidden")
         )
+    with pytest.raises(ConfigError, match="'feat' has 2 columns but the model takes 5"):
+        infer_to_storage(tg, GraphSAGE(5, 4, 2, 2), CTX, InferOptions("/nonexistent"))
     assert rows_factory(tg, "r")(0, 3).read(np.arange(2)).shape == (2, 3)
+
+
+def test_link_prediction_checkpoint_gives_embeddings_to_score(tmp_path: Path) -> None:
+    from distgnn.contract import TrainerEnv
+    from distgnn.train import inference, link_prediction
+    from distgnn.train.ddp import init_ddp
+
+    tg = planted_graph(n=120)
+    ck = str(tmp_path / "ck")
+    cfg = TrainConfig(
+        app="link-prediction", epochs=1, hidden=8, batch_size=256, fanouts=[3, 3],
+        checkpoint_url=ck,
+    ).validate()  # fmt: skip
+    link_prediction.run(cfg, tg, init_ddp(TrainerEnv(0, 1, "127.0.0.1", 1)))
+    out = str(tmp_path / "emb")
+    icfg = TrainConfig(app="inference", checkpoint_url=ck, output_url=out).validate()
+    m = inference.run(icfg, tg, CTX)
+    assert m["app"] == "inference" and "inference_test_accuracy" not in m
+    idx = fmt.read_index(out)
+    assert idx["app"] == "link-prediction" and set(idx["arrays"]) == {"orig_id", "embedding"}
+    table = EmbeddingTable.load(out)
+    model = model_from_state(torch.load(ck + "/ckpt-epoch-00000.pt", weights_only=True)["model"])
+    h = full_forward(tg, model).numpy()
+    np.testing.assert_allclose(
+        score_pairs(table, np.array([[0, 1], [7, 3]])),
+        [h[0] @ h[1], h[7] @ h[3]],
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_progress_endpoint_shows_the_layers(tmp_path: Path) -> None:
+    import urllib.request
+
+    from distgnn import contract
+    from distgnn.train.telemetry import ProgressServer, Telemetry
+
+    tel = Telemetry(0, ProgressServer("127.0.0.1", 0))
+    try:
+        tg = planted_graph(n=50)
+        model = GraphSAGE(2, 4, 2, 3, 0.0).eval()
+        infer_to_storage(tg, model, CTX, InferOptions(str(tmp_path / "o")), telemetry=tel)
+        assert tel.progress is not None
+        url = f"http://127.0.0.1:{tel.progress.port}{contract.PROGRESS_PATH}"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            snap = json.loads(r.read())
+        assert snap["state"] == "inference" and snap["inferenceLayers"] == "3/3"
+    finally:
+        tel.close()

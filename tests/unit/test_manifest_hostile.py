@@ -75,6 +75,8 @@ HOSTILE: dict[str, bytes] = {
     ).encode(),
     "duplicate_spec_key": BASE.replace("replicas: 2", "replicas: 2\n    replicas: 3").encode(),
     "python_tag": b"!!python/object/apply:os.system ['true']\n",
+    "map_tag_on_a_list": b"kind: !!map [a, b]\n",
+    "set_tag_on_a_scalar": b"kind: !!set abc\n",
     "huge_int": BASE.replace("replicas: 2", "replicas: " + "9" * 5000).encode(),
     "tilde_user": BASE.replace("url: data/g.npz", "url: ~nosuchuser-xyz/g.npz").encode(),
     "not_a_mapping": b"- 1\n- 2\n",

@@ -54,10 +54,10 @@ def test_graphsage_input_features_get_no_gradient() -> None:
     seeds = np.arange(10)
     src, dst = rng.integers(0, 200, 80), rng.integers(0, 10, 80)
     b1 = to_block(seeds, src, dst, np.arange(80))
-    src0, dst0 = rng.integers(0, 500, 400), rng.integers(0, b1.num_src_nodes, 400)
+    src0, dst0 = rng.integers(0, 500, 400), rng.integers(0, b1.num_src_nodes(), 400)
     b0 = to_block(b1.src_nid, src0, b1.src_nid[dst0], np.arange(400))
     model = GraphSAGE(6, 8, 3, num_layers=2, dropout=0.5)
-    x = torch.randn(b0.num_src_nodes, 6)
+    x = torch.randn(b0.num_src_nodes(), 6)
     model([b0, b1], x).sum().backward()
     assert x.grad is None
     assert all(p.grad is not None for p in model.parameters())

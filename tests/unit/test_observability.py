@@ -272,3 +272,72 @@ def test_operator_api_errors_skip_expected_answers() -> None:
     assert 'distgnn_operator_api_errors_total{code="500"} 2.0' in text
     assert 'distgnn_operator_api_errors_total{code="0"} 1.0' in text
     assert 'code="404"' not in text and 'code="409"' not in text
+
+
+def test_progress_watch_reads_rank0_and_reports_changes_only() -> None:
+    from distgnn.local.ports import free_port
+    from distgnn.local.progress import ProgressWatch
+    from distgnn.train.telemetry import ProgressServer
+
+    assert ProgressWatch(free_port(), interval=0).poll() is None  # nobody listening
+    srv = ProgressServer("127.0.0.1", 0)
+    try:
+        watch = ProgressWatch(srv.port, interval=0)
+        assert watch.poll() is None  # starting: no epochs yet
+        srv.update(completedEpochs=1, totalEpochs=4, loss=1.5)
+        assert (watch.poll() or {}).get("epoch") == "1/4"
+        assert watch.poll() is None  # unchanged
+        srv.update(completedEpochs=2, loss=1.0)
+        assert (watch.poll() or {}).get("loss") == 1.0
+        slow = ProgressWatch(srv.port, interval=3600)
+        assert slow.poll(now=0.0) is not None and slow.poll(now=1.0) is None  # not due
+    finally:
+        srv.close()
+
+
+def test_kopf_object_log_lines_carry_the_object_not_the_settings() -> None:
+    import kopf
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    try:
+        dlog.setup(fmt="json", stream=stream, context={})
+        body = {"apiVersion": "distgnn.dev/v1alpha1", "kind": "DistGNNJob",
+                "metadata": {"name": "cora", "namespace": "ml", "uid": "u1"}}  # fmt: skip
+        from kopf._core.actions.loggers import ObjectLogger
+
+        ObjectLogger(body=kopf.Body(body), settings=kopf.OperatorSettings()).info("handled")
+    finally:
+        for h in list(root.handlers):
+            if h not in saved:
+                root.removeHandler(h)
+        for h in saved:
+            if h not in root.handlers:
+                root.addHandler(h)
+    obj = json.loads(stream.getvalue().strip().splitlines()[-1])
+    assert (obj["kind"], obj["namespace"], obj["name"]) == ("DistGNNJob", "ml", "cora")
+    assert "settings" not in obj and "k8s_ref" not in obj and len(json.dumps(obj)) < 300
+
+
+def test_graphserver_pods_get_metrics_when_enabled() -> None:
+    from distgnn.api import parse_graphserver
+    from distgnn_operator.desired import desired_graphserver_children
+
+    gs = {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "GraphServer",
+        "metadata": {"name": "papers", "namespace": "ml", "uid": "u"},
+        "spec": {
+            "graph": {"partitions": {"manifestURL": "s3://p/papers.json"}},
+            "monitoring": {"metrics": True},
+        },
+    }
+    objs = desired_graphserver_children(parse_graphserver(gs), DesiredContext())
+    (sts,) = [o for o in objs if o["kind"] == "StatefulSet"]
+    tpl = sts["spec"]["template"]
+    c = tpl["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 30052, "protocol": "TCP"} in c["ports"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env[contract.ENV_METRICS_PORT] == "30052" and env[contract.ENV_JOB_NAME] == "papers"
+    assert tpl["metadata"]["annotations"]["prometheus.io/port"] == "30052"

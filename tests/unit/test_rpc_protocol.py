@@ -154,3 +154,25 @@ def test_streamed_gather_in_many_blocks(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(blocks) == 41 and len(blocks[-1]) == 40
     got = np.frombuffer(b"".join(blocks), dtype=np.float32).reshape(-1, 10)
     np.testing.assert_array_equal(got, table[rows])
+
+
+@pytest.mark.parametrize(
+    ("meta", "match"),
+    [
+        (b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (json.dumps({"bufs": [["int64", [10**30, 0]]]}).encode(), "descriptor"),
+        (json.dumps({"bufs": [["int64", [True]]]}).encode(), "descriptor"),
+        (json.dumps({"bufs": [["int64", [0] * 40]]}).encode(), "descriptor"),
+        (json.dumps({"bufs": [[["int64"], [0]]]}).encode(), "descriptor"),
+        (b'{"bufs": [["int64", [0]]], "x": "\\ud800"}', None),
+    ],
+)
+def test_hostile_metadata_is_a_protocol_error_not_a_crash(meta: bytes, match: str | None) -> None:
+    lens = [] if b'"bufs"' not in meta else [0]
+    data = frame_bytes(1, meta, lens)
+    lim = Limits(max_meta=1 << 20)
+    if match is None:  # a lone surrogate is valid JSON: decoded, then refused by whoever reads it
+        assert decode_bytes(data, lim).meta["x"] == "\ud800"
+        return
+    with pytest.raises(ProtocolError, match=match):
+        decode_bytes(data, lim)

@@ -50,3 +50,36 @@ def test_full_socket_times_out_instead_of_hanging() -> None:
         a.settimeout(0.3)
         with pytest.raises(TimeoutError):
             rowsend.send_rows(a, table, np.arange(1000))  # nobody reads
+
+
+def _recv_compare(sock: socket.socket, expected: bytes, ok: list[bool]) -> None:
+    view, pos, buf = memoryview(expected), 0, bytearray(1 << 16)
+    while pos < len(expected):
+        n = sock.recv_into(buf)
+        if not n or buf[:n] != view[pos : pos + n]:
+            break
+        pos += n
+    ok.append(pos == len(expected))
+
+
+def test_send_holds_no_memory_per_requested_row() -> None:
+    import tracemalloc
+
+    table = np.arange(400, dtype=np.float32).reshape(100, 4)
+    rows = np.random.default_rng(1).integers(0, 100, 1_000_000)  # 16 MB of iovecs if built whole
+    expected = table[rows].tobytes()
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(10.0)
+        ok: list[bool] = []
+        t = threading.Thread(target=_recv_compare, args=(b, expected, ok))
+        t.start()
+        tracemalloc.start()
+        try:
+            rowsend.send_rows(a, table, rows)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        t.join(30)
+    assert ok == [True]
+    assert peak < 2 * rowsend.IOV_BLOCK * 16, peak  # one block of iovecs, not one per row

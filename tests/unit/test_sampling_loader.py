@@ -7,17 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distgnn.dataloading import DistEdgeDataLoader, DistNodeDataLoader, negative_sampler
 from distgnn.errors import ConfigError, ProtocolError
-from distgnn.sampling import (
-    EdgeDataLoader,
-    LocalGraph,
-    NeighborSampler,
-    NodeDataLoader,
-    open_source,
-    wire,
-)
+from distgnn.sampling import LocalGraph, NeighborSampler, open_source, wire
 from distgnn.sampling.batches import NodeBatcher
-from distgnn.sampling.loader import DistDataLoader, SamplerError
+from distgnn.sampling.loader import BatchLoader, SamplerError
 from distgnn.sampling.source import LocalSource
 
 
@@ -49,7 +43,9 @@ def test_wire_roundtrip_and_rejects_garbage() -> None:
 def test_node_loader_covers_seeds_once_per_epoch(ring_file: Path) -> None:
     g = LocalGraph.from_npz(str(ring_file))
     nids = np.arange(0, 200, 3)
-    loader = NodeDataLoader(g, nids, NeighborSampler([3, 4]), batch_size=16, seed=5)
+    loader = DistNodeDataLoader(
+        g, nids, NeighborSampler([3, 4]), batch_size=16, shuffle=True, seed=5
+    )
     assert len(loader) == -(-nids.size // 16)
     epochs = []
     for _ in range(2):
@@ -65,8 +61,14 @@ def test_node_loader_covers_seeds_once_per_epoch(ring_file: Path) -> None:
 def test_edge_loader_pairs_negatives_and_exclusion(ring_file: Path) -> None:
     g = LocalGraph.from_npz(str(ring_file))
     eids = np.arange(0, 1600, 7)
-    loader = EdgeDataLoader(
-        g, eids, NeighborSampler([-1, -1]), batch_size=32, num_negs=3, exclude="reverse"
+    loader = DistEdgeDataLoader(
+        g,
+        eids,
+        NeighborSampler([-1, -1]),
+        batch_size=32,
+        shuffle=True,
+        negative_sampler=negative_sampler.Uniform(3),
+        exclude="reverse",
     )
     seen = []
     for inp, pos, neg, blocks in loader:
@@ -93,8 +95,8 @@ def test_sampler_processes_match_in_process(ring_file: Path) -> None:
     src = LocalSource(g, str(ring_file))
     nids = np.arange(150)
     batcher = NodeBatcher(nids, NeighborSampler([2, 3]), 20, seed=3)
-    ref = [(o.numpy(), [b.eid for b in bl]) for _, o, bl in DistDataLoader(src, batcher, 0)]
-    with DistDataLoader(src, batcher, num_samplers=2, timeout=120) as loader:
+    ref = [(o.numpy(), [b.eid for b in bl]) for _, o, bl in BatchLoader(src, batcher, 0)]
+    with BatchLoader(src, batcher, num_samplers=2, timeout=120) as loader:
         for _ in range(2):  # two epochs through the same processes
             got = [(o.numpy(), [b.eid for b in bl]) for _, o, bl in loader]
             assert len(got) == len(ref)
@@ -116,7 +118,7 @@ def test_sampler_process_error_is_reported(tmp_path: Path) -> None:
     src = LocalSource(g, str(tmp_path / "missing.npz"))
     batcher = NodeBatcher(np.arange(2), NeighborSampler([1]), 1)
     with (
-        DistDataLoader(src, batcher, num_samplers=1, timeout=120) as loader,
+        BatchLoader(src, batcher, num_samplers=1, timeout=120) as loader,
         pytest.raises(SamplerError, match=r"missing\.npz"),
     ):
         list(loader)
@@ -125,12 +127,32 @@ def test_sampler_process_error_is_reported(tmp_path: Path) -> None:
 def test_loader_bad_input() -> None:
     g = LocalGraph(np.array([0]), np.array([1]), 2)
     with pytest.raises(ConfigError, match="num_samplers"):
-        NodeDataLoader(g, [0], NeighborSampler([1]), 1, num_samplers=1)  # not re-openable
+        DistNodeDataLoader(g, [0], NeighborSampler([1]), num_samplers=1)  # not re-openable
     with pytest.raises(ConfigError, match="num_samplers"):
-        DistDataLoader(LocalSource(g), NodeBatcher(np.arange(2), NeighborSampler([1]), 1), -1)
+        BatchLoader(LocalSource(g), NodeBatcher(np.arange(2), NeighborSampler([1]), 1), -1)
     with pytest.raises(ConfigError, match="batch_size"):
-        NodeDataLoader(g, [0], NeighborSampler([1]), 0)
+        DistNodeDataLoader(g, [0], NeighborSampler([1]), batch_size=0)
     with pytest.raises(ConfigError, match="exclude"):
-        EdgeDataLoader(g, [0], NeighborSampler([1]), 1, exclude="both")
+        DistEdgeDataLoader(g, [0], NeighborSampler([1]), exclude="both")
     with pytest.raises(ConfigError, match="kind"):
         open_source({"kind": "nothing"})
+
+
+def test_killed_sampler_is_named_with_its_exit_cause(ring_file: Path) -> None:
+    import os
+    import signal
+
+    g = LocalGraph.from_npz(str(ring_file))
+    src = LocalSource(g, str(ring_file))
+    batcher = NodeBatcher(np.arange(150), NeighborSampler([2]), 20, seed=3)
+    with BatchLoader(src, batcher, num_samplers=2, timeout=120) as loader:
+        assert len(list(loader)) == len(batcher)  # one good epoch
+        victim = loader._procs[1]
+        pid = victim.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        victim.join(30)
+        with pytest.raises(SamplerError) as ei:
+            list(loader)
+    msg = str(ei.value)
+    assert f"sampler 1 (pid {pid})" in msg and "killed by SIGKILL" in msg

@@ -37,8 +37,8 @@ def check_blocks(g: LocalGraph, seeds: np.ndarray, inp, out, blocks) -> None:
     for lower, upper in itertools.pairwise(blocks):
         assert np.array_equal(lower.dst_nid, upper.src_nid)  # mapping between layers
     for b in blocks:
-        assert np.array_equal(b.src_nid[: b.num_dst_nodes], b.dst_nid)  # dst first
-        assert np.unique(b.src_nid).size == b.num_src_nodes
+        assert np.array_equal(b.src_nid[: b.num_dst_nodes()], b.dst_nid)  # dst first
+        assert np.unique(b.src_nid).size == b.num_src_nodes()
         # every block edge is a real edge with the right global edge ID
         assert np.array_equal(g.src[b.eid], b.src_nid[b.edge_src])
         assert np.array_equal(g.dst[b.eid], b.dst_nid[b.edge_dst])
@@ -71,7 +71,7 @@ def test_with_replacement_counts() -> None:
     )
     check_blocks(g, seeds, inp, out, blocks)
     for b, k in zip(blocks, [4, 6], strict=True):
-        counts = np.bincount(b.edge_dst, minlength=b.num_dst_nodes)
+        counts = np.bincount(b.edge_dst, minlength=b.num_dst_nodes())
         want = np.array([k if ref[v] else 0 for v in b.dst_nid.tolist()])
         assert np.array_equal(counts, want)
 
@@ -155,9 +155,13 @@ def test_bad_input_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="fanouts"):
         NeighborSampler([])
     with pytest.raises(ConfigError, match="fanouts"):
-        NeighborSampler([0])
+        NeighborSampler([-2])
     with pytest.raises(ConfigError, match="edge_dir"):
         NeighborSampler([2], edge_dir="sideways")
+    with pytest.raises(ConfigError, match="replace"):
+        NeighborSampler([2], "in", None, None, "yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="prefetch_node_feats"):
+        NeighborSampler([2], prefetch_node_feats=["feat"])
     with pytest.raises(ConfigError, match="unique"):
         to_block(np.array([1, 1]), np.array([0]), np.array([1]), np.array([0]))
     g = random_graph()
@@ -165,3 +169,19 @@ def test_bad_input_is_a_clear_error() -> None:
         g.one_hop(np.random.default_rng(0))(
             np.array([1]), 2, replace=False, prob="nope", edge_dir="in"
         )
+
+
+def test_positional_arguments_follow_dgl() -> None:
+    """DGL's order is (fanouts, edge_dir, prob, mask, replace): a second positional
+    argument 'in' is the edge direction, never "sample with replacement"."""
+    s = NeighborSampler([5, 5], "in")
+    assert (s.edge_dir, s.replace, s.prob) == ("in", False, None)
+    g = random_graph()
+    seeds = np.arange(10)
+    _, _, blocks = s.sample_blocks(g.one_hop(np.random.default_rng(0)), seeds)
+    for b in blocks:  # without replacement: no edge is drawn twice for a destination
+        assert np.unique(b.eid).size == b.eid.size
+    out = NeighborSampler([3], "out")
+    assert out.edge_dir == "out" and not out.replace
+    masked = NeighborSampler([2], "in", None, "w")  # mask: the 4th positional
+    assert masked.prob == "w" and not masked.replace

@@ -45,7 +45,7 @@ def test_relabelling_errors(dense: bool, monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(ConfigError, match="not among the seeds"):
         to_block(np.array([1, 2]), np.array([0]), np.array([3]), np.array([0]))
     b = to_block(np.array([4, 2]), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-    assert b.num_src_nodes == 2 and b.num_edges == 0
+    assert b.num_src_nodes() == 2 and b.num_edges() == 0
 
 
 def test_prefetch_yields_in_order_and_propagates_errors() -> None:

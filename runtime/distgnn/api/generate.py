@@ -81,6 +81,12 @@ def reference_md(crd: dict[str, Any]) -> str:
         f"`apiVersion: {crd['spec']['group']}/{ver['name']}`, `kind: {names['kind']}` "
         f"(short name `{names['shortNames'][0]}`). {root['description']}",
         "",
+        "Numbers must be finite (`.nan` and infinities are refused), strings must not hold "
+        "NUL or unpaired surrogate characters, and a mapping must not repeat a key. "
+        "`distgnn run` also bounds the manifest file itself (256 KiB, 64 levels of "
+        "nesting, 50,000 values with aliases expanded): see "
+        "[local mode](../local-mode.md#hostile-manifests).",
+        "",
     ]
     for part in ("spec", "status"):
         lines += [

@@ -100,6 +100,8 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[tuple[str, str]] = set()
+        if not isinstance(node, MappingNode):  # e.g. `!!map [a]`: the base class refuses it
+            return super().construct_mapping(node, deep=deep)
         for key_node, _ in node.value:
             if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                 k = (key_node.tag, key_node.value)

@@ -11,6 +11,7 @@ takes ``ctx=`` to use another context explicitly.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -92,10 +93,17 @@ def trainer_partition(rank: int, world_size: int, num_parts: int) -> int:
     return rank % num_parts
 
 
-def _scope(e: Mapping[str, str]) -> str:
-    """What makes generated tensor names unique to one job run on shared servers."""
-    raw = f"{e.get(contract.ENV_JOB_NAME, '')}{e.get(contract.ENV_MASTER_PORT, '')}"
-    return re.sub(r"[^A-Za-z0-9_.\-]", "-", raw)[:60] or "default"
+def _scope(e: Mapping[str, str], token: str | None = None) -> str:
+    """What makes generated tensor names unique to one job run on shared servers: the
+    job's name, and a digest of its token and rendezvous (never the token itself)."""
+    job = re.sub(r"[^A-Za-z0-9_.\-]", "-", e.get(contract.ENV_JOB_NAME, ""))[:40]
+    run = (
+        f"{token or ''}|{e.get(contract.ENV_MASTER_ADDR, '')}|{e.get(contract.ENV_MASTER_PORT, '')}"
+    )
+    if run == "||":
+        return job or "default"
+    digest = hashlib.sha256(run.encode()).hexdigest()[:10]
+    return f"{job}-{digest}" if job else digest
 
 
 @dataclass
@@ -177,7 +185,7 @@ class DistContext:
     def _flush_deletes(self) -> None:
         while self.pending_deletes:
             key, parts = self.pending_deletes.pop()
-            calls = {p: Call(MsgType.DELETE_TENSOR, {"name": key}) for p in parts}
+            calls = {p: Call(MsgType.DETACH_TENSOR, {"name": key}) for p in parts}
             try:
                 self.backend.call_many(calls)
             except DistGNNError as e:
@@ -349,7 +357,7 @@ def initialize(
     common = {
         "rank": tenv.rank,
         "world_size": tenv.world_size,
-        "scope": _scope(e),
+        "scope": _scope(e),  # standalone: no token
         "request_timeout": t.request,
     }
     if standalone or not servers:
@@ -367,6 +375,7 @@ def initialize(
         DEFAULT.set(ctx)
         return ctx
     tok = token if token is not None else contract.read_token(e)
+    common["scope"] = _scope(e, tok)
     pool = ServerPool(list(servers), tok, t)
     try:
         pool.connect_all()

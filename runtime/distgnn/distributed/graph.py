@@ -55,7 +55,7 @@ class DataView(MutableMapping[str, DistTensor]):
 
     def _names(self, refresh: bool = True) -> dict[str, tuple[str, tuple[int, ...]]]:
         found = {}
-        prefix = f"{self.policy.kind}/{self.policy.type_name}/"
+        prefix = f"{self.policy.kind}/{self.policy.type_str}/"
         for key, spec in self.g._tensors(refresh).items():
             if key.startswith(prefix) and "." not in key[len(prefix) :]:
                 found[key[len(prefix) :]] = (spec["dtype"], tuple(spec["shape"][1:]))
@@ -69,9 +69,12 @@ class DataView(MutableMapping[str, DistTensor]):
         if name not in names:
             names = self._names()
         if name not in names:
-            raise KeyError(f"no {self.policy.kind} data {name!r} for {self.policy.type_name}")
+            raise KeyError(f"no {self.policy.kind} data {name!r} for {self.policy.type_str}")
         dtype, row = names[name]
         return DistTensor.view(self.g.ctx, self.policy, name, dtype, row)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._local() or name in self._names()
 
     def __setitem__(self, name: str, value: DistTensor) -> None:
         if not isinstance(value, DistTensor):
@@ -173,6 +176,12 @@ class DistGraph:
         self.ctx.barrier()
 
     @property
+    def _client(self) -> DistContext:
+        """DGL's private ``DistGraph._client``, which DGL's own examples call
+        (``g._client.barrier()``): the context, whose ``barrier()`` is ``g.barrier()``."""
+        return self.ctx
+
+    @property
     def idtype(self) -> torch.dtype:
         return torch.int64
 
@@ -251,8 +260,15 @@ class DistGraph:
     def _tensors(self, refresh: bool = True) -> dict[str, Any]:
         """Tensors on the servers (name -> dtype, shape); cached until a refresh."""
         if refresh or self._tensor_cache is None:
-            frame = self.ctx.call(0, Call(MsgType.LIST_TENSORS, {}))
-            self._tensor_cache = frame.meta["tensors"]
+            out: dict[str, Any] = {}
+            after = None
+            while True:  # the server answers in pages
+                meta = self.ctx.call(0, Call(MsgType.LIST_TENSORS, {"after": after})).meta
+                out.update(meta["tensors"])
+                after = meta.get("next")
+                if not after:
+                    break
+            self._tensor_cache = out
         return self._tensor_cache
 
     @property

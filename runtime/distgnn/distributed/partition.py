@@ -37,11 +37,12 @@ def partition_graph(
     objtype: str = "cut",
     graph_formats: Any = None,
     use_graphbolt: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor] | None:
+) -> tuple[Any, Any] | None:
     """Partition ``g`` into ``out_path/graph_name.json`` and its partition folders.
 
     ``return_mapping`` returns ``(orig_nids, orig_eids)``: the original ID of every new
-    (homogeneous) node and edge ID, as DGL. Balancing by node type, several trainers per
+    node and edge ID, as DGL (on a typed graph, dicts by node type and canonical edge
+    type of type-wise IDs). Balancing by node type, several trainers per
     machine (trainer IDs) and GraphBolt are not supported and raise.
     """
     if balance_ntypes is not None:
@@ -69,10 +70,30 @@ def partition_graph(
         return None
     url = f"{out_path.rstrip('/')}/{graph_name}.json"
     parts = [_load_partition(url, p, manifest=man) for p in range(man.num_parts)]
-    return (
-        torch.from_numpy(np.concatenate([p.orig_nid for p in parts]).astype(np.int64)),
-        torch.from_numpy(np.concatenate([p.orig_eid for p in parts]).astype(np.int64)),
-    )
+    nid = np.concatenate([p.orig_nid for p in parts]).astype(np.int64)
+    eid = np.concatenate([p.orig_eid for p in parts]).astype(np.int64)
+    if man.is_homogeneous:
+        return torch.from_numpy(nid), torch.from_numpy(eid)
+    return _typed_mapping(man, nid, eid)
+
+
+def _typed_mapping(man: Any, nid: np.ndarray, eid: np.ndarray) -> tuple[dict, dict]:
+    """DGL's mappings of a typed graph: per type, the original type-wise ID of each new one."""
+    book = PartitionBook(man)
+    nmap, emap = {}, {}
+    start = 0
+    for t in man.node_types:
+        n = int(book.ntype_offsets(t)[-1])
+        homo = book.to_homogeneous_nids(t, np.arange(n, dtype=np.int64))
+        nmap[t] = torch.from_numpy(nid[homo] - start)
+        start += n
+    start = 0
+    for c in man.edge_types:
+        n = int(book.etype_offsets(c)[-1])
+        homo = book.to_homogeneous_eids(c, np.arange(n, dtype=np.int64))
+        emap[tuple(c)] = torch.from_numpy(eid[homo] - start)
+        start += n
+    return nmap, emap
 
 
 def load_partition_book(
@@ -84,6 +105,14 @@ def load_partition_book(
     ntypes = {t: i for i, t in enumerate(man.node_types)}
     etypes = {":".join(c): i for i, c in enumerate(man.edge_types)}
     return gpb, man.graph_name, ntypes, etypes
+
+
+def load_partition_feats(
+    part_config: str, part_id: int, load_nodes: bool = True, load_edges: bool = True
+) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
+    """DGL's ``(node_feats, edge_feats)`` of one partition (None for what is not loaded)."""
+    _, nfeat, efeat, *_ = load_partition(part_config, part_id)
+    return (nfeat if load_nodes else None), (efeat if load_edges else None)
 
 
 def load_partition(

@@ -212,7 +212,7 @@ class PartitionPolicy:
     """How the rows of a tensor map to partitions: those of one node or edge type.
 
     ``PartitionPolicy(policy_str, partition_book)`` with ``policy_str`` ``"node"``,
-    ``"edge"``, ``"node:NTYPE"`` or ``"edge:SRC:ETYPE:DST"`` (``~`` works for ``:``).
+    ``"edge"``, ``"node~NTYPE"`` or ``"edge~SRC:ETYPE:DST"`` (DGL's; ``:`` works for ``~``).
     """
 
     def __init__(self, policy_str: str, partition_book: RangePartitionBook) -> None:
@@ -242,14 +242,23 @@ class PartitionPolicy:
             rest = ":".join(book.to_canonical_etype(rest))
             offsets = book.book.etype_offsets(rest)
         self.kind = kind
-        self.type_name = rest
+        self.type_str = rest  # ntype, or "SRC:ETYPE:DST"
         self.partition_book = book
         self.offsets = np.asarray(offsets, dtype=np.int64)
 
     # --- DGL's API ------------------------------------------------------------------
     @property
     def policy_str(self) -> str:
-        return f"{self.kind}:{self.type_name}"
+        """DGL's form: ``node~NTYPE`` or ``edge~SRC:ETYPE:DST``."""
+        return f"{self.kind}~{self.type_str}"
+
+    @property
+    def type_name(self) -> str | tuple[str, str, str]:
+        """The node type, or the canonical edge type (a tuple), as DGL."""
+        if self.is_edge:
+            s, e, d = self.type_str.split(":")
+            return (s, e, d)
+        return self.type_str
 
     @property
     def part_id(self) -> int:
@@ -262,10 +271,6 @@ class PartitionPolicy:
     @property
     def is_edge(self) -> bool:
         return self.kind == EDGE_PART_POLICY
-
-    @property
-    def canonical_etype(self) -> tuple[str, str, str] | None:
-        return tuple(self.type_name.split(":")) if self.is_edge else None  # type: ignore[return-value]
 
     def get_size(self) -> int:
         return int(self.offsets[-1])
@@ -289,7 +294,7 @@ class PartitionPolicy:
 
     def key(self, name: str) -> str:
         """The tensor's name on the servers: ``node/NTYPE/NAME`` or ``edge/S:E:D/NAME``."""
-        return f"{self.kind}/{self.type_name}/{name}"
+        return f"{self.kind}/{self.type_str}/{name}"
 
     def part_sizes(self) -> list[int]:
         return np.diff(self.offsets).astype(int).tolist()
@@ -301,7 +306,7 @@ class PartitionPolicy:
             return np.empty(0, dtype), ids
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= self.size:
-            raise ConfigError(f"{self.kind} IDs out of range [0, {self.size}) for {self.type_name}")
+            raise ConfigError(f"{self.kind} IDs out of range [0, {self.size}) for {self.type_str}")
         p_lo, p_hi = np.searchsorted(self.offsets, [lo, hi], side="right") - 1
         if p_lo == p_hi:  # all in one partition (always so with one): no per-ID search
             return np.full(len(ids), p_lo, dtype), ids - self.offsets[p_lo]

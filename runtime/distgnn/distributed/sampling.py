@@ -129,8 +129,9 @@ def sample_neighbors(
 ) -> SubGraph:
     """DGL's ``sample_neighbors``: up to ``fanout`` in-edges of every seed (``-1``: all).
 
-    ``nodes`` are homogeneous IDs, or ``{ntype: type-wise IDs}``; ``fanout`` an int or
-    ``{etype: int}`` (edge types not named are not sampled); ``prob`` names an edge-data
+    ``nodes`` are homogeneous IDs, or ``{ntype: type-wise IDs}``; ``fanout`` an int (on
+    a typed graph: per edge type, as DGL) or ``{etype: int}`` (types not named are not
+    sampled); ``prob`` names an edge-data
     tensor used as unnormalised weights; ``exclude_edges`` (IDs, or ``{etype: IDs}``)
     are dropped from the sample, as DGL does on a distributed graph. ``seed`` (DistGNN)
     makes the draw reproducible. Servers keep in-edges only: ``edge_dir="out"`` raises
@@ -142,6 +143,8 @@ def sample_neighbors(
             "edge_dir: graph servers keep in-edges (CSC) only, so edge_dir='out' is not "
             "supported; partition the graph with reversed edges and sample 'in'"
         )
+    if isinstance(fanout, int) and len(g.canonical_etypes) > 1:
+        fanout = {c: fanout for c in g.canonical_etypes}  # DGL: the fanout of every type
     s = sample_hop(g, _seeds(g, nodes), fanout, replace, prob, seed)
     src, dst, eid, et = s
     if exclude_edges is not None:

@@ -69,6 +69,31 @@ class SubGraph:
     def etypes(self) -> list[str]:
         return [c[1] for c in self.canonical_etypes]
 
+    @property
+    def idtype(self) -> torch.dtype:
+        return torch.int64
+
+    def in_degrees(self, v: Any = None, etype: Etype | None = None) -> torch.Tensor:
+        """In-degrees in this subgraph of nodes ``v`` (IDs as ``edges()`` returns them)."""
+        _src, dst = (
+            self.edges(etype=etype)
+            if etype is not None or not self.hetero
+            else (self.src, self.dst)
+        )
+        n = self.num_nodes() if not self.hetero else int(dst.max()) + 1 if len(dst) else 0
+        deg = torch.bincount(dst, minlength=n)
+        return deg if v is None else deg[torch.as_tensor(v, dtype=torch.int64)]
+
+    def out_degrees(self, u: Any = None, etype: Etype | None = None) -> torch.Tensor:
+        src, _dst = (
+            self.edges(etype=etype)
+            if etype is not None or not self.hetero
+            else (self.src, self.dst)
+        )
+        n = self.num_nodes() if not self.hetero else int(src.max()) + 1 if len(src) else 0
+        deg = torch.bincount(src, minlength=n)
+        return deg if u is None else deg[torch.as_tensor(u, dtype=torch.int64)]
+
     def num_nodes(self, ntype: str | None = None) -> int:
         if self._node_ids is not None:
             return len(self._node_ids)

@@ -3,8 +3,9 @@
 Reads group the IDs by owner partition, send one PULL per server with every
 request in flight at once, and scatter the rows back in the caller's order (when
 every ID is on one server the answer is received straight into the output).
-New named tensors are created on every server with an initialiser given by name
-(``zeros``, ``ones``, ``uniform``, ``normal``, ``constant``); no code crosses the wire.
+New tensors are created on every server with an initialiser given by name (``zeros``,
+``ones``, ``uniform``, ``normal``, ``constant``) or with the values a callable
+``init_func`` produced in the trainer; no code crosses the wire.
 """
 
 from __future__ import annotations
@@ -335,6 +336,14 @@ class DistTensor:
     def kvstore_key(self) -> str:
         """The tensor's name on the servers (``node/NTYPE/NAME``)."""
         return self.key
+
+    def __reduce__(self) -> Any:
+        """A DistTensor is a handle on server memory: pickling it (``torch.save``) is an
+        error that names the replacement instead of an obscure socket error."""
+        raise ConfigError(
+            f"DistTensor {self.name!r} cannot be pickled or saved with torch.save (it lives "
+            "on the graph servers); save its rows instead: torch.save(t[ids], path)"
+        )
 
     def __repr__(self) -> str:
         return (

@@ -8,10 +8,17 @@ HELP = "generate a power-law graph with nested communities as a folder of .npy"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, default=1_000_000)
-    p.add_argument("--avg-degree", type=float, default=12.0)
-    p.add_argument("--feat-dim", type=int, default=100)
-    p.add_argument("--communities", type=int, default=16)
+    p.add_argument("--nodes", type=int, default=1_000_000, help="number of nodes (default 1000000)")
+    p.add_argument("--avg-degree", type=float, default=12.0, help="average in-degree (default 12)")
+    p.add_argument(
+        "--feat-dim", type=int, default=100, help="float32 features per node (default 100)"
+    )
+    p.add_argument(
+        "--communities",
+        type=int,
+        default=16,
+        help="top-level communities, also the label classes (default 16)",
+    )
     p.add_argument(
         "--group-sizes",
         default="64,2048",
@@ -23,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="P(edge stays in its group) per group size, then the community (CSV); "
         "'--group-sizes '' --locality 0.8' is a flat community model",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", required=True, help="output directory")
 
 

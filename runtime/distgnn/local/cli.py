@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workdir",
         type=Path,
         default=None,
-        help="local object storage and run files (default: MANIFEST_DIR/.distgnn/NAME)",
+        help="local object storage (partitions/) and run folders (runs/) "
+        "(default: MANIFEST_DIR/.distgnn)",
     )
     p.add_argument(
         "--metrics-out",

@@ -179,6 +179,8 @@ def plan_from_manifest(
     argv = list(trainer_command(res))
     if argv[:1] == ["distgnn"]:
         argv = [*distgnn_argv(), *argv[1:]]
+    elif argv[:1] in (["python"], ["python3"]):  # the interpreter that runs distgnn
+        argv = [sys.executable, *argv[1:]]
     env = storage_env(spec.storage)
     pt = tr.pod_template
     if pt is not None and pt.env:

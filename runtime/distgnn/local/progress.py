@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 
 from distgnn import contract
+from distgnn import log as dlog
 from distgnn.api.progress import progress_status, progress_text
 from distgnn.local.ports import LOOPBACK
 
@@ -50,5 +51,7 @@ class ProgressWatch:
         if p is None or p == self.last:
             return None
         self.last = p
-        log.info("progress: %s", progress_text(p), extra={"fields": p})
+        # JSON lines carry the fields; a text line already says it all in its message
+        fields = p if dlog.current_format() == "json" else {}
+        log.info("progress: %s", progress_text(p), extra={"fields": fields})
         return p

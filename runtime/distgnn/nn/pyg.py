@@ -15,4 +15,4 @@ def to_pyg_edge_index(
     Pass ``(x, x[:num_dst])`` and ``size`` to a PyG bipartite layer such as ``SAGEConv``.
     """
     src, dst = block.edges(device)
-    return torch.stack([src, dst]), (block.num_src_nodes, block.num_dst_nodes)
+    return torch.stack([src, dst]), (block.num_src_nodes(), block.num_dst_nodes())

@@ -13,11 +13,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
     p.add_argument("--out", required=True, help="output folder URL (local path, s3://...)")
     p.add_argument("--name", required=True, help="graph name: writes OUT/NAME.json + OUT/NAME/")
-    p.add_argument("--method", choices=["metis", "random"], default="metis")
-    p.add_argument("--balance-train", action="store_true", help="balance training nodes")
+    p.add_argument(
+        "--method",
+        choices=["metis", "random"],
+        default="metis",
+        help="node assignment: metis (min edge cut, default) or random",
+    )
+    p.add_argument(
+        "--balance-train",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="balance the training nodes (--train-mask) across parts; on by default, as "
+        "spec.partitioning.balanceTrain in manifests (--no-balance-train to disable)",
+    )
     p.add_argument("--balance-edges", action="store_true", help="balance in-edges per part")
     p.add_argument("--halo-hops", type=int, default=1, help="halo depth (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed of the partitioner (default 0)")
     p.add_argument("--train-mask", default="train_mask", help="node data used as train mask")
     p.add_argument(
         "--reuse",

@@ -1,10 +1,18 @@
 """Client connections to graph servers.
 
 :class:`Connection` is one authenticated TCP connection with a per-request deadline
-and connect retries while the server starts. :class:`ServerPool` holds one connection
-per partition and keeps requests to several servers in flight at once (send all,
-then receive all). A connection whose request failed half-way is closed and
-re-opened on its next use, so a client never reads a stale answer.
+and connect retries while the server starts (or while it answers ``busy``).
+:class:`ServerPool` holds one connection per partition and keeps requests to several
+servers in flight at once (send all, then receive all). A connection whose request
+failed half-way is closed and re-opened on its next use, so a client never reads a
+stale answer; one the server closed while idle is noticed before the next request.
+
+A server worker that dies is replaced by its parent: a read-only request (PULL,
+SAMPLE_NEIGHBORS, DEGREES, FIND_EDGES, GET_META, PING, LIST_TENSORS) that lost its
+connection is sent again on a fresh one until the request timeout; a write is never
+resent and raises :class:`~distgnn.errors.WriteFailed` saying whether it was applied.
+Every connection of a pool sends the pool's ``session`` in HELLO: the servers record
+it as the creator or holder of named tensors.
 """
 
 from __future__ import annotations
@@ -12,9 +20,11 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import select
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +40,7 @@ from distgnn.errors import (
     RequestTimeout,
     ServerError,
     ServerUnavailable,
+    WriteFailed,
 )
 from distgnn.log import kv
 from distgnn.rpc.protocol import (
@@ -45,6 +56,26 @@ from distgnn.rpc.protocol import (
 from distgnn.rpc.stats import ClientStats
 
 log = logging.getLogger("distgnn.rpc")
+
+IDEMPOTENT = frozenset(
+    {
+        MsgType.PULL,
+        MsgType.SAMPLE_NEIGHBORS,
+        MsgType.DEGREES,
+        MsgType.FIND_EDGES,
+        MsgType.GET_META,
+        MsgType.PING,
+        MsgType.LIST_TENSORS,
+    }
+)
+"""Requests that change nothing on the server: sent again after a lost connection."""
+RETRIES = 3
+"""Fresh connections tried for one idempotent request (all within its timeout)."""
+
+
+def new_session() -> str:
+    """A random session name (what a server records as a tensor's creator or holder)."""
+    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -78,41 +109,54 @@ class Connection:
         token: str | None,
         timeouts: Timeouts | None = None,
         limits: Limits | None = None,
+        session: str | None = None,
     ) -> None:
         self.host, self.port, self.token = host, port, token
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()
+        self.session = session or new_session()
         self.peer = f"{host}:{port}"
         self.sock: socket.socket | None = None
         self.server_info: dict[str, Any] = {}
         self._ids = itertools.count(1)
 
     def connect(self) -> None:
-        """Connect (retrying refused connections until the connect timeout) and authenticate."""
+        """Connect (retrying refused or ``busy`` connections until the connect timeout) and
+        authenticate."""
         deadline = time.monotonic() + self.timeouts.connect
         delay = 0.05
         while True:
             try:
-                sock = socket.create_connection(
-                    (self.host, self.port), timeout=max(0.1, min(5.0, deadline - time.monotonic()))
-                )
-                break
+                self._connect_once(deadline)
+                return
+            except (AuthError, ProtocolError, RequestTimeout):
+                raise  # OSError subclasses that a retry cannot fix
+            except ServerError as e:
+                if e.code != "busy" or time.monotonic() + delay >= deadline:
+                    raise
             except OSError as e:
                 if time.monotonic() + delay >= deadline:
                     raise ServerUnavailable(
                         f"graph server {self.peer} unreachable for {self.timeouts.connect:.0f}s "
                         f"({e}); is it running? (timeout: {contract.ENV_CONNECT_TIMEOUT})"
                     ) from e
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+    def _connect_once(self, deadline: float) -> None:
+        sock = socket.create_connection(
+            (self.host, self.port), timeout=max(0.1, min(5.0, deadline - time.monotonic()))
+        )
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         # socket buffers are left to the kernel's autotuning (fixed sizes disable it)
         self.sock = sock
+        hello = {"token": self.token or "", "pid": os.getpid(), "session": self.session}
         try:
-            reply = self._roundtrip(MsgType.HELLO, {"token": self.token or "", "pid": os.getpid()})
+            reply = self._roundtrip(MsgType.HELLO, hello)
         except ServerError as e:
             self.close()
-            if "auth" in str(e):
+            if e.code == "auth":
                 raise AuthError(f"graph server {self.peer} refused the token: {e}") from e
             raise
         except DistGNNError:
@@ -120,6 +164,17 @@ class Connection:
             raise
         self.server_info = reply.meta
         log.debug("connected", extra=kv(peer=self.peer, part=reply.meta.get("part_id")))
+
+    def _drop_if_closed(self) -> None:
+        """Close a connection the server ended while it was idle (EOF or an unsolicited
+        frame is readable), so the next request opens a fresh one."""
+        if self.sock is None:
+            return
+        p = select.poll()
+        p.register(self.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+        if p.poll(0):
+            log.debug("server closed an idle connection", extra=kv(peer=self.peer))
+            self.close()
 
     def close(self) -> None:
         if self.sock is not None:
@@ -130,6 +185,7 @@ class Connection:
 
     def send(self, mtype: MsgType, meta: dict[str, Any], bufs: Sequence[np.ndarray] = ()) -> int:
         """Send one request; returns its id. Connects first if needed."""
+        self._drop_if_closed()
         if self.sock is None:
             self.connect()
         assert self.sock is not None
@@ -143,7 +199,10 @@ class Connection:
             raise RequestTimeout(f"{self.peer}: could not send a {mtype.name} request") from e
         except OSError as e:
             self.close()
-            raise ServerUnavailable(f"graph server {self.peer} is gone ({e})") from e
+            msg = f"graph server {self.peer} is gone ({e})"
+            if mtype not in IDEMPOTENT:  # a truncated frame is never applied
+                raise WriteFailed(f"{msg}; the {mtype.name} was not applied", False) from e
+            raise ServerUnavailable(msg) from e
         return req_id
 
     def recv(self, req_id: int, mtype: MsgType, into: Into | None = None) -> Frame:
@@ -161,17 +220,20 @@ class Connection:
             ) from e
         except ServerUnavailable as e:
             self.close()
-            raise ServerUnavailable(
-                f"graph server {self.peer} went away during a {mtype.name} request ({e})"
-            ) from e
+            msg = f"graph server {self.peer} went away during a {mtype.name} request ({e})"
+            if mtype not in IDEMPOTENT and mtype != MsgType.HELLO:
+                raise WriteFailed(f"{msg}; it may or may not have been applied", None) from e
+            raise ServerUnavailable(msg) from e
         except ProtocolError:
             self.close()
             raise
         if frame.type == MsgType.ERROR:
             if frame.req_id == 0:
                 self.close()
-            code, msg = frame.meta.get("code", "error"), frame.meta.get("message", "")
-            raise ServerError(f"graph server {self.peer}: {mtype.name} failed ({code}): {msg}")
+            code, msg = str(frame.meta.get("code", "error")), frame.meta.get("message", "")
+            raise ServerError(
+                f"graph server {self.peer}: {mtype.name} failed ({code}): {msg}", code
+            )
         if frame.req_id != req_id or frame.type != mtype or not frame.flags & FLAG_RESPONSE:
             self.close()
             raise ProtocolError(f"{self.peer}: answer does not match request {req_id}")
@@ -196,8 +258,45 @@ class Connection:
         bufs: Sequence[np.ndarray] = (),
         into: Into | None = None,
     ) -> Frame:
-        """Send one request and wait for its answer."""
-        return self.recv(self.send(mtype, meta, bufs), mtype, into)
+        """Send one request and wait for its answer (read-only requests are sent again on
+        a fresh connection if theirs is lost, within the request timeout)."""
+        deadline = time.monotonic() + self.timeouts.request
+        try:
+            return self.recv(self.send(mtype, meta, bufs), mtype, into)
+        except ServerUnavailable as e:
+            if mtype not in IDEMPOTENT:
+                raise
+            return self.retry(mtype, meta, bufs, into, deadline, e)
+
+    def retry(
+        self,
+        mtype: MsgType,
+        meta: dict[str, Any],
+        bufs: Sequence[np.ndarray],
+        into: Into | None,
+        deadline: float,
+        first: ServerUnavailable,
+    ) -> Frame:
+        """Send a read-only request again on fresh connections until ``deadline``."""
+        err: DistGNNError = first
+        for attempt in range(1, RETRIES + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            log.info(
+                "retrying on a fresh connection",
+                extra=kv(peer=self.peer, type=mtype.name, attempt=attempt, error=str(err)[:200]),
+            )
+            self.close()
+            saved = self.timeouts
+            self.timeouts = Timeouts(request=left, connect=min(saved.connect, left))
+            try:
+                return self.recv(self.send(mtype, meta, bufs), mtype, into)
+            except ServerUnavailable as e:
+                err = e
+            finally:
+                self.timeouts = saved
+        raise err
 
 
 @dataclass
@@ -221,7 +320,10 @@ class ServerPool:
         limits: Limits | None = None,
     ) -> None:
         self.addrs = list(addrs)
-        self.conns = [Connection(h, p, token, timeouts, limits) for h, p in self.addrs]
+        self.session = new_session()
+        self.conns = [
+            Connection(h, p, token, timeouts, limits, self.session) for h, p in self.addrs
+        ]
         self._lock = threading.Lock()
         self.stats = ClientStats()
 
@@ -241,19 +343,37 @@ class ServerPool:
         with self._lock:
             sent: dict[int, int] = {}
             out: dict[int, Frame] = {}
+            lost: dict[int, ServerUnavailable] = {}
             first_error: DistGNNError | None = None
-            try:
-                for part, c in calls.items():
+            start = time.monotonic()
+            for part, c in calls.items():
+                try:
                     sent[part] = self.conns[part].send(c.mtype, c.meta, c.bufs)
-            except DistGNNError as e:
-                first_error = e
+                except ServerUnavailable as e:
+                    lost[part] = e
+                except DistGNNError as e:
+                    first_error = e
+                    break
             for part, req_id in sent.items():
                 c = calls[part]
                 try:
                     out[part] = self.conns[part].recv(req_id, c.mtype, c.into)
                     self.stats.record(c.mtype, c.bufs, out[part])
+                except ServerUnavailable as e:
+                    lost[part] = e
                 except DistGNNError as e:
                     first_error = first_error or e
+            for part, why in lost.items():
+                c, conn = calls[part], self.conns[part]
+                if first_error is not None or c.mtype not in IDEMPOTENT:
+                    first_error = first_error or why
+                    continue
+                deadline = start + conn.timeouts.request
+                try:
+                    out[part] = conn.retry(c.mtype, c.meta, c.bufs, c.into, deadline, why)
+                    self.stats.record(c.mtype, c.bufs, out[part])
+                except DistGNNError as err:
+                    first_error = err
             if first_error is not None:
                 raise first_error
             return out

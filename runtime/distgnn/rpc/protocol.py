@@ -69,7 +69,15 @@ class MsgType(IntEnum):
     DEGREES = 10
     PING = 11
     LIST_TENSORS = 12
+    ATTACH_TENSOR = 13
+    DETACH_TENSOR = 14
     ERROR = 255
+
+
+MAX_NDIM = 8
+"""Dimensions of a buffer on the wire."""
+MAX_DIM = 1 << 40
+"""Largest size of one dimension (also bounds a zero-size buffer's other dimensions)."""
 
 
 @dataclass(frozen=True)
@@ -319,7 +327,9 @@ def _parse_meta(raw: bytes, lens: Sequence[int]) -> tuple[dict[str, Any], list[A
     try:
         meta = json.loads(raw.decode())
     except (UnicodeDecodeError, ValueError) as e:
-        raise ProtocolError(f"metadata is not valid JSON ({e})") from e
+        raise ProtocolError(f"metadata is not valid JSON ({str(e)[:200]})") from None
+    except RecursionError:
+        raise ProtocolError("metadata JSON is nested too deeply") from None
     if not isinstance(meta, dict):
         raise ProtocolError("metadata must be a JSON object")
     descs = meta.pop("bufs", [])
@@ -330,11 +340,16 @@ def _parse_meta(raw: bytes, lens: Sequence[int]) -> tuple[dict[str, Any], list[A
         if (
             not isinstance(d, list)
             or len(d) != 2
+            or not isinstance(d[0], str)
             or d[0] not in DTYPES
             or not isinstance(d[1], list)
-            or not all(isinstance(s, int) and s >= 0 for s in d[1])
+            or len(d[1]) > MAX_NDIM
+            or not all(type(s) is int and 0 <= s <= MAX_DIM for s in d[1])
         ):
-            raise ProtocolError(f"buffer {i}: bad descriptor {str(d)[:80]} (dtype not allowed?)")
+            raise ProtocolError(
+                f"buffer {i}: bad descriptor {str(d)[:80]} (allowed: [dtype, shape] with a "
+                f"dtype of {sorted(DTYPES)} and at most {MAX_NDIM} sizes <= 2**40)"
+            )
         dt = np.dtype(d[0])
         shape = tuple(d[1])
         if math.prod(shape) * dt.itemsize != n:
@@ -359,7 +374,10 @@ def recv_frame(
     recv_exact(sock, memoryview(rest), peer, deadline)
     lens = struct.unpack(f"<{nbufs}Q", rest[: 8 * nbufs])
     if any(n > lim.max_buf_bytes for n in lens) or sum(lens) > lim.max_total_bytes:
-        raise ProtocolError(f"buffers of {sum(lens)} bytes exceed the size limits")
+        raise ProtocolError(
+            f"buffers of {sum(lens)} bytes exceed the size limits (at most "
+            f"{lim.max_total_bytes} bytes per frame)"
+        )
     meta, descs = _parse_meta(bytes(rest[8 * nbufs :]), lens)
     bufs = []
     for i, (dt, shape) in enumerate(descs):

@@ -65,20 +65,37 @@ def available(table: np.ndarray) -> bool:
     return _SENDMSG is not None and table.flags.c_contiguous and table.ndim >= 1
 
 
+IOV_BLOCK = 1 << 16
+"""Rows whose iovecs are built at once: 1 MiB of iovecs whatever the request's size."""
+
+
 def send_rows(sock: socket.socket, table: np.ndarray, rows: np.ndarray) -> None:
-    """Send ``table[rows]`` (C order) on ``sock``; raises like ``socket.sendall``."""
+    """Send ``table[rows]`` (C order) on ``sock``; raises like ``socket.sendall``.
+
+    The iovec array is built ``IOV_BLOCK`` rows at a time, so sending holds no memory
+    per requested row beyond the request itself."""
     assert _SENDMSG is not None
     rb = table.itemsize * math.prod(table.shape[1:])
     n = int(rows.shape[0])
     if rb == 0 or n == 0:
         return
-    iov = np.empty((n, 2), dtype=np.uint64)
-    np.multiply(rows, rb, out=iov[:, 0], casting="unsafe")
-    iov[:, 0] += np.uint64(table.ctypes.data)
-    iov[:, 1] = rb
+    iov = np.empty((min(n, IOV_BLOCK), 2), dtype=np.uint64)
     fd = sock.fileno()
     timeout = sock.gettimeout()
     msg = _MsgHdr()
+    for b0 in range(0, n, IOV_BLOCK):
+        blk = rows[b0 : b0 + IOV_BLOCK]
+        m = len(blk)
+        np.multiply(blk, rb, out=iov[:m, 0], casting="unsafe")
+        iov[:m, 0] += np.uint64(table.ctypes.data)
+        iov[:m, 1] = rb
+        _send_iov(fd, msg, iov, m, rb, sock, timeout)
+
+
+def _send_iov(
+    fd: int, msg: _MsgHdr, iov: np.ndarray, n: int, rb: int, sock: socket.socket,
+    timeout: float | None,
+) -> None:  # fmt: skip
     i = 0
     while i < n:
         cnt = min(IOV_MAX, n - i)

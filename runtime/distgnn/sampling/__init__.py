@@ -1,34 +1,27 @@
-"""Multi-layer neighbour sampling, blocks, negative sampling and data loaders."""
+"""The sampling engine: blocks, multi-layer neighbour sampling, negative sampling, batch
+loaders with sampler processes. DGL's user-facing names are in :mod:`distgnn.dataloading`."""
 
 from distgnn.sampling.batches import EdgeBatcher, NodeBatcher, PairGraph
-from distgnn.sampling.blocks import Block, to_block
-from distgnn.sampling.loader import (
-    DistDataLoader,
-    DistEdgeDataLoader,
-    DistNodeDataLoader,
-    EdgeDataLoader,
-    NodeDataLoader,
-    SamplerError,
-)
+from distgnn.sampling.blocks import EID, NID, Block, BlockTypes, to_block
+from distgnn.sampling.loader import BatchLoader, SamplerError
 from distgnn.sampling.local import LocalGraph
 from distgnn.sampling.negative import UniformNegativeSampler
 from distgnn.sampling.neighbor import Exclusion, Hop, NeighborSampler, OneHop
 from distgnn.sampling.source import GraphSource, open_source, source_for
 
 __all__ = [
+    "EID",
+    "NID",
+    "BatchLoader",
     "Block",
-    "DistDataLoader",
-    "DistEdgeDataLoader",
-    "DistNodeDataLoader",
+    "BlockTypes",
     "EdgeBatcher",
-    "EdgeDataLoader",
     "Exclusion",
     "GraphSource",
     "Hop",
     "LocalGraph",
     "NeighborSampler",
     "NodeBatcher",
-    "NodeDataLoader",
     "OneHop",
     "PairGraph",
     "SamplerError",

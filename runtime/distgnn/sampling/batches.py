@@ -7,31 +7,92 @@ Batches travel as flat ``name -> array`` dicts (see :mod:`distgnn.sampling.wire`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
 from distgnn.errors import ConfigError
-from distgnn.sampling.blocks import Block, blocks_from_arrays, blocks_to_arrays
+from distgnn.sampling.blocks import EID, Block, blocks_from_arrays, blocks_to_arrays
 from distgnn.sampling.negative import UniformNegativeSampler
 from distgnn.sampling.neighbor import Exclusion, NeighborSampler
 from distgnn.sampling.source import GraphSource
 
-EXCLUDE_MODES = ("none", "self", "reverse")
+EXCLUDE_MODES = ("none", "self", "reverse", "reverse_id")
 
 
-@dataclass(frozen=True)
 class PairGraph:
-    """Node pairs to score, as indices into the output nodes (``blocks[-1].dst_nid``)."""
+    """Node pairs to score (DGL's ``pair_graph``): edges ``src -> dst`` over the output
+    nodes (``blocks[-1].dstdata``), with ``ndata``/``edata`` (``edata[EID]``: the seed
+    edge IDs of a positive graph), ``apply_edges``, ``local_scope`` and ``to(device)``.
+    """
 
-    src: torch.Tensor
-    dst: torch.Tensor
-    num_nodes: int
+    is_block = False
 
-    def num_edges(self) -> int:
+    def __init__(
+        self,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        num_nodes: int,
+        eid: torch.Tensor | None = None,
+    ) -> None:
+        self.src, self.dst, self._n = src, dst, int(num_nodes)
+        self.ndata: dict[str, Any] = {}
+        self.edata: dict[str, Any] = {} if eid is None else {EID: eid}
+
+    def num_nodes(self, ntype: str | None = None) -> int:
+        return self._n
+
+    def num_edges(self, etype: Any = None) -> int:
         return int(self.src.shape[0])
+
+    number_of_nodes = num_nodes
+    number_of_edges = num_edges
+
+    def num_src_nodes(self, ntype: str | None = None) -> int:
+        return self._n
+
+    num_dst_nodes = num_src_nodes
+
+    @property
+    def srcdata(self) -> dict[str, Any]:
+        return self.ndata
+
+    @property
+    def dstdata(self) -> dict[str, Any]:
+        return self.ndata
+
+    def edges(self, device: Any = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if device is None:
+            return self.src, self.dst
+        return self.src.to(device), self.dst.to(device)
+
+    def to(self, device: Any, **_: Any) -> PairGraph:
+        if device is None:
+            return self
+        out = PairGraph(self.src.to(device), self.dst.to(device), self._n)
+        out.ndata = {k: v.to(device) for k, v in self.ndata.items()}
+        out.edata = {k: v.to(device) for k, v in self.edata.items()}
+        return out
+
+    @contextlib.contextmanager
+    def local_scope(self) -> Iterator[None]:
+        """Node and edge data written inside the ``with`` block are dropped on exit."""
+        nd, ed = dict(self.ndata), dict(self.edata)
+        try:
+            yield
+        finally:
+            self.ndata, self.edata = nd, ed
+
+    def apply_edges(self, func: Any) -> None:
+        """``func``: a ``distgnn.function`` built-in (``u_dot_v('h', 'h', 'score')``) or
+        a Python function of an :class:`~distgnn.function.EdgeBatch` returning a dict."""
+        from distgnn.function import EdgeBatch
+
+        batch = EdgeBatch(self.src, self.dst, self.ndata, self.ndata, self.edata)
+        self.edata.update(func(batch))
 
 
 def _rng(seed: int, epoch: int, batch: int, stream: int) -> np.random.Generator:
@@ -83,6 +144,10 @@ class Batcher:
             "seed": self.seed,
         }
 
+    def extra(self) -> bytes:
+        """Arrays a sampler process needs besides the seeds (raw bytes)."""
+        return b""
+
     def make(self, src: GraphSource, epoch: int, b: int) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
@@ -117,8 +182,10 @@ class NodeBatcher(Batcher):
 class EdgeBatcher(Batcher):
     """Link prediction: ``(input_nodes, pos_pair_graph, neg_pair_graph, blocks)``.
 
-    Seeds are edge IDs. ``exclude`` drops the seed edges (``"self"``) and also
-    their reverses ``(v, u)`` (``"reverse"``) from the sampled neighbourhoods.
+    Seeds are edge IDs. ``exclude`` drops from the sampled neighbourhoods the seed
+    edges (``"self"``), also their reverse pairs ``(v, u)`` (``"reverse"``), or also
+    the edges ``reverse_eids[seeds]`` (``"reverse_id"``, DGL's). ``num_negs=0``: no
+    negative pairs.
     """
 
     kind = "edge"
@@ -133,20 +200,35 @@ class EdgeBatcher(Batcher):
         shuffle: bool = True,
         drop_last: bool = False,
         seed: int = 0,
+        reverse_eids: np.ndarray | None = None,
     ) -> None:
         super().__init__(seeds, sampler, batch_size, shuffle, drop_last, seed)
         if exclude not in EXCLUDE_MODES:
             raise ConfigError(f"exclude: {exclude!r} is not one of {', '.join(EXCLUDE_MODES)}")
-        self.neg = UniformNegativeSampler(num_negs)
+        if exclude == "reverse_id" and reverse_eids is None:
+            raise ConfigError("reverse_eids: needed with exclude='reverse_id'")
+        if num_negs < 0:
+            raise ConfigError(f"num_negs: {num_negs} must be >= 0")
+        self.neg = UniformNegativeSampler(num_negs) if num_negs else None
         self.exclude = exclude
+        self.reverse_eids = (
+            None if reverse_eids is None else np.asarray(reverse_eids, dtype=np.int64).reshape(-1)
+        )
 
     def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "num_negs": self.neg.k, "exclude": self.exclude}
+        k = self.neg.k if self.neg is not None else 0
+        return {**super().spec(), "num_negs": k, "exclude": self.exclude}
+
+    def extra(self) -> bytes:
+        return b"" if self.reverse_eids is None else self.reverse_eids.tobytes()
 
     def make(self, src: GraphSource, epoch: int, b: int) -> dict[str, np.ndarray]:
         eids = self.batch_seeds(epoch, b)
         u, v = src.find_edges(eids)
-        nu, nv = self.neg(u, src.num_nodes(), _rng(self.seed, epoch, b, 1))
+        if self.neg is not None:
+            nu, nv = self.neg(u, src.num_nodes(), _rng(self.seed, epoch, b, 1))
+        else:
+            nu = nv = np.zeros(0, dtype=np.int64)
         nodes, inv = np.unique(np.concatenate([u, v, nu, nv]), return_inverse=True)
         inv = inv.reshape(-1)
         p, q = u.size, nu.size
@@ -155,6 +237,9 @@ class EdgeBatcher(Batcher):
             excl = Exclusion(eids=eids)
         elif self.exclude == "reverse":
             excl = Exclusion(eids=eids, pairs=(np.concatenate([u, v]), np.concatenate([v, u])))
+        elif self.exclude == "reverse_id":
+            assert self.reverse_eids is not None
+            excl = Exclusion(eids=np.concatenate([eids, self.reverse_eids[eids]]))
         one_hop = src.one_hop(_rng(self.seed, epoch, b, 0))
         inp, _, blocks = self.sampler.sample_blocks(one_hop, nodes, excl)
         arrays = blocks_to_arrays(blocks)
@@ -174,15 +259,17 @@ class EdgeBatcher(Batcher):
     ) -> tuple[torch.Tensor, PairGraph, PairGraph, list[Block]]:
         n = int(arrays["output_nodes"].size)
         t = torch.from_numpy
-        pos = PairGraph(t(arrays["pos_src"]), t(arrays["pos_dst"]), n)
+        pos = PairGraph(t(arrays["pos_src"]), t(arrays["pos_dst"]), n, t(arrays["pos_eid"]))
         neg = PairGraph(t(arrays["neg_src"]), t(arrays["neg_dst"]), n)
         return t(arrays["input_nodes"]), pos, neg, blocks_from_arrays(arrays)
 
 
-def batcher_from_spec(spec: dict[str, Any], seeds: np.ndarray) -> Batcher:
-    """Rebuild a batcher in a sampler process (seeds travel separately as raw bytes)."""
+def batcher_from_spec(spec: dict[str, Any], seeds: np.ndarray, extra: bytes = b"") -> Batcher:
+    """Rebuild a batcher in a sampler process (seeds and ``extra`` arrays travel as raw bytes)."""
     s = spec["sampler"]
-    sampler = NeighborSampler(s["fanouts"], s["replace"], s["prob"], s["edge_dir"])
+    sampler = NeighborSampler(
+        s["fanouts"], edge_dir=s["edge_dir"], prob=s["prob"], replace=s["replace"]
+    )
     common = {
         "shuffle": spec["shuffle"],
         "drop_last": spec["drop_last"],
@@ -191,7 +278,14 @@ def batcher_from_spec(spec: dict[str, Any], seeds: np.ndarray) -> Batcher:
     if spec["kind"] == "node":
         return NodeBatcher(seeds, sampler, spec["batch_size"], **common)
     if spec["kind"] == "edge":
+        rev = np.frombuffer(extra, dtype=np.int64) if extra else None
         return EdgeBatcher(
-            seeds, sampler, spec["batch_size"], spec["num_negs"], spec["exclude"], **common
+            seeds,
+            sampler,
+            spec["batch_size"],
+            spec["num_negs"],
+            spec["exclude"],
+            reverse_eids=rev,
+            **common,
         )
     raise ConfigError(f"batcher: unknown kind {spec['kind']!r}")

@@ -10,7 +10,9 @@ sort) or, for IDs spread over a huge range, ``np.unique`` + ``searchsorted``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,10 +20,39 @@ import torch
 
 from distgnn.errors import ConfigError
 
+NID = "_ID"
+"""Key of the global node IDs in a block's ``srcdata``/``dstdata`` (DGL's ``dgl.NID``)."""
+EID = "_ID"
+"""Key of the global edge IDs in a block's ``edata`` (DGL's ``dgl.EID``)."""
+
+ETYPE = "_TYPE"
+"""Key of each edge's type index in a homogeneous-ID block's ``edata`` (``dgl.ETYPE``)."""
+
+CanonicalEtype = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class BlockTypes:
+    """The node and edge types of a heterogeneous graph, and its ID mappings.
+
+    ``src_type``/``src_tid`` of a typed block give each (homogeneous) source node's
+    type index and type-wise ID; edges' ``etype`` index ``canonical_etypes``.
+    """
+
+    ntypes: tuple[str, ...]
+    canonical_etypes: tuple[CanonicalEtype, ...]
+
 
 @dataclass
 class Block:
-    """One layer's bipartite graph over global node IDs."""
+    """One layer's bipartite graph over global node IDs (DGL's ``DGLBlock`` API).
+
+    Homogeneous fields: ``src_nid``/``dst_nid`` (global IDs, destinations first among
+    sources), ``edge_src``/``edge_dst`` (local indices), ``eid`` and ``etype`` (edge-type
+    index). A *typed* block (heterogeneous graph) also has ``types`` and, per source
+    node, ``src_type`` (node-type index) and ``src_tid`` (type-wise ID); its DGL views
+    (``srcdata[NID]``, ``num_src_nodes(ntype)``, ``block[etype]``) are per type.
+    """
 
     src_nid: np.ndarray
     dst_nid: np.ndarray
@@ -29,21 +60,220 @@ class Block:
     edge_dst: np.ndarray
     eid: np.ndarray
     etype: np.ndarray | None = None
+    types: BlockTypes | None = None
+    src_type: np.ndarray | None = None
+    src_tid: np.ndarray | None = None
+    etid: np.ndarray | None = None
+    device: Any = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _frames: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
+
+    is_block = True
+
+    # --- sizes (DGL: methods, per type on typed blocks) ---------------------------
+    def num_src_nodes(self, ntype: str | None = None) -> int:
+        if ntype is None or self.types is None:
+            self._check_ntype(ntype)
+            return int(self.src_nid.shape[0])
+        return int(self._type_counts()[0][self._ntype_index(ntype)])
+
+    def num_dst_nodes(self, ntype: str | None = None) -> int:
+        if ntype is None or self.types is None:
+            self._check_ntype(ntype)
+            return int(self.dst_nid.shape[0])
+        return int(self._type_counts()[1][self._ntype_index(ntype)])
+
+    def num_edges(self, etype: str | CanonicalEtype | None = None) -> int:
+        if etype is None:
+            return int(self.edge_src.shape[0])
+        return int(np.count_nonzero(self._etype_ids() == self._etype_index(etype)))
+
+    number_of_src_nodes = num_src_nodes
+    number_of_dst_nodes = num_dst_nodes
+    number_of_edges = num_edges
+
+    # --- schema --------------------------------------------------------------------
+    @property
+    def ntypes(self) -> list[str]:
+        return ["_N"] if self.types is None else list(self.types.ntypes)
+
+    srctypes = ntypes
+    dsttypes = ntypes
 
     @property
-    def num_src_nodes(self) -> int:
-        return int(self.src_nid.shape[0])
+    def canonical_etypes(self) -> list[CanonicalEtype]:
+        return [("_N", "_E", "_N")] if self.types is None else list(self.types.canonical_etypes)
 
     @property
-    def num_dst_nodes(self) -> int:
-        return int(self.dst_nid.shape[0])
+    def etypes(self) -> list[str]:
+        return [c[1] for c in self.canonical_etypes]
+
+    def _check_ntype(self, ntype: str | None) -> None:
+        if ntype is not None and ntype not in self.ntypes:
+            raise ConfigError(f"ntype: unknown node type {ntype!r} (block has {self.ntypes})")
+
+    def _ntype_index(self, ntype: str) -> int:
+        self._check_ntype(ntype)
+        return self.ntypes.index(ntype)
+
+    def _etype_index(self, etype: str | CanonicalEtype) -> int:
+        cets = self.canonical_etypes
+        if isinstance(etype, tuple):
+            if tuple(etype) in cets:
+                return cets.index(tuple(etype))  # type: ignore[arg-type]
+        else:
+            if ":" in etype and tuple(etype.split(":")) in cets:
+                return cets.index(tuple(etype.split(":")))  # type: ignore[arg-type]
+            found = [i for i, c in enumerate(cets) if c[1] == etype]
+            if len(found) == 1:
+                return found[0]
+        raise ConfigError(f"etype: unknown or ambiguous edge type {etype!r} (block has {cets})")
+
+    def _etype_ids(self) -> np.ndarray:
+        if self.etype is None:
+            return np.zeros(self.edge_src.shape[0], dtype=np.int64)
+        return np.asarray(self.etype, dtype=np.int64)
+
+    def _type_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sources and destinations per node type (typed blocks)."""
+        if "type_counts" not in self._cache:
+            assert self.src_type is not None and self.types is not None
+            k = len(self.types.ntypes)
+            st = np.asarray(self.src_type, dtype=np.int64)
+            self._cache["type_counts"] = (
+                np.bincount(st, minlength=k),
+                np.bincount(st[: self.dst_nid.shape[0]], minlength=k),
+            )
+        out: tuple[np.ndarray, np.ndarray] = self._cache["type_counts"]
+        return out
+
+    def _typed_local(self) -> np.ndarray:
+        """Each source node's position among the sources of its type (typed blocks).
+
+        Destinations are a prefix of the sources, so a destination's position among
+        the destinations of its type is the same number.
+        """
+        if "typed_local" not in self._cache:
+            assert self.src_type is not None and self.types is not None
+            st = np.asarray(self.src_type, dtype=np.int64)
+            order = np.argsort(st, kind="stable")
+            counts = np.bincount(st, minlength=len(self.types.ntypes))
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            local = np.empty(st.size, dtype=np.int64)
+            local[order] = np.arange(st.size, dtype=np.int64) - np.repeat(starts, counts)
+            self._cache["typed_local"] = local
+        out: np.ndarray = self._cache["typed_local"]
+        return out
+
+    # --- typed views ------------------------------------------------------------------
+    def _per_type(self, ids: np.ndarray, count: int) -> dict[str, torch.Tensor]:
+        assert self.src_type is not None
+        st = np.asarray(self.src_type[:count])
+        return {
+            t: torch.from_numpy(np.ascontiguousarray(ids[:count][st == i], dtype=np.int64))
+            for i, t in enumerate(self.ntypes)
+        }
+
+    def _id_frame(self, side: str) -> dict[str, Any]:
+        if side == "edge":
+            if self.types is None:
+                frame: dict[str, Any] = {EID: torch.from_numpy(np.asarray(self.eid, np.int64))}
+                if self.etype is not None:
+                    frame[ETYPE] = torch.from_numpy(np.asarray(self.etype, dtype=np.int64))
+                return frame
+            et, tid = self._etype_ids(), self.etid if self.etid is not None else self.eid
+            return {
+                EID: {
+                    c: torch.from_numpy(np.asarray(tid[et == i], dtype=np.int64))
+                    for i, c in enumerate(self.canonical_etypes)
+                }
+            }
+        ids = self.src_nid if side == "src" else self.dst_nid
+        count = ids.shape[0]
+        if self.types is None:
+            return {NID: torch.from_numpy(np.asarray(ids, dtype=np.int64))}
+        assert self.src_tid is not None
+        return {NID: self._per_type(np.asarray(self.src_tid), count)}
+
+    def _frame(self, side: str) -> dict[str, Any]:
+        if side not in self._frames:
+            self._frames[side] = self._id_frame(side)
+        return self._frames[side]
 
     @property
-    def num_edges(self) -> int:
-        return int(self.edge_src.shape[0])
+    def srcdata(self) -> dict[str, Any]:
+        """``srcdata[NID]``: global IDs of the sources (a dict per node type on typed blocks)."""
+        return self._frame("src")
 
-    def edges(self, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def dstdata(self) -> dict[str, Any]:
+        return self._frame("dst")
+
+    @property
+    def edata(self) -> dict[str, Any]:
+        return self._frame("edge")
+
+    def rel(self, etype: str | CanonicalEtype) -> Block:
+        """The sub-block of one edge type: typed local indices, type-wise IDs."""
+        if self.types is None:
+            self._etype_index(etype)
+            return self
+        i = self._etype_index(etype)
+        key = f"rel:{i}"
+        if key not in self._cache:
+            stype, _, dtype_ = self.canonical_etypes[i]
+            si, di = self.ntypes.index(stype), self.ntypes.index(dtype_)
+            sel = np.flatnonzero(self._etype_ids() == i)
+            local = self._typed_local()
+            assert self.src_type is not None and self.src_tid is not None
+            st = np.asarray(self.src_type)
+            n_dst = self.dst_nid.shape[0]
+            tid = np.asarray(self.src_tid)
+            eids = self.etid if self.etid is not None else self.eid
+            self._cache[key] = Block(
+                src_nid=tid[st == si],
+                dst_nid=tid[:n_dst][st[:n_dst] == di],
+                edge_src=local[self.edge_src[sel]],
+                edge_dst=local[self.edge_dst[sel]],
+                eid=np.asarray(eids)[sel],
+                device=self.device,
+            )
+        out: Block = self._cache[key]
+        return out
+
+    def __getitem__(self, etype: str | CanonicalEtype) -> Block:
+        return self.rel(etype)
+
+    # --- DGL conveniences ---------------------------------------------------------------
+    def to(self, device: torch.device | str | None, **_: Any) -> Block:
+        """This block with its data on ``device`` (the layers move edges when used)."""
+        if device is None:
+            return self
+        moved = {
+            side: {k: _move(v, device) for k, v in frame.items()}
+            for side, frame in self._frames.items()
+        }
+        return replace(self, device=torch.device(device), _cache=self._cache, _frames=moved)
+
+    def local_var(self) -> Block:
+        """A view whose data changes are not seen by this block."""
+        return replace(
+            self, _cache=self._cache, _frames={k: dict(v) for k, v in self._frames.items()}
+        )
+
+    @contextlib.contextmanager
+    def local_scope(self) -> Iterator[None]:
+        """Data written inside the ``with`` block is dropped when it exits."""
+        saved = {k: dict(v) for k, v in self._frames.items()}
+        try:
+            yield
+        finally:
+            self._frames.clear()
+            self._frames.update(saved)
+
+    def edges(
+        self, device: torch.device | str | None = None, **_: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(src, dst)`` local indices as int64 tensors (cached per device)."""
         key = f"edges:{device}"
         if key not in self._cache:
@@ -55,17 +285,18 @@ class Block:
         out: tuple[torch.Tensor, torch.Tensor] = self._cache[key]
         return out
 
-    def etypes(self, device: torch.device | str | None = None) -> torch.Tensor:
+    def etypes_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Edge-type index of every edge (zeros for homogeneous graphs)."""
-        if self.etype is None:
-            t = torch.zeros(self.num_edges, dtype=torch.int64)
-        else:
-            t = torch.from_numpy(np.asarray(self.etype, dtype=np.int64))
+        t = torch.from_numpy(self._etype_ids())
         return t if device is None else t.to(device)
 
     def in_degrees(self, device: torch.device | str | None = None) -> torch.Tensor:
         _, d = self.edges(device)
-        return torch.bincount(d, minlength=self.num_dst_nodes)
+        return torch.bincount(d, minlength=self.num_dst_nodes())
+
+    def out_degrees(self, device: torch.device | str | None = None) -> torch.Tensor:
+        s, _ = self.edges(device)
+        return torch.bincount(s, minlength=self.num_src_nodes())
 
     def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         """Flat ``name -> array`` form (for passing between processes without pickle)."""
@@ -90,6 +321,14 @@ class Block:
             eid=arrays[f"{prefix}eid"],
             etype=arrays.get(f"{prefix}etype"),
         )
+
+
+def _move(v: Any, device: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v.to(device)
+    if isinstance(v, dict):
+        return {k: _move(x, device) for k, x in v.items()}
+    return v
 
 
 def _positions(sorted_keys: np.ndarray, order: np.ndarray, ids: np.ndarray) -> np.ndarray:

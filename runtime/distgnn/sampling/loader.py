@@ -1,6 +1,6 @@
 """Data loaders: mini-batches sampled in the trainer or in sampler processes.
 
-:class:`DistDataLoader` iterates one epoch per ``iter()``. With
+:class:`BatchLoader` iterates one epoch per ``iter()``. With
 ``num_samplers=0`` it samples in the calling process; otherwise it starts that
 many sampler processes (``spawn``), each opening its own graph source (its own
 server connections) and sampling batches ``w, w+N, w+2N, ...`` ahead of the
@@ -16,6 +16,7 @@ import json
 import logging
 import multiprocessing as mp
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -29,9 +30,8 @@ import numpy as np
 from distgnn.errors import ConfigError, DistGNNError, RequestTimeout
 from distgnn.log import kv
 from distgnn.sampling import wire
-from distgnn.sampling.batches import Batcher, EdgeBatcher, NodeBatcher, batcher_from_spec
-from distgnn.sampling.neighbor import NeighborSampler
-from distgnn.sampling.source import GraphSource, open_source, source_for
+from distgnn.sampling.batches import Batcher, batcher_from_spec
+from distgnn.sampling.source import GraphSource, open_source
 
 log = logging.getLogger("distgnn.sampling")
 
@@ -48,7 +48,13 @@ class SamplerError(DistGNNError, RuntimeError):
 
 
 def _sampler_main(
-    source_spec: str, batch_spec: str, seeds: bytes, worker: int, workers: int, conn: Connection
+    source_spec: str,
+    batch_spec: str,
+    seeds: bytes,
+    extra: bytes,
+    worker: int,
+    workers: int,
+    conn: Connection,
 ) -> None:
     """Entry point of a sampler process: wait for an epoch number, sample its share, repeat."""
     import torch
@@ -57,7 +63,9 @@ def _sampler_main(
     src: GraphSource | None = None
     try:
         src = open_source(json.loads(source_spec))
-        batcher = batcher_from_spec(json.loads(batch_spec), np.frombuffer(seeds, dtype=np.int64))
+        batcher = batcher_from_spec(
+            json.loads(batch_spec), np.frombuffer(seeds, dtype=np.int64), extra
+        )
         while True:
             try:
                 cmd = json.loads(conn.recv_bytes())
@@ -81,7 +89,7 @@ def _sampler_main(
         conn.close()
 
 
-class DistDataLoader:
+class BatchLoader:
     """Iterate mini-batches of ``batcher`` over ``source``; one epoch per ``iter()``."""
 
     def __init__(
@@ -126,6 +134,7 @@ class DistDataLoader:
                     json.dumps(spec),
                     json.dumps(self.batcher.spec()),
                     seeds,
+                    self.batcher.extra(),
                     w,
                     self.num_samplers,
                     child,
@@ -140,18 +149,40 @@ class DistDataLoader:
             self._pending.append(False)
         log.info("sampler processes started", extra=kv(num_samplers=self.num_samplers))
 
+    def _died(self, w: int, what: str) -> SamplerError:
+        """The error for sampler ``w`` gone: its index, pid and exit cause."""
+        proc = self._procs[w]
+        proc.join(timeout=2)  # collect the exit status of a process that just died
+        code = proc.exitcode
+        if code is None:
+            cause = "still running"
+        elif code < 0:
+            try:
+                cause = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                cause = f"killed by signal {-code}"
+        else:
+            cause = f"exited with code {code}"
+        return SamplerError(f"sampler {w} (pid {proc.pid}) {what}: {cause}")
+
+    def _send(self, w: int, data: bytes) -> None:
+        try:
+            self._conns[w].send_bytes(data)
+        except OSError as e:  # BrokenPipeError, ConnectionResetError: the sampler is gone
+            raise self._died(w, "is gone") from e
+
     def _recv(self, w: int) -> bytes:
         conn, proc = self._conns[w], self._procs[w]
         deadline = time.monotonic() + self.timeout
         while not conn.poll(0.5):
             if not proc.is_alive() and not conn.poll(0):
-                raise SamplerError(f"sampler {w} exited with code {proc.exitcode}")
+                raise self._died(w, "died")
             if time.monotonic() > deadline:
                 raise RequestTimeout(f"sampler {w}: no batch within {self.timeout:.0f}s")
         try:
             msg = conn.recv_bytes()
-        except EOFError as e:
-            raise SamplerError(f"sampler {w} closed its pipe (exit code {proc.exitcode})") from e
+        except (EOFError, OSError) as e:
+            raise self._died(w, "closed its pipe") from e
         if msg[:1] == _ERR:
             raise SamplerError(msg[1:].decode(errors="replace"))
         return msg
@@ -170,8 +201,8 @@ class DistDataLoader:
                 yield self.batcher.decode(self.batcher.make(self.source, epoch, b))
             return
         self._drain()
-        for w, conn in enumerate(self._conns):
-            conn.send_bytes(json.dumps({"epoch": epoch}).encode())
+        for w in range(len(self._conns)):
+            self._send(w, json.dumps({"epoch": epoch}).encode())
             self._pending[w] = True
         for b in range(n):
             msg = self._recv(b % self.num_samplers)
@@ -195,7 +226,7 @@ class DistDataLoader:
             p.close()
         self._procs, self._conns, self._pending = [], [], []
 
-    def __enter__(self) -> DistDataLoader:
+    def __enter__(self) -> BatchLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -253,47 +284,3 @@ def prefetch(
     finally:
         stop.set()
         t.join(timeout=60)
-
-
-def NodeDataLoader(
-    g: Any,
-    nids: Any,
-    sampler: NeighborSampler,
-    batch_size: int,
-    *,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    num_samplers: int = 0,
-    seed: int = 0,
-    source: GraphSource | None = None,
-) -> DistDataLoader:
-    """Node-classification loader over ``nids``: ``(input_nodes, output_nodes, blocks)``."""
-    src = source or source_for(g)
-    batcher = NodeBatcher(np.asarray(nids), sampler, batch_size, shuffle, drop_last, seed)
-    return DistDataLoader(src, batcher, num_samplers)
-
-
-def EdgeDataLoader(
-    g: Any,
-    eids: Any,
-    sampler: NeighborSampler,
-    batch_size: int,
-    *,
-    num_negs: int = 1,
-    exclude: str = "none",
-    shuffle: bool = True,
-    drop_last: bool = False,
-    num_samplers: int = 0,
-    seed: int = 0,
-    source: GraphSource | None = None,
-) -> DistDataLoader:
-    """Link-prediction loader: ``(input_nodes, pos_pair_graph, neg_pair_graph, blocks)``."""
-    src = source or source_for(g)
-    batcher = EdgeBatcher(
-        np.asarray(eids), sampler, batch_size, num_negs, exclude, shuffle, drop_last, seed
-    )
-    return DistDataLoader(src, batcher, num_samplers)
-
-
-DistNodeDataLoader = NodeDataLoader
-DistEdgeDataLoader = EdgeDataLoader

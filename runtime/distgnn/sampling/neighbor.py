@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,32 +58,58 @@ class Exclusion:
 
 
 class NeighborSampler:
-    """DGL-style multi-layer sampler: ``fanouts[0]`` is the input layer's fanout.
+    """DGL's ``NeighborSampler(fanouts, edge_dir='in', prob=None, mask=None, replace=False,
+    ...)``, same positional order: ``fanouts[0]`` is the input layer's fanout.
 
-    A fanout is an int (``-1`` = all neighbours) or, for heterogeneous graphs,
-    a dict ``"SRC:ETYPE:DST" -> int``. ``prob`` names an edge-data field of
-    non-negative sampling weights.
+    A fanout is an int (``-1`` = all neighbours; on a heterogeneous graph: per edge
+    type) or a dict edge type -> int. ``prob`` names an edge-data field of non-negative
+    sampling weights; ``mask`` a boolean edge field (only edges where it is true are
+    candidates, uniformly). ``prefetch_*`` are not supported (features are pulled by
+    the caller, see docs/dgl-migration.md); ``output_device`` moves the blocks.
     """
 
     def __init__(
         self,
         fanouts: Sequence[Fanout],
-        replace: bool = False,
-        prob: str | None = None,
         edge_dir: str = "in",
+        prob: str | None = None,
+        mask: str | None = None,
+        replace: bool = False,
+        prefetch_node_feats: Any = None,
+        prefetch_labels: Any = None,
+        prefetch_edge_feats: Any = None,
+        output_device: Any = None,
+        fused: bool = True,
     ) -> None:
         if not fanouts:
             raise ConfigError("fanouts: at least one layer is needed")
         for f in fanouts:
             vals = list(f.values()) if isinstance(f, Mapping) else [f]
-            if any(not isinstance(v, int) or (v < 1 and v != -1) for v in vals):
-                raise ConfigError(f"fanouts: {f!r} is not a positive int or -1")
+            if any(
+                isinstance(v, bool) or not isinstance(v, int) or (v < 0 and v != -1) for v in vals
+            ):
+                raise ConfigError(f"fanouts: {f!r} is not a non-negative int or -1")
         if edge_dir not in ("in", "out"):
             raise ConfigError(f"edge_dir: {edge_dir!r} is not 'in' or 'out'")
+        if not isinstance(replace, bool):
+            raise ConfigError(f"replace: {replace!r} is not a bool")
+        if prob is not None and mask is not None:
+            raise ConfigError("prob and mask: give one of them")
+        for name, val in (
+            ("prefetch_node_feats", prefetch_node_feats),
+            ("prefetch_labels", prefetch_labels),
+            ("prefetch_edge_feats", prefetch_edge_feats),
+        ):
+            if val is not None:
+                raise ConfigError(
+                    f"{name}: not supported; read features with g.ndata[name][input_nodes] "
+                    "(see docs/dgl-migration.md)"
+                )
         self.fanouts = list(fanouts)
         self.replace = replace
-        self.prob = prob
+        self.prob = prob if prob is not None else mask
         self.edge_dir = edge_dir
+        self.output_device = output_device
 
     @property
     def num_layers(self) -> int:

@@ -93,7 +93,10 @@ class DistSource:
         return int(self.g.num_nodes())
 
     def find_edges(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        src, dst = self.g.find_edges(np.asarray(eids, dtype=np.int64))
+        """Endpoints of homogeneous edge IDs, as homogeneous node IDs (any graph)."""
+        ids = np.asarray(eids, dtype=np.int64)
+        homo = getattr(self.g, "_find_homo", None)  # DistGraph: no per-type mapping
+        src, dst = homo(ids) if homo is not None else self.g.find_edges(ids)
         return _np(src).astype(np.int64), _np(dst).astype(np.int64)
 
     def spec(self) -> dict[str, Any] | None:

@@ -107,8 +107,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> object:
     """Build the ServeConfig from options, falling back to the contract environment."""
+    from distgnn.server.limits import ENV as LIMIT_ENV
     from distgnn.server.server import ServeConfig
     from distgnn.server.store import check_shm_root, default_shm_root
+
+    limit_vars = set(LIMIT_ENV.values())
 
     e = os.environ if env is None else env
     if not args.manifest:
@@ -157,6 +160,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         ready_file=args.ready_file or e.get(contract.ENV_READY_FILE) or None,
         shm_dir=check_shm_root(args.shm_dir) if args.shm_dir else default_shm_root(),
         drain_timeout=args.drain_timeout,
+        limit_env={k: v for k, v in e.items() if k in limit_vars},
         metrics_port=metrics_port,
     )
 

@@ -1,14 +1,19 @@
 """Request handling of one worker: one method per message type, NumPy only.
 
-Every handler takes the request's metadata and buffers and returns the answer's
-metadata and buffers. Bad input raises :class:`~distgnn.server.store.TensorError`
-(or another ``DistGNNError``), which the worker sends back as an ERROR frame
+Every handler takes a :class:`Request` (type, metadata, buffers, the client's session)
+and returns the answer's metadata and buffers. Input is validated before any work
+(types, ranges, and the :class:`~distgnn.server.limits.ServerLimits` on IDs, reply bytes
+and sampled edges; all checks O(1) or vectorised); bad input raises
+:class:`~distgnn.server.store.TensorError`, which the worker sends back as an ERROR frame
 without closing the connection.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,12 +21,26 @@ import numpy as np
 from distgnn.rpc.gather import default_gatherer
 from distgnn.rpc.protocol import DTYPES, Gathered, MsgType
 from distgnn.server import sampling
+from distgnn.server.limits import ServerLimits
 from distgnn.server.state import GraphState
-from distgnn.server.store import ShmStore, TensorError
+from distgnn.server.store import SERVER_SESSION, ShmStore, TensorError, check_name, check_shape
 
 Reply = tuple[dict[str, Any], list[Any]]
 INITS = ("zeros", "ones", "uniform", "normal", "constant")
 OPT_STATE = {"adagrad": ("sum",), "adam": ("step", "mem", "power")}
+LIST_PAGE = 512
+"""Tensors per LIST_TENSORS answer (names <= 120 bytes: an answer stays far below 1 MiB)."""
+MAX_FANOUT = 1 << 31
+
+
+@dataclass
+class Request:
+    """One decoded request and who sent it (the session given at HELLO)."""
+
+    type: MsgType
+    meta: dict[str, Any]
+    bufs: list[np.ndarray] = field(default_factory=list)
+    session: str = SERVER_SESSION
 
 
 def _str(meta: dict[str, Any], key: str) -> str:
@@ -35,19 +54,38 @@ def _num(meta: dict[str, Any], key: str, default: float) -> float:
     v = meta.get(key, default)
     if not isinstance(v, int | float) or isinstance(v, bool):
         raise TensorError(f"field {key!r} must be a number")
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        raise TensorError(f"field {key!r} is out of range") from None
+    if not math.isfinite(f):
+        raise TensorError(f"field {key!r} must be finite")
+    return f
 
 
-def _ids(bufs: Sequence[np.ndarray], i: int, n: int, what: str) -> np.ndarray:
-    if len(bufs) <= i:
-        raise TensorError(f"missing buffer {i} ({what})")
-    a = bufs[i]
-    if a.ndim != 1 or a.dtype.kind not in "iu":
-        raise TensorError(f"{what} must be a 1-D integer array")
-    a = a.astype(np.int64, copy=False)
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
-        raise TensorError(f"{what} out of range [0, {n})")
-    return a
+def _seed(meta: dict[str, Any], key: str = "seed") -> int:
+    v = meta.get(key, 0)
+    if type(v) is not int or not 0 <= v < 1 << 63:
+        raise TensorError(f"field {key!r} must be an integer in [0, 2**63)")
+    return v
+
+
+def cast_checked(v: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """``v`` as ``dtype``, refusing values that do not fit: non-finite results from finite
+    inputs (1e300 into float32), and for integer/bool targets anything not exactly
+    representable (NaN, out of range, fractional). Free when the dtypes already match."""
+    if v.dtype == dtype:
+        return v
+    with np.errstate(all="ignore"):
+        out = v.astype(dtype)
+        if dtype.kind == "f":
+            ok = np.isfinite(out) | ~np.isfinite(v) if v.dtype.kind == "f" else np.isfinite(out)
+            fits = bool(ok.all())
+        else:
+            fits = bool((out.astype(v.dtype) == v).all())
+    if not fits:
+        raise TensorError(f"{what}: values do not fit {dtype.name} (refused, not cast)")
+    return out
 
 
 def fill_init(arr: np.ndarray, spec: dict[str, Any], seed: int) -> None:
@@ -79,10 +117,18 @@ class Handlers:
     shared memory (:class:`~distgnn.rpc.protocol.Gathered`); in-process callers get copies.
     """
 
-    def __init__(self, store: ShmStore, graph: GraphState, zero_copy: bool = False) -> None:
+    def __init__(
+        self,
+        store: ShmStore,
+        graph: GraphState,
+        zero_copy: bool = False,
+        limits: ServerLimits | None = None,
+    ) -> None:
         self.store, self.g = store, graph
         self.zero_copy = zero_copy
+        self.lim = limits or ServerLimits()
         self.rng = np.random.default_rng()
+        self._local = threading.local()  # the session of the request this thread handles
         self.table: dict[MsgType, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
             MsgType.GET_META: self.get_meta,
             MsgType.PING: self.ping,
@@ -95,13 +141,51 @@ class Handlers:
             MsgType.SAMPLE_NEIGHBORS: self.sample_neighbors,
             MsgType.FIND_EDGES: self.find_edges,
             MsgType.DEGREES: self.degrees,
+            MsgType.ATTACH_TENSOR: self.attach_tensor,
+            MsgType.DETACH_TENSOR: self.detach_tensor,
         }
 
-    def handle(self, mtype: MsgType, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        fn = self.table.get(mtype)
+    def handle(
+        self,
+        mtype: MsgType,
+        meta: dict[str, Any],
+        bufs: list[np.ndarray],
+        session: str = SERVER_SESSION,
+    ) -> Reply:
+        """Answer one request (``session`` names the client for tensor ownership)."""
+        return self.dispatch(Request(mtype, meta, bufs, session))
+
+    def dispatch(self, req: Request) -> Reply:
+        fn = self.table.get(req.type)
         if fn is None:
-            raise TensorError(f"message type {mtype.name} is not a request")
-        return fn(meta, bufs)
+            raise TensorError(f"message type {req.type.name} is not a request")
+        self._local.session = req.session
+        return fn(req.meta, req.bufs)
+
+    @property
+    def session(self) -> str:
+        """The session of the request being handled by the calling thread."""
+        return getattr(self._local, "session", SERVER_SESSION)
+
+    def _ids(self, bufs: Sequence[np.ndarray], i: int, n: int, what: str) -> np.ndarray:
+        """Buffer ``i`` as int64 IDs in ``[0, n)``, at most ``max_ids`` of them."""
+        if len(bufs) <= i:
+            raise TensorError(f"missing buffer {i} ({what})")
+        a = bufs[i]
+        if a.ndim != 1 or a.dtype.kind not in "iu":
+            raise TensorError(f"{what} must be a 1-D integer array")
+        self._count(a.size, what)
+        a = a.astype(np.int64, copy=False)
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
+            raise TensorError(f"{what} out of range [0, {n})")
+        return a
+
+    def _count(self, n: int, what: str) -> None:
+        if n > self.lim.max_ids:
+            raise TensorError(
+                f"{n} {what} in one request exceed the limit of {self.lim.max_ids} "
+                f"({self.lim.env_name('max_ids')}); split the request"
+            )
 
     # --- metadata ---------------------------------------------------------------
     def get_meta(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
@@ -112,27 +196,43 @@ class Handlers:
         return {"part_id": self.g.part_id}, []
 
     def list_tensors(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        out = {}
+        """One page of at most ``LIST_PAGE`` tensors after the name ``after`` (sorted);
+        ``next`` is the ``after`` of the next page, or null after the last."""
+        after = meta.get("after") or ""
+        if not isinstance(after, str):
+            raise TensorError("field 'after' must be a string")
+        out: dict[str, Any] = {}
+        nxt = None
         for name in self.store.names():
-            if name.startswith("graph/"):
+            if name.startswith("graph/") or name <= after:
                 continue
+            if len(out) == LIST_PAGE:
+                nxt = max(out)
+                break
             try:
-                a = self.store.get(name)
+                dt, shape = self.store.describe(name)
             except TensorError:
                 continue
-            out[name] = {"dtype": a.dtype.name, "shape": list(a.shape)}
-        return {"tensors": out}, []
+            out[name] = {"dtype": dt.name, "shape": list(shape)}
+        return {"tensors": out, "next": nxt}, []
 
     def _tensor(self, meta: dict[str, Any]) -> tuple[str, np.ndarray]:
         name = _str(meta, "name")
         if name.startswith("graph/"):
-            raise TensorError(f"tensor {name!r} is internal")
+            raise TensorError(f"tensor {name[:60]!r} is internal")
         return name, self.store.get(name)
 
     # --- tensors ------------------------------------------------------------------
     def pull(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        name, arr = self._tensor(meta)
-        rows = _ids(bufs, 0, arr.shape[0], f"rows of {name!r}")
+        _, arr = self._tensor(meta)
+        rows = self._ids(bufs, 0, arr.shape[0], "rows")
+        row_bytes = arr.itemsize * math.prod(arr.shape[1:])
+        if len(rows) * row_bytes > self.lim.max_reply_bytes:
+            raise TensorError(
+                f"PULL of {len(rows)} rows of {row_bytes} bytes exceeds the answer limit of "
+                f"{self.lim.max_reply_bytes} bytes ({self.lim.env_name('max_reply_bytes')}); "
+                "split the request"
+            )
         if self.zero_copy and arr.ndim > 1:
             return {}, [Gathered(arr, rows)]
         out = np.empty((len(rows), *arr.shape[1:]), dtype=arr.dtype)
@@ -148,12 +248,12 @@ class Handlers:
                 f"write to {name!r}: values of shape {list(v.shape)} for {n} rows of "
                 f"{list(arr.shape[1:])}"
             )
-        return v.astype(arr.dtype, copy=False)
+        return v
 
     def push(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         name, arr = self._tensor(meta)
-        rows = _ids(bufs, 0, arr.shape[0], f"rows of {name!r}")
-        vals = self._values(name, arr, bufs, len(rows))
+        rows = self._ids(bufs, 0, arr.shape[0], "rows")
+        vals = cast_checked(self._values(name, arr, bufs, len(rows)), arr.dtype, "PUSH")
         op = meta.get("op", "set")
         if op not in ("set", "add"):
             raise TensorError(f"push op {op!r} is not 'set' or 'add'")
@@ -165,50 +265,71 @@ class Handlers:
         return {}, []
 
     def init_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        name = _str(meta, "name")
+        name = check_name(meta.get("name"), client=True)
         dtype = _str(meta, "dtype")
         if dtype not in DTYPES:
-            raise TensorError(f"dtype {dtype!r} is not allowed")
-        shape = meta.get("shape")
-        if (
-            not isinstance(shape, list)
-            or not shape
-            or not all(isinstance(s, int) and s >= 0 for s in shape)
-        ):
-            raise TensorError("field 'shape' must be a non-empty list of sizes")
+            raise TensorError(f"dtype {dtype[:20]!r} is not allowed")
+        shape = check_shape(meta.get("shape"))
         spec = meta.get("init") or {"kind": "zeros"}
         if not isinstance(spec, dict):
             raise TensorError("field 'init' must be an object")
         if meta.get("attach_only") and name not in self.store.names():
             return {"created": False, "exists": False}, []
-        seed = int(_num(meta, "seed", 0)) + 7919 * self.g.part_id
+        seed = _seed(meta) + 7919 * self.g.part_id
         kind = spec.get("kind", "zeros")
+        fill: Callable[[np.ndarray], None]
         if kind == "data":  # the initial values come with the request
-            if len(bufs) != 1 or bufs[0].shape != tuple(shape):
+            if len(bufs) != 1 or bufs[0].shape != shape:
                 raise TensorError(f"init 'data' of {name!r} needs one buffer of shape {shape}")
-            values = bufs[0]
+            values = cast_checked(bufs[0], np.dtype(dtype), "init data")
 
             def fill(a: np.ndarray) -> None:
                 a[...] = values
 
         elif kind in INITS:
+            for key in ("value", "low", "high", "mean", "std"):
+                if key in spec:
+                    x = np.array([_num(spec, key, 0.0)])
+                    if kind == "constant" or np.dtype(dtype).kind == "f":
+                        cast_checked(x, np.dtype(dtype), f"init {key}")
 
             def fill(a: np.ndarray) -> None:
                 fill_init(a, spec, seed)
 
         else:
-            raise TensorError(f"init kind {kind!r} is not one of {(*INITS, 'data')}")
+            raise TensorError(f"init kind {str(kind)[:20]!r} is not one of {(*INITS, 'data')}")
+        persistent = meta.get("persistent", False)
+        if not isinstance(persistent, bool):
+            raise TensorError("field 'persistent' must be true or false")
         created, persistent = self.store.init(
-            name, np.dtype(dtype), tuple(shape), fill, bool(meta.get("persistent", False))
+            name, np.dtype(dtype), shape, fill, persistent, self.session
         )
         return {"created": created, "persistent": persistent}, []
 
+    def attach_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
+        """Hold a reference to an existing tensor (one DETACH releases it)."""
+        name = check_name(meta.get("name"))
+        if name.startswith("graph/"):
+            raise TensorError(f"tensor {name[:60]!r} is internal")
+        return self.store.attach(name, self.session), []
+
+    def detach_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
+        """Release one reference; the last one removes the tensor (and its optimizer state)."""
+        name = check_name(meta.get("name"))
+        return {"removed": self.store.detach(name, self.session)}, []
+
     def delete_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        name = _str(meta, "name")
-        if name.startswith("graph/") or "/" not in name:
-            raise TensorError(f"tensor {name!r} cannot be deleted")
-        removed = self.store.delete(name)
-        return {"removed": removed}, []
+        """The creator with ``force`` removes the tensor; a holder detaches (the last removes);
+        any other session is refused."""
+        name = check_name(meta.get("name"))
+        if name.startswith("graph/"):
+            raise TensorError(f"tensor {name[:60]!r} cannot be deleted")
+        force = meta.get("force", False)
+        if not isinstance(force, bool):
+            raise TensorError("field 'force' must be true or false")
+        if self.session == SERVER_SESSION and not force:
+            force = True  # in-process callers own everything
+        return {"removed": self.store.delete(name, self.session, force)}, []
 
     def _state(self, meta: dict[str, Any], which: str, rows: int) -> np.ndarray:
         states = meta.get("state")
@@ -216,7 +337,7 @@ class Handlers:
             raise TensorError(f"sparse update: field 'state' must name the {which!r} tensor")
         arr = self.store.get(states[which])
         if arr.shape[0] != rows or arr.dtype.kind != "f":
-            raise TensorError(f"state tensor {states[which]!r} does not match the table")
+            raise TensorError(f"state tensor {states[which][:60]!r} does not match the table")
         return arr
 
     def sparse_update(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
@@ -225,8 +346,10 @@ class Handlers:
         name, emb = self._tensor(meta)
         if emb.dtype.kind != "f":
             raise TensorError(f"sparse update of {name!r}: not a float tensor")
-        rows = _ids(bufs, 0, emb.shape[0], f"rows of {name!r}")
-        grads = self._values(name, emb, bufs, len(rows)).astype(np.float32, copy=False)
+        rows = self._ids(bufs, 0, emb.shape[0], "rows")
+        grads = cast_checked(
+            self._values(name, emb, bufs, len(rows)), np.dtype(np.float32), "gradients"
+        )
         opt = meta.get("opt")
         if opt not in OPT_STATE:
             raise TensorError(f"optimizer {opt!r} is not one of {sorted(OPT_STATE)}")
@@ -260,23 +383,55 @@ class Handlers:
     # --- structure ------------------------------------------------------------------
     def sample_neighbors(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         g = self.g
-        seeds = _ids(bufs, 0, g.n_owned, "seeds (local owned node IDs)")
+        seeds = self._ids(bufs, 0, g.n_owned, "seeds (local owned node IDs)")
         fanout = meta.get("fanout")
-        replace = bool(meta.get("replace", False))
+        replace = meta.get("replace", False)
         prob = meta.get("prob")
-        rng = np.random.default_rng(meta["seed"]) if "seed" in meta else self.rng
-        if isinstance(fanout, int) and not isinstance(fanout, bool) and prob is None:
+        if not isinstance(replace, bool):
+            raise TensorError("field 'replace' must be true or false")
+        if prob is not None and not isinstance(prob, str):
+            raise TensorError("field 'prob' must be an edge-data name")
+        raw = list(fanout.values()) if isinstance(fanout, dict) else [fanout]
+        fans = [f for f in raw if type(f) is int and -1 <= f < MAX_FANOUT]
+        if not fans or len(fans) != len(raw) or not isinstance(fanout, int | dict):
+            raise TensorError(
+                "field 'fanout' must be an int in [-1, 2**31) or an object etype -> such int"
+            )
+        typed = isinstance(fanout, dict) or prob is not None
+        self._check_sample_work(seeds, fans, replace, typed)
+        rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
+        if isinstance(fanout, int) and prob is None:
             pos, seg = sampling.sample_uniform(g.indptr, seeds, fanout, replace, rng)
-        elif isinstance(fanout, int | dict) and not isinstance(fanout, bool):
-            pos, seg = self._sample_typed(seeds, fanout, replace, prob, rng)
         else:
-            raise TensorError("field 'fanout' must be an int or an object etype -> int")
+            pos, seg = self._sample_typed(seeds, fanout, replace, prob, rng)
         # np.take: several times faster than fancy indexing for these int64 gathers
         src = np.take(g.local2global, np.take(g.indices, pos))
         dst = g.node_offset + np.take(seeds, seg)
         eid = np.take(g.eid, pos)
         et = np.take(g.etype, pos) if g.etype is not None else np.zeros(len(pos), np.int32)
         return {}, [src, dst, eid, et.astype(np.int32, copy=False)]
+
+    def _check_sample_work(
+        self, seeds: np.ndarray, fans: list[int], replace: bool, typed: bool
+    ) -> None:
+        """Refuse a request that would touch more than ``max_sample_edges`` edges: all
+        in-edges of the seeds for typed or weighted sampling (candidates are listed), else
+        ``min(degree, fanout)`` per seed (``fanout`` per seed with edges, with replacement)."""
+        deg = self.g.indptr[seeds + 1] - self.g.indptr[seeds]
+        if typed or any(f < 0 for f in fans):
+            work = int(deg.sum())
+            if replace:
+                work += int(np.count_nonzero(deg)) * sum(max(f, 0) for f in fans)
+        elif replace:
+            work = int(np.count_nonzero(deg)) * fans[0]
+        else:
+            work = int(np.minimum(deg, fans[0]).sum())
+        if work > self.lim.max_sample_edges:
+            raise TensorError(
+                f"SAMPLE_NEIGHBORS of {len(seeds)} seeds would touch {work} edges, over the "
+                f"limit of {self.lim.max_sample_edges} "
+                f"({self.lim.env_name('max_sample_edges')}); use fewer seeds or a smaller fanout"
+            )
 
     def _weights(self, prob: str, pos: np.ndarray) -> np.ndarray:
         g = self.g
@@ -289,12 +444,14 @@ class Handlers:
             try:
                 arr = self.store.get(f"edge/{name}/{prob}")
             except TensorError:
-                raise TensorError(f"prob {prob!r}: no edge data of that name for {name}") from None
+                raise TensorError(
+                    f"prob {prob[:60]!r}: no edge data of that name for {name}"
+                ) from None
             if arr.ndim != 1:
-                raise TensorError(f"prob {prob!r} of {name} must be 1-D")
+                raise TensorError(f"prob {prob[:60]!r} of {name} must be 1-D")
             w[sel] = arr[g.eid[pos[sel]] - g.edge_offset - g.etype_starts[name]]
         if (w < 0).any() or not np.isfinite(w).all():
-            raise TensorError(f"prob {prob!r} has negative or non-finite weights")
+            raise TensorError(f"prob {prob[:60]!r} has negative or non-finite weights")
         return w
 
     def _sample_typed(
@@ -314,7 +471,7 @@ class Handlers:
         else:
             plan = []
             for k, f in fanout.items():
-                if k not in names or not isinstance(f, int):
+                if k not in names:
                     raise TensorError(f"fanout key {k!r} is not an edge type of {names}")
                 plan.append((names.index(k), f))
         out_p, out_s = [], []
@@ -331,17 +488,18 @@ class Handlers:
 
     def find_edges(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         g = self.g
-        pos = g.eidpos[_ids(bufs, 0, g.m_owned, "edge IDs (local owned)")]
+        pos = g.eidpos[self._ids(bufs, 0, g.m_owned, "edge IDs (local owned)")]
         dst_local = np.searchsorted(g.indptr, pos, side="right") - 1
         return {}, [g.local2global[g.indices[pos]], g.node_offset + dst_local]
 
     def degrees(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         g = self.g
         if meta.get("dir") == "in":
-            v = _ids(bufs, 0, g.n_owned, "node IDs (local owned)")
+            v = self._ids(bufs, 0, g.n_owned, "node IDs (local owned)")
             return {}, [g.indptr[v + 1] - g.indptr[v]]
         if len(bufs) < 1 or bufs[0].ndim != 1 or bufs[0].dtype.kind not in "iu":
             raise TensorError("out-degrees need a 1-D integer array of global node IDs")
+        self._count(bufs[0].size, "node IDs")
         loc = g.global_to_local(bufs[0].astype(np.int64, copy=False))
         out = np.zeros(len(loc), dtype=np.int64)
         hit = loc >= 0

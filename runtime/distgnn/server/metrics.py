@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from distgnn.rpc.protocol import Frame, MsgType
 
 TYPES: tuple[MsgType, ...] = tuple(MsgType)
-_TYPE_INDEX = {int(m): i for i, m in enumerate(TYPES)}
+_TYPE_INDEX = {m: i for i, m in enumerate(TYPES)}
 OUTCOMES = ("ok", "client_error", "server_error")
 OK, CLIENT_ERROR, SERVER_ERROR = 0, 1, 2
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -53,8 +53,7 @@ _CONNS = _OPEN + 1
 _PROTO_ERR = _CONNS + 1
 SLOTS = _PROTO_ERR + 1
 STATS_SUFFIX = ".stats"
-_WRITES = (int(MsgType.PUSH), int(MsgType.SPARSE_UPDATE))
-_ROWS = (int(MsgType.PULL), *_WRITES)
+_ROWS = frozenset((MsgType.PULL, MsgType.PUSH, MsgType.SPARSE_UPDATE))
 
 
 def stats_path(shm_root: str, slot: int) -> str:
@@ -80,7 +79,7 @@ class WorkerStats:
     def observe(self, frame: Frame, reply: Sequence[Any], outcome: int, t0: float) -> None:
         """Count one answered request: ``reply`` its buffers, ``t0`` from perf_counter."""
         dt = time.perf_counter() - t0
-        mtype = int(frame.type)
+        mtype = frame.type
         t = _TYPE_INDEX[mtype]
         nin = 0
         for a in frame.bufs:
@@ -97,15 +96,15 @@ class WorkerStats:
             v[_HSUM + t] += dt
             v[_BYTES_IN] += nin
             v[_BYTES_OUT] += nout
-            if mtype == MsgType.PULL:
+            if mtype is MsgType.PULL:
                 v[_ROWS_SERVED] += rows
-            elif mtype in _WRITES:
+            elif rows:
                 v[_ROWS_WRITTEN] += rows
 
     def refused(self, mtype: MsgType) -> None:
         """A request answered with an error before it reached a handler (auth)."""
         with self._lock:
-            self._v[_REQ + _TYPE_INDEX[int(mtype)] * 3 + CLIENT_ERROR] += 1.0
+            self._v[_REQ + _TYPE_INDEX[mtype] * 3 + CLIENT_ERROR] += 1.0
 
     def connection(self, delta: int) -> None:
         with self._lock:

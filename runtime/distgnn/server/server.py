@@ -10,7 +10,9 @@ Order of a server's life:
 4. ``N`` worker processes start, attach to the shared memory and accept connections;
 5. ``/readyz`` turns 200 and the ready file (JSON: ports, pid) is written;
 6. on SIGTERM/SIGINT the workers are asked to drain, the shared memory is removed,
-   and the process exits 0. A worker that dies unexpectedly is restarted.
+   and the process exits 0. A worker that dies unexpectedly is restarted; when that
+   fails (out of file descriptors, processes or memory) three times in a row the server
+   stops its workers, removes its shared memory and exits 1 with one log line.
 
 With ``metrics_port`` set, ``/metrics`` (Prometheus) is served from step 3 on, summing
 the workers' counters (:mod:`distgnn.server.metrics`).
@@ -40,9 +42,12 @@ from distgnn.log import kv
 from distgnn.metrics_http import MetricsEndpoint, serve
 from distgnn.partition.loader import LoadCancelled
 from distgnn.server.health import HealthServer
+from distgnn.server.limits import ServerLimits, shm_free
 from distgnn.server.metrics import ServerState, server_registry, stats_path
 from distgnn.server.state import load_into_store
 from distgnn.server.store import ShmStore, default_shm_root, sweep_stale
+
+RESTART_TRIES = 3
 
 log = logging.getLogger("distgnn.server")
 
@@ -67,6 +72,8 @@ class ServeConfig:
     shm_dir: str = field(default_factory=default_shm_root)
     drain_timeout: float = 30.0
     storage_options: Mapping[str, Any] | None = None
+    limit_env: Mapping[str, str] = field(default_factory=dict)
+    """``DISTGNN_SERVER_*``/``DISTGNN_HEALTH_*`` overrides of the derived limits."""
     metrics_port: int | None = None
     """Prometheus /metrics port (0: any); None: no metrics."""
 
@@ -87,6 +94,7 @@ class ServeConfig:
         ):
             if not 0 <= port < 65536:
                 raise ConfigError(f"{name} {port} is not a port number")
+        ServerLimits().with_env(self.limit_env)  # a bad override fails before loading
 
 
 class GraphServer:
@@ -97,6 +105,7 @@ class GraphServer:
         self.cfg = cfg
         self.stop = threading.Event()
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.limits = ServerLimits.derive(env=cfg.limit_env)
         self.stats = ServerState(cfg.part_id)
 
     def request_stop(self, *_: object) -> None:
@@ -121,6 +130,8 @@ class GraphServer:
             str(wfd),
             "--drain-timeout",
             str(self.cfg.drain_timeout),
+            "--limits",
+            self.limits.to_json(),
         ]
         if self.cfg.insecure:
             cmd.append("--insecure-no-token")
@@ -154,7 +165,12 @@ class GraphServer:
             ),
         )
         try:
-            health = HealthServer(cfg.bind, cfg.health_port)
+            health = HealthServer(
+                cfg.bind,
+                cfg.health_port,
+                self.limits.health_connections,
+                self.limits.health_timeout,
+            )
         except OSError as e:
             raise ServerStartError(f"cannot bind health port {cfg.health_port}: {e}") from e
         health.start()
@@ -191,6 +207,9 @@ class GraphServer:
             self.stats.load_seconds = round(time.monotonic() - t_load, 3)
             if self.stop.is_set():
                 return 0
+            # the run-time tensor quota is a share of what the partition left free
+            self.limits = ServerLimits.derive(env=cfg.limit_env, shm_free=shm_free(store.root))
+            log.info("server limits", extra=kv(**json.loads(self.limits.to_json())))
             # listen only now: while loading, connections are refused and clients keep
             # retrying (DISTGNN_CONNECT_TIMEOUT) instead of waiting on a silent backlog
             listener.listen(1024)
@@ -220,21 +239,44 @@ class GraphServer:
                 for i, w in enumerate(self.workers):
                     if w.poll() is not None:
                         log.warning("worker died; restarting", extra=kv(pid=w.pid, rc=w.returncode))
-                        self.workers[i] = self._spawn(listener, store, i)
+                        replacement = self._restart(listener, store, i)
+                        if replacement is None:
+                            return 1
+                        self.workers[i] = replacement
                         self.stats.workers = [w.pid for w in self.workers]
             log.info("graph server draining", extra=kv(workers=len(self.workers)))
             return 0
         finally:
             health.ready.clear()
             self.stats.loaded = False
-            self._stop_workers()
-            listener.close()
-            health.close()
+            steps = [self._stop_workers, listener.close, health.close]
             if metrics is not None:
-                metrics.close()
+                steps.append(metrics.close)
+            for step in steps:
+                try:
+                    step()
+                except Exception as e:  # cleanup goes on: the shared memory must go
+                    log.warning("shutdown step failed", extra=kv(error=str(e)))
             if store is not None:
                 store.close()
             log.info("graph server stopped")
+
+    def _restart(
+        self, listener: socket.socket, store: ShmStore, slot: int
+    ) -> subprocess.Popen[bytes] | None:
+        """A new worker, or None after RESTART_TRIES failures (the caller exits 1)."""
+        for attempt in range(1, RESTART_TRIES + 1):
+            try:
+                return self._spawn(listener, store, slot)
+            except (OSError, subprocess.SubprocessError, ServerStartError) as e:
+                log.error(
+                    "cannot restart a worker",
+                    extra=kv(attempt=attempt, of=RESTART_TRIES, error=str(e)[:200]),
+                )
+                if self.stop.wait(1.0 * attempt):
+                    return None
+        log.error("server stops: its workers cannot be restarted")
+        return None
 
     def _stop_workers(self) -> None:
         for w in self.workers:

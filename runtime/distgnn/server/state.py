@@ -82,6 +82,7 @@ def load_into_store(
         "num_local_nodes": len(l2g),
         "has_etype": part.etype is not None,
     }
+    store.seal()  # the partition's own tensors: not counted by the run-time quota
     tmp = os.path.join(store.root, "info.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(info, f)

@@ -36,12 +36,26 @@ from typing import Any
 import numpy as np
 
 from distgnn.errors import ConfigError, DistGNNError
+from distgnn.rpc.protocol import DTYPES
+from distgnn.server.limits import shm_free
 from distgnn.server.sweep import sweep_stale, write_owner
 
 __all__ = ["ShmStore", "TensorError", "sweep_stale"]
 
 STRIPES = 64
-NAME_RE = re.compile(r"^(node|edge|graph)/[^/\x00]{1,200}/[A-Za-z0-9_.\-]{1,200}$")
+MAX_NAME_BYTES = 120
+"""A stored name is hex-encoded into file names (``2 * 120 + 5 <= 255``, NAME_MAX)."""
+MAX_CLIENT_NAME_BYTES = 100
+"""Names clients may create: room is left for optimizer-state suffixes (``.adagrad_sum``)."""
+MAX_NDIM = 8
+MAX_DIM = 1 << 40
+MAX_HOLDERS = 1024
+"""Sessions that may hold one non-persistent tensor at once."""
+SHM_RESERVE = 16 << 20
+"""Free bytes a create leaves in the shared-memory file system (its metadata files)."""
+NAME_RE = re.compile(r"^(node|edge|graph)/[^/\x00-\x1f\x7f]{1,100}/[A-Za-z0-9_.\-]{1,100}$")
+SERVER_SESSION = "server"
+"""Owner of the tensors loaded from the partition (never deleted by clients)."""
 
 
 class TensorError(DistGNNError, ValueError):
@@ -57,6 +71,14 @@ class Entry:
     ino: int
 
 
+@dataclass(frozen=True)
+class Quota:
+    """Caps on the tensors created at run time (the partition's own data is not counted)."""
+
+    max_tensors: int = 4096
+    max_bytes: int = 64 << 30
+
+
 def _remove(root: str, pid: int) -> None:
     """Remove a store folder, only in the process that created it (not in forked children)."""
     if os.getpid() == pid:
@@ -67,20 +89,72 @@ def default_shm_root() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def short(value: object, n: int = 60) -> str:
+    """A bounded quote of a client-given value for error messages."""
+    r = repr(value)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def check_name(name: object, client: bool = False) -> str:
+    """``name`` if it is a valid tensor name (charset, length, UTF-8), else TensorError."""
+    limit = MAX_CLIENT_NAME_BYTES if client else MAX_NAME_BYTES
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise TensorError(
+            f"tensor name {short(name)} is not valid: node/NTYPE/NAME or edge/S:E:D/NAME, "
+            "NAME of letters, digits, '_', '.', '-'"
+        )
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        raise TensorError(f"tensor name {short(name)} is not valid UTF-8") from None
+    if size > limit:
+        raise TensorError(f"tensor name {short(name)} is longer than {limit} bytes")
+    return name
+
+
+def check_shape(shape: object, what: str = "shape") -> tuple[int, ...]:
+    """A list of 1..8 sizes in ``[0, 2**40]`` (no booleans) as a tuple, else TensorError."""
+    if (
+        not isinstance(shape, list)
+        or not 1 <= len(shape) <= MAX_NDIM
+        or not all(type(s) is int and 0 <= s <= MAX_DIM for s in shape)
+    ):
+        raise TensorError(
+            f"field {what!r} must be a list of 1 to {MAX_NDIM} integer sizes <= 2**40, "
+            f"got {short(shape)}"
+        )
+    return tuple(shape)
+
+
 def _fname(name: str) -> str:
-    return name.encode().hex()
+    try:
+        raw = name.encode()
+    except UnicodeEncodeError:
+        raise TensorError(f"unknown tensor {short(name)}") from None
+    if len(raw) > MAX_NAME_BYTES:
+        raise TensorError(f"unknown tensor {short(name)} (name too long)")
+    return raw.hex()
 
 
 class ShmStore:
-    """The tensor folder of one server, opened by the parent (``create``) or a worker."""
+    """The tensor folder of one server, opened by the parent (``create``) or a worker.
 
-    def __init__(self, root: str, owner: bool = False) -> None:
+    Non-persistent tensors created at run time have an owner (the creating session) and
+    holders (sessions that attached, with a count each; the creator holds one reference).
+    ``detach`` drops one reference and removes the tensor when none is left; ``delete``
+    by the owner with ``force`` removes it at once; another session's delete only detaches
+    (when it holds a reference) or is refused.
+    """
+
+    def __init__(self, root: str, owner: bool = False, quota: Quota | None = None) -> None:
         self.root = root
         self.owner = owner
+        self.quota = quota or Quota()
         self._cache: dict[str, Entry] = {}
         self._cache_lock = threading.Lock()
         self._tlocks: dict[str, list[threading.Lock]] = {}
         self._lockfds: dict[str, int] = {}
+        self._base: frozenset[str] | None = None
         # the owner removes the folder on close, at garbage collection or at exit
         self._cleanup = weakref.finalize(self, _remove, root, os.getpid()) if owner else None
 
@@ -109,28 +183,131 @@ class ShmStore:
     # --- create / attach / delete --------------------------------------------------
     def put(self, name: str, array: np.ndarray) -> np.ndarray:
         """Copy ``array`` in as a persistent tensor (the parent, at load time)."""
-        out = self._new(name, array.dtype, array.shape)
-        rows = array.shape[0] if array.ndim else 0
-        step = max(1, (64 << 20) // max(1, array.itemsize * max(1, array.size // max(1, rows))))
-        if array.ndim == 0:
-            out[...] = array
-        else:
-            for i in range(0, rows, step):
-                out[i : i + step] = array[i : i + step]
-        out.flush()
-        self._publish(name, {"persistent": True, "refs": 0})
-        return out
+        check_name(name)
+        with self._registry():
+            out = self._new(name, array.dtype, array.shape)
+            try:
+                rows = array.shape[0] if array.ndim else 0
+                row_bytes = array.itemsize * max(1, array.size // max(1, rows))
+                step = max(1, (64 << 20) // max(1, row_bytes))
+                if array.ndim == 0:
+                    out[...] = array
+                else:
+                    for i in range(0, rows, step):
+                        out[i : i + step] = array[i : i + step]
+                del out
+                self._publish(name, {"persistent": True, "owner": SERVER_SESSION, "holders": {}})
+            except BaseException:
+                self._discard(name)
+                raise
+        return self.get(name)
 
-    def _new(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.memmap:
+    def seal(self) -> None:
+        """Mark every tensor present now as the partition's own (not counted by the quota)."""
+        names = sorted(self.names())
+        tmp = os.path.join(self.root, "base.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(names, f)
+        os.replace(tmp, os.path.join(self.root, "base.json"))
+        self._base = frozenset(names)
+
+    def _base_names(self) -> frozenset[str]:
+        if self._base is None:
+            try:
+                with open(os.path.join(self.root, "base.json"), encoding="utf-8") as f:
+                    self._base = frozenset(json.load(f))
+            except FileNotFoundError:
+                return frozenset()
+        return self._base
+
+    def _new(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A ``.tmp`` file of the tensor with all its pages reserved (``posix_fallocate``):
+        a full tmpfs is an error here, never a SIGBUS when the pages are first written."""
+        if dtype.hasobject or dtype.name not in DTYPES:
+            raise TensorError(f"dtype {dtype} cannot be stored")
+        nbytes = math.prod(shape) * dtype.itemsize
+        free = shm_free(self.root)
+        if nbytes + SHM_RESERVE > free:
+            raise TensorError(
+                f"tensor {short(name)} needs {nbytes} bytes but the shared memory of this "
+                f"server has {free} free"
+            )
         tmp = self._path(name, ".tmp")
-        return np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": shape}  # fmt: skip
+        try:
+            with open(tmp, "wb") as fp:
+                np.lib.format.write_array_header_2_0(fp, header)
+                size = fp.tell() + nbytes
+                fp.flush()
+                if nbytes:
+                    os.posix_fallocate(fp.fileno(), 0, size)
+                else:
+                    fp.truncate(size)
+            return map_npy(tmp)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise TensorError(
+                f"tensor {short(name)} of {nbytes} bytes does not fit in this server's shared "
+                f"memory ({e.strerror or e})"
+            ) from None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def _publish(self, name: str, meta: dict[str, Any]) -> None:
-        with open(self._path(name, ".json"), "w", encoding="utf-8") as f:
-            json.dump(meta, f)
+        self._write_meta(name, meta)
         with open(self._path(name, ".lock"), "wb") as f:
             f.truncate(STRIPES)
         os.replace(self._path(name, ".tmp"), self._path(name, ".npy"))
+
+    def _discard(self, name: str) -> None:
+        """Remove every file of ``name`` (a failed create or a delete)."""
+        for ext in (".npy", ".tmp", ".json", ".jtmp", ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(name, ext))
+
+    def _sweep_partial(self) -> None:
+        """Remove ``.tmp``/``.jtmp`` files: under the registry lock none can be in progress,
+        so they are left over by a worker that died while creating."""
+        for f in os.listdir(self.root):
+            if f.endswith((".tmp", ".jtmp")) and not f.startswith(("base", "info", "owner")):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.root, f))
+
+    def usage(self) -> tuple[int, int]:
+        """(count, bytes) of the tensors created at run time."""
+        base = self._base_names()
+        count = size = 0
+        for f in os.listdir(self.root):
+            if not f.endswith(".npy"):
+                continue
+            try:
+                name = bytes.fromhex(f[:-4]).decode()
+            except ValueError:
+                continue
+            if name in base:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                size += os.stat(os.path.join(self.root, f)).st_size
+                count += 1
+        return count, size
+
+    def _check_quota(self, name: str, nbytes: int) -> None:
+        count, used = self.usage()
+        q = self.quota
+        if count + 1 > q.max_tensors:
+            raise TensorError(
+                f"cannot create {short(name)}: this server holds {count} tensors, the limit "
+                f"is {q.max_tensors} (DISTGNN_SERVER_MAX_TENSORS); delete unused tensors"
+            )
+        if used + nbytes > q.max_bytes:
+            raise TensorError(
+                f"cannot create {short(name)} ({nbytes} bytes): tensors created on this server "
+                f"use {used} of {q.max_bytes} bytes (DISTGNN_SERVER_MAX_TENSOR_BYTES)"
+            )
 
     def init(
         self,
@@ -139,47 +316,104 @@ class ShmStore:
         shape: tuple[int, ...],
         fill: Callable[[np.ndarray], None],
         persistent: bool,
+        session: str = SERVER_SESSION,
     ) -> tuple[bool, bool]:
         """Create a tensor (filled by ``fill``) or attach to it; (created, persistent)."""
-        if not NAME_RE.match(name) or name.startswith("graph/"):
-            raise TensorError(f"tensor name {name!r} is not valid")
+        check_name(name)
+        if name.startswith("graph/"):
+            raise TensorError(f"tensor name {short(name)} is internal")
         with self._registry():
-            npy = self._path(name, ".npy")
-            if os.path.exists(npy):
+            if os.path.exists(self._path(name, ".npy")):
                 arr = self.get(name)
                 if arr.dtype != dtype or arr.shape != tuple(shape):
                     raise TensorError(
-                        f"tensor {name!r} exists as {arr.dtype}{list(arr.shape)}, "
+                        f"tensor {short(name)} exists as {arr.dtype}{list(arr.shape)}, "
                         f"not {dtype}{list(shape)}"
                     )
                 meta = self._meta(name)
                 if not meta["persistent"]:
-                    meta["refs"] += 1
-                    self._write_meta(name, meta)
+                    self._hold(name, meta, session)
                 return False, bool(meta["persistent"])
+            self._sweep_partial()
+            self._check_quota(name, math.prod(shape) * dtype.itemsize)
             arr = self._new(name, dtype, shape)
-            fill(arr)
-            arr.flush()
-            del arr
-            self._publish(name, {"persistent": persistent, "refs": 0 if persistent else 1})
+            try:
+                fill(arr)
+                del arr
+                holders = {} if persistent else {session: 1}
+                self._publish(name, {"persistent": persistent, "owner": session,
+                                     "holders": holders})  # fmt: skip
+            except BaseException:
+                self._discard(name)
+                raise
             return True, persistent
 
-    def delete(self, name: str, force: bool = False) -> bool:
-        """Drop one reference to a non-persistent tensor (or force); True if removed."""
+    def _hold(self, name: str, meta: dict[str, Any], session: str) -> None:
+        holders: dict[str, int] = meta.setdefault("holders", {})
+        if session not in holders and len(holders) >= MAX_HOLDERS:
+            raise TensorError(f"tensor {short(name)} already has {MAX_HOLDERS} holders")
+        holders[session] = holders.get(session, 0) + 1
+        self._write_meta(name, meta)
+
+    def attach(self, name: str, session: str) -> dict[str, Any]:
+        """Hold one more reference to an existing tensor; its dtype, shape, persistence."""
+        check_name(name)
         with self._registry():
             if not os.path.exists(self._path(name, ".npy")):
-                raise TensorError(f"unknown tensor {name!r}")
+                raise TensorError(f"unknown tensor {short(name)}")
+            arr = self.get(name)
             meta = self._meta(name)
-            if meta["persistent"] and not force:
-                raise TensorError(f"tensor {name!r} is persistent and cannot be deleted")
-            meta["refs"] -= 1
-            if meta["refs"] > 0 and not force:
+            if not meta["persistent"]:
+                self._hold(name, meta, session)
+            return {"dtype": arr.dtype.name, "shape": list(arr.shape),
+                    "persistent": bool(meta["persistent"])}  # fmt: skip
+
+    def detach(self, name: str, session: str) -> bool:
+        """Drop one of ``session``'s references; True when that removed the tensor."""
+        check_name(name)
+        with self._registry():
+            meta = self._existing_meta(name)
+            if meta["persistent"]:
+                return False
+            holders: dict[str, int] = meta.get("holders", {})
+            if holders.get(session, 0) <= 0:
+                raise TensorError(f"this session holds no reference to tensor {short(name)}")
+            holders[session] -= 1
+            if holders[session] == 0:
+                del holders[session]
+            if holders:
                 self._write_meta(name, meta)
                 return False
-            for ext in (".npy", ".json", ".lock"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._path(name, ext))
+            self._discard(name)
             return True
+
+    def delete(self, name: str, session: str = SERVER_SESSION, force: bool = False) -> bool:
+        """Remove a tensor (its owner with ``force``, or the server) or drop ``session``'s
+        reference (removed with the last); True if removed. Anyone else is refused."""
+        check_name(name)
+        with self._registry():
+            meta = self._existing_meta(name)
+            owner = meta.get("owner", SERVER_SESSION)
+            if session == SERVER_SESSION or (force and session == owner != SERVER_SESSION):
+                self._discard(name)
+                return True
+            if meta["persistent"]:
+                raise TensorError(
+                    f"tensor {short(name)} is persistent: only its creator can delete it "
+                    "(with force)"
+                )
+            holders: dict[str, int] = meta.get("holders", {})
+            if holders.get(session, 0) <= 0:
+                raise TensorError(
+                    f"tensor {short(name)} is held by other sessions: only its creator (with "
+                    "force) or the last holder to detach deletes it"
+                )
+        return self.detach(name, session)
+
+    def _existing_meta(self, name: str) -> dict[str, Any]:
+        if not os.path.exists(self._path(name, ".npy")):
+            raise TensorError(f"unknown tensor {short(name)}")
+        return self._meta(name)
 
     def _meta(self, name: str) -> dict[str, Any]:
         with open(self._path(name, ".json"), encoding="utf-8") as f:
@@ -196,8 +430,27 @@ class ShmStore:
         out = []
         for f in os.listdir(self.root):
             if f.endswith(".npy"):
-                out.append(bytes.fromhex(f[:-4]).decode())
+                with contextlib.suppress(ValueError):
+                    out.append(bytes.fromhex(f[:-4]).decode())
         return sorted(out)
+
+    def describe(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        """dtype and shape of a tensor from its file header (nothing is mapped)."""
+        e = self._cache.get(name)
+        if e is not None:
+            return e.array.dtype, e.array.shape
+        try:
+            with open(self._path(name, ".npy"), "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read(f)
+        except (OSError, ValueError):
+            raise TensorError(f"unknown tensor {short(name)}") from None
+        return dtype, shape
 
     # --- access ----------------------------------------------------------------------
     def get(self, name: str) -> np.ndarray:
@@ -205,10 +458,10 @@ class ShmStore:
         path = self._path(name, ".npy")
         try:
             ino = os.stat(path).st_ino
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             with self._cache_lock:
                 self._cache.pop(name, None)
-            raise TensorError(f"unknown tensor {name!r}") from None
+            raise TensorError(f"unknown tensor {short(name)}") from None
         e = self._cache.get(name)
         if e is None or e.ino != ino:
             arr = map_npy(path)
@@ -234,7 +487,7 @@ class ShmStore:
                     fd = self._lockfds[name] = os.open(path, os.O_RDWR)
             except FileNotFoundError:
                 self._lockfds.pop(name, None)
-                raise TensorError(f"unknown tensor {name!r}") from None
+                raise TensorError(f"unknown tensor {short(name)}") from None
         held: list[int] = []
         try:
             for s in stripes.tolist():

@@ -174,12 +174,12 @@ def _run(args: argparse.Namespace) -> int:
         tel.attach(tg.client_stats())
         try:
             if cfg.app == "inference":
-                metrics = inference.run(cfg, tg, ctx)
+                metrics = inference.run(cfg, tg, ctx, telemetry=tel)
             else:
                 app = node_classification if cfg.app == "node-classification" else link_prediction
                 metrics = app.run(cfg, tg, ctx, telemetry=tel)
                 if cfg.infer_after_training:
-                    metrics = inference.run(cfg, tg, ctx) | metrics
+                    metrics = inference.run(cfg, tg, ctx, telemetry=tel) | metrics
         finally:
             tg.close()
         if ctx.is_main:

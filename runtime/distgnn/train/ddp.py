@@ -56,10 +56,9 @@ def init_ddp(env: TrainerEnv | None = None, timeout_s: float = 600.0) -> DDPCont
         timeout = datetime.timedelta(seconds=timeout_s)
         backend = "nccl" if cuda else "gloo"
         if _is_loopback(env.master_addr):
-            store = _loopback_store(env.master_addr, env.master_port, env, timeout)
             dist.init_process_group(
                 backend=backend,
-                store=store,
+                store=rendezvous_store(env, timeout_s),
                 rank=env.rank,
                 world_size=env.world_size,
                 timeout=timeout,
@@ -87,14 +86,18 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _loopback_store(
-    host: str, port: int, env: TrainerEnv, timeout: datetime.timedelta
-) -> dist.TCPStore:
-    """The rendezvous store on a loopback ``MASTER_ADDR`` (local mode), listening on that
-    address only: torch's own store server listens on every interface (``*:PORT``), so
-    rank 0 binds the socket itself and hands it over (``master_listen_fd``)."""
-    if env.rank != 0:
-        return dist.TCPStore(host, port, env.world_size, False, timeout)
+def rendezvous_store(env: TrainerEnv | None = None, timeout_s: float = 600.0) -> dist.TCPStore:
+    """The rendezvous store of ``MASTER_ADDR:MASTER_PORT`` for ``init_process_group(store=)``.
+
+    With a loopback ``MASTER_ADDR`` (local mode) rank 0's store listens on that address
+    only: torch's own store server listens on every interface (``*:PORT``), so rank 0
+    binds the socket itself and hands it over (``master_listen_fd``).
+    """
+    env = env or TrainerEnv.from_env()
+    host, port = env.master_addr, env.master_port
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if env.rank != 0 or not _is_loopback(host):
+        return dist.TCPStore(host, port, env.world_size, env.rank == 0, timeout)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     addr = "127.0.0.1" if host == "localhost" else host
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -40,6 +40,7 @@ from distgnn.train.layerwise import (
     rows_factory,
     run_id,
 )
+from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
 CHUNK = 1 << 16
@@ -100,12 +101,23 @@ def model_from_state(state: dict[str, Any]) -> nn.Module:
         model = GAT(in_feats, hidden, int(al.shape[2]), n, heads=heads, dropout=0.0)
     else:
         raise ConfigError("checkpoint: weights are neither GraphSAGE nor GAT")
+    state = _renamed(state, set(model.state_dict()))
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
         raise ConfigError(f"checkpoint: weights do not fit the model ({e})") from e
     model.eval()
     return model
+
+
+def _renamed(state: dict[str, Any], expected: set[str]) -> dict[str, Any]:
+    """Keys of checkpoints written before the layers took DGL's parameter names
+    (``SAGEConv.fc_self.bias`` is now ``SAGEConv.bias``)."""
+    out = {}
+    for k, v in state.items():
+        new = k.replace(".fc_self.bias", ".bias")
+        out[new if k not in expected and new in expected else k] = v
+    return out
 
 
 @dataclass(frozen=True)
@@ -230,7 +242,9 @@ def _write_segment(
         raise
 
 
-def build_index(tg: TrainGraph, opts: InferOptions, run: str, info: dict[str, Any]) -> fmt.Index:
+def build_index(
+    tg: TrainGraph, opts: InferOptions, run: str, dim: int, info: dict[str, Any]
+) -> fmt.Index:
     """Rank 0: the index from every shard's record (written by the other ranks)."""
     segs = segments(tg)
     types: dict[str, dict[str, Any]] = {}
@@ -244,9 +258,8 @@ def build_index(tg: TrainGraph, opts: InferOptions, run: str, info: dict[str, An
         t = types.setdefault(s.ntype, {"num_nodes": 0, "shards": []})
         t["num_nodes"] += int(rec["rows"])
         t["shards"].append({"part": s.part, "rows": int(rec["rows"]), "files": rec["files"]})
-    probe = info.pop("_dims")
     arrays["orig_id"] = {"dtype": "int64", "shape": []}
-    arrays["embedding"] = {"dtype": "float32", "shape": [probe]}
+    arrays["embedding"] = {"dtype": "float32", "shape": [dim]}
     if opts.classify:
         arrays["pred"] = {"dtype": "int64", "shape": []}
         arrays["prob"] = {"dtype": "float32", "shape": []}
@@ -265,6 +278,7 @@ def infer_to_storage(
     opts: InferOptions,
     info: dict[str, Any] | None = None,
     manifest_url: str | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
     """Layer-wise inference of ``model`` over ``tg``, written to ``opts.output_url``;
     returns the summary (test accuracy on rank 0 for node classification)."""
@@ -277,6 +291,12 @@ def infer_to_storage(
     if opts.embedding_layer == "hidden" and len(lw.steps) < 2:
         raise ConfigError("--embedding-layer hidden: the model has no hidden layer")
     in_feats = int(tg.read(opts.feat, torch.tensor([0])).shape[1])
+    layers = getattr(model, "layers", None)
+    want = getattr(layers[0], "_in_src_feats", None) if layers else None
+    if isinstance(want, int) and want != in_feats:
+        raise ConfigError(
+            f"--feat: {opts.feat!r} has {in_feats} columns but the model takes {want}"
+        )
     run = run_id(ctx)
     nodes = owned_nodes(tg, ctx.rank, ctx.world_size)
     hidden_i = len(lw.steps) - 2
@@ -293,8 +313,19 @@ def infer_to_storage(
             output=storage.redact(opts.output_url),
         ),
     )
+    progress = telemetry.progress if telemetry is not None else None
+
+    def on_layer(layer: int, layers: int, seconds: float) -> None:
+        if progress is not None:
+            progress.update(
+                state="inference",
+                inferenceLayers=f"{layer + 1}/{layers}",
+                inferenceLayerSeconds=round(seconds, 3),
+            )
+
+    on_layer(-1, len(lw.steps), 0.0)
     t0 = time.monotonic()
-    layers = layer_pass(
+    rows = layer_pass(
         tg,
         lw,
         FeatureRows(tg, opts.feat),
@@ -304,10 +335,11 @@ def infer_to_storage(
         opts.batch_size,
         ctx.device,
         keep,
+        on_layer,
     )
     t_compute = time.monotonic() - t0
-    final = layers[-1]
-    emb = layers[hidden_i] if opts.embedding_layer == "hidden" else final
+    final = rows[-1]
+    emb = rows[hidden_i] if opts.embedding_layer == "hidden" else final
     assert final is not None and emb is not None
     written = write_shards(tg, ctx, opts, run, final, emb, manifest_url)
     barrier(ctx)
@@ -319,9 +351,8 @@ def infer_to_storage(
             "embedding_layer": opts.embedding_layer,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **(info or {}),
-            "_dims": dims,
         }
-        fmt.write_index(opts.output_url, build_index(tg, opts, run, meta))
+        fmt.write_index(opts.output_url, build_index(tg, opts, run, dims, meta))
         fmt.remove_stale_runs(opts.output_url, run)
         summary["inference_test_accuracy"] = _test_accuracy(tg, opts, final)
     barrier(ctx)
@@ -365,7 +396,11 @@ def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | N
 
 
 def run(
-    cfg: Any, tg: TrainGraph, ctx: DDPContext, checkpoint_url: str | None = None
+    cfg: Any,
+    tg: TrainGraph,
+    ctx: DDPContext,
+    checkpoint_url: str | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
     """The app: load the checkpoint (a file, or a folder's latest), infer, write."""
     url = resolve_checkpoint(checkpoint_url or cfg.checkpoint_url)
@@ -387,5 +422,5 @@ def run(
         "checkpoint": storage.redact(url),
         "checkpoint_epoch": ck.epoch,
     }
-    out = infer_to_storage(tg, model, ctx, opts, info)
+    out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)
     return {"app": "inference", "checkpoint_epoch": ck.epoch} | out

@@ -77,7 +77,7 @@ def layerwise(model: nn.Module) -> LayerWise:
             return step
 
         gats: list[Any] = list(model.layers)
-        heads = [(int(c.heads), int(c.out_feats)) for c in gats]
+        heads = [(int(c.num_heads), int(c.out_feats)) for c in gats]
         dims = [h * o for h, o in heads[:-1]] + [heads[-1][1]]
         return LayerWise([gat(i) for i in range(n)], dims)
     raise ConfigError(
@@ -182,10 +182,12 @@ def layer_pass(
     batch_size: int = 4096,
     device: torch.device | None = None,
     keep: tuple[int, ...] = (),
+    on_layer: Callable[[int, int, float], None] | None = None,
 ) -> list[Rows | None]:
     """Compute every layer for ``nodes`` (this trainer's share); returns each layer's
     rows (``None`` for layers released once the next one was done; the last layer and
-    the layers in ``keep`` are kept). All trainers must call it together."""
+    the layers in ``keep`` are kept). All trainers must call it together.
+    ``on_layer(layer, layers, seconds)`` is called after each layer."""
     if batch_size < 1:
         raise ConfigError("--infer-batch-size: must be >= 1")
     dev = device or torch.device("cpu")
@@ -228,6 +230,8 @@ def layer_pass(
                 nodes_per_s=round(nodes.size / max(dt, 1e-9), 1),
             ),
         )
+        if on_layer is not None:
+            on_layer(li, last + 1, dt)
         if li > 0 and (li - 1) not in keep:
             prev = out[li - 1]
             if prev is not None:

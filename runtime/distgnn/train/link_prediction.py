@@ -19,7 +19,7 @@ from torch.nn import functional as F
 from distgnn.log import kv
 from distgnn.nn import GraphSAGE
 from distgnn.sampling import EdgeBatcher, NeighborSampler, PairGraph
-from distgnn.sampling.loader import DistDataLoader
+from distgnn.sampling.loader import BatchLoader
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
@@ -101,7 +101,7 @@ def run(
     )
     metrics: dict[str, Any] = {}
     t_train = 0.0
-    with DistDataLoader(tg.source, batcher, cfg.num_samplers) as loader:
+    with BatchLoader(tg.source, batcher, cfg.num_samplers) as loader:
         steps = agree_steps(ctx, len(loader))
         log.info(
             "training",

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from distgnn.log import kv
 from distgnn.sampling import NeighborSampler, NodeBatcher
-from distgnn.sampling.loader import DistDataLoader
+from distgnn.sampling.loader import BatchLoader
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
@@ -84,7 +84,7 @@ def run(
     val_acc = best_val = 0.0
     best_epoch = -1
     best_state: dict[str, torch.Tensor] | None = None
-    with DistDataLoader(tg.source, batcher, cfg.num_samplers) as loader:
+    with BatchLoader(tg.source, batcher, cfg.num_samplers) as loader:
         steps = agree_steps(ctx, len(loader))
         log.info(
             "training",

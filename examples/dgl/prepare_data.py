@@ -1,0 +1,103 @@
+"""Build the graphs the DGL example ports train on, in DistGNN's input format.
+
+* ``data/cora.npz``: Cora (public split) with the field names DGL's distributed
+  GraphSAGE examples read: ``features``, ``labels``, ``train_mask``, ``val_mask``,
+  ``test_mask``.
+* ``data/cora-hetero.npz``: a small heterogeneous graph for DGL's R-GCN example, derived
+  from Cora: ``paper`` nodes (Cora's nodes, features ``feat``, ``labels``, masks) and
+  synthetic ``author`` nodes (features ``feat``: the mean of their papers' features).
+  Each author has a home topic (a Cora class) and writes mostly papers of that topic,
+  so authors carry label signal. Edge types:
+  ``paper:cites:paper`` (Cora's edges), ``author:writes:paper`` and its reverse
+  ``paper:written-by:author``. Every paper has a citation and an author, every author
+  a paper, so no node lacks in-edges of a relation into its type.
+
+Run once before the example jobs (as DGL's ``partition_graph.py`` step)::
+
+    python examples/dgl/prepare_data.py [--cora ../shared/datasets/cora.npz]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CORA = HERE.parent.parent.parent / "shared" / "datasets" / "cora.npz"
+
+
+def homogeneous(cora: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cora with DGL's example field names."""
+    return {
+        "src": cora["src"],
+        "dst": cora["dst"],
+        "features": cora["feat"],
+        "labels": cora["label"],
+        "train_mask": cora["train_mask"],
+        "val_mask": cora["val_mask"],
+        "test_mask": cora["test_mask"],
+    }
+
+
+def heterogeneous(
+    cora: dict[str, np.ndarray], num_authors: int = 900, purity: float = 0.8, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Papers and authors (see the module doc); ``purity``: share of an author's papers
+    on their home topic."""
+    rng = np.random.default_rng(seed)
+    labels = cora["label"].astype(np.int64)
+    n_papers, n_classes = labels.size, int(labels.max()) + 1
+    home = rng.integers(0, n_classes, num_authors)
+    by_topic = [np.flatnonzero(home == c) for c in range(n_classes)]
+    writer, paper = [], []
+    for p in range(n_papers):  # one or two authors per paper
+        for _ in range(1 + int(rng.random() < 0.5)):
+            pool = by_topic[labels[p]] if rng.random() < purity else np.arange(num_authors)
+            writer.append(int(rng.choice(pool)))
+            paper.append(p)
+    lonely = np.setdiff1d(np.arange(num_authors), writer)
+    papers_of = [np.flatnonzero(labels == c) for c in range(n_classes)]
+    for a in lonely:  # every author writes at least one paper of their topic
+        writer.append(int(a))
+        paper.append(int(rng.choice(papers_of[home[a]])))
+    w, p_ = np.asarray(writer, np.int64), np.asarray(paper, np.int64)
+    feat = cora["feat"].astype(np.float32)
+    author_feat = np.zeros((num_authors, feat.shape[1]), np.float32)
+    np.add.at(author_feat, w, feat[p_])
+    author_feat /= np.bincount(w, minlength=num_authors)[:, None]
+    return {
+        "num_nodes/paper": np.array(n_papers),
+        "num_nodes/author": np.array(num_authors),
+        "edges/paper:cites:paper/src": cora["src"].astype(np.int64),
+        "edges/paper:cites:paper/dst": cora["dst"].astype(np.int64),
+        "edges/author:writes:paper/src": w,
+        "edges/author:writes:paper/dst": p_,
+        "edges/paper:written-by:author/src": p_,
+        "edges/paper:written-by:author/dst": w,
+        "ndata/paper/feat": cora["feat"],
+        "ndata/author/feat": author_feat,
+        "ndata/paper/labels": labels,
+        "ndata/paper/train_mask": cora["train_mask"],
+        "ndata/paper/val_mask": cora["val_mask"],
+        "ndata/paper/test_mask": cora["test_mask"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cora", default=str(DEFAULT_CORA), help="Cora in DistGNN's .npz format")
+    ap.add_argument("--out", default=str(HERE / "data"), help="output folder")
+    args = ap.parse_args()
+    with np.load(args.cora, allow_pickle=False) as z:
+        cora = {k: z[k] for k in z.files}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "cora.npz", **homogeneous(cora))
+    np.savez(out / "cora-hetero.npz", **heterogeneous(cora))
+    print(f"wrote {out / 'cora.npz'} and {out / 'cora-hetero.npz'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""DGL's semantics of ``distgnn.distributed`` (standalone mode: every partition in-process,
+the same request handlers as the servers). Each test pins one behaviour that used to
+differ silently from DGL (issue 14)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import distgnn.distributed as dd
+from distgnn.distributed.context import DEFAULT
+from distgnn.errors import ConfigError, ManifestError
+from distgnn.graph.io import graph_from_arrays
+from distgnn.partition.partitioner import partition_graph
+from distgnn.rpc.client import Call
+from distgnn.rpc.protocol import MsgType
+
+# string order ("paper:cite-by:venue" < "paper:cite:paper", '-' < ':') differs from DGL's
+# tuple order (('paper', 'cite', 'paper') < ('paper', 'cite-by', 'venue'))
+DGL_ORDER = [
+    ("author", "writes", "paper"),
+    ("paper", "cite", "paper"),
+    ("paper", "cite-by", "venue"),
+    ("paper", "written-by", "author"),
+]
+
+
+def _hetero_arrays() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    n = {"author": 12, "paper": 30, "venue": 4}
+    out: dict[str, np.ndarray] = {f"num_nodes/{t}": np.array(c) for t, c in n.items()}
+    for s, e, d in DGL_ORDER:
+        m = 40
+        out[f"edges/{s}:{e}:{d}/src"] = rng.integers(0, n[s], m)
+        out[f"edges/{s}:{e}:{d}/dst"] = rng.integers(0, n[d], m)
+    out["ndata/paper/feat"] = np.arange(30, dtype=np.float32).reshape(30, 1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
+    out = tmp_path_factory.mktemp("cora2dgl")
+    partition_graph(str(cora_path), 2, str(out), "cora", method="metis", progress=False)
+    return str(out / "cora.json")
+
+
+@pytest.fixture(scope="module")
+def hetero_parts(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("hetdgl")
+    g = graph_from_arrays(_hetero_arrays(), "test")
+    partition_graph(g, 2, str(out), "het", method="random", progress=False)
+    return str(out / "het.json")
+
+
+@pytest.fixture()
+def ctx(cora_parts: str) -> Iterator[dd.DistContext]:
+    c = dd.initialize(manifest=cora_parts, standalone=True)
+    yield c
+    c.close()
+
+
+def _names(ctx: dd.DistContext) -> set[str]:
+    return set(ctx.call(0, Call(MsgType.LIST_TENSORS, {})).meta["tensors"])
+
+
+def test_initialize_sets_the_default_context_and_exit_client_closes_it(cora_parts: str) -> None:
+    ctx = dd.initialize(manifest=cora_parts, standalone=True)
+    g = dd.DistGraph("cora")  # DGL's call: no context passed
+    assert g.ctx is ctx and g.rank() == 0 and g.idtype == torch.int64
+    assert g.device == torch.device("cpu") and g.local_partition is None
+    with pytest.raises(ConfigError, match="requested"):
+        dd.DistGraph("citeseer")
+    t = dd.DistTensor((g.num_nodes(), 2), torch.float32)  # default context too
+    assert t.ctx is ctx
+    g.barrier()  # one trainer: returns at once
+    dd.exit_client()
+    assert ctx.closed and DEFAULT.ctx is None
+    with pytest.raises(ConfigError, match="initialize"):
+        dd.DistGraph("cora")
+
+
+def test_ip_config_file_lists_the_servers(tmp_path: Path) -> None:
+    from distgnn.distributed.context import read_ip_config
+
+    f = tmp_path / "ip_config.txt"
+    f.write_text("10.0.0.1\n10.0.0.2 31000\n")
+    assert read_ip_config(str(f)) == [("10.0.0.1", 30050), ("10.0.0.2", 31000)]
+    f.write_text("10.0.0.1 port\n")
+    with pytest.raises(ConfigError, match="line 1"):
+        read_ip_config(str(f))
+
+
+def test_unnamed_tensors_get_deterministic_names_and_distinct_values(ctx: dd.DistContext) -> None:
+    g = dd.DistGraph(ctx=ctx)
+    n = g.num_nodes()
+    a = dd.DistTensor((n, 4), torch.float32, init_func=("uniform", {"low": 0, "high": 1}), ctx=ctx)
+    b = dd.DistTensor((n, 4), torch.float32, init_func=("uniform", {"low": 0, "high": 1}), ctx=ctx)
+    # the n-th unnamed tensor of a context has the same name on every trainer
+    assert a.name == f"anonymous-{ctx.scope}-0" and b.name == f"anonymous-{ctx.scope}-1"
+    # ... and two tensors with the same initialiser are not copies of each other
+    assert not torch.equal(a[np.arange(100)], b[np.arange(100)])
+    with pytest.raises(ConfigError, match="persistent"):
+        dd.DistTensor((n, 4), torch.float32, persistent=True, ctx=ctx)
+
+
+def test_del_frees_an_unnamed_tensor_and_persistent_ones_stay(ctx: dd.DistContext) -> None:
+    n = ctx.manifest.num_nodes
+    t = dd.DistTensor((n, 2), torch.float32, ctx=ctx)
+    key = t.kvstore_key
+    assert key in _names(ctx)
+    del t
+    assert key not in _names(ctx)
+    p = dd.DistTensor((n, 2), torch.float32, "keep", persistent=True, ctx=ctx)
+    pkey = p.kvstore_key
+    del p
+    assert pkey in _names(ctx)
+    with pytest.raises(Exception, match="exists"):  # DGL: re-declaring with another shape fails
+        dd.DistTensor((n, 3), torch.float32, "keep", ctx=ctx)
+
+
+def test_callable_init_func_runs_per_partition_slice(ctx: dd.DistContext) -> None:
+    calls: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+    def init(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        calls.append((tuple(shape), dtype))
+        return torch.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+
+    n = ctx.manifest.num_nodes
+    t = dd.DistTensor((n, 3), torch.int32, "ar", init, ctx=ctx)
+    sizes = np.diff(ctx.book.node_offsets).tolist()
+    assert calls == [((k, 3), torch.int32) for k in sizes]
+    first = int(ctx.book.node_offsets[1])  # partition 1 starts over from 0
+    assert t[[0, first]].tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_part_policy_inferred_on_typed_graphs(hetero_parts: str) -> None:
+    with dd.initialize(manifest=hetero_parts, standalone=True) as ctx:
+        t = dd.DistTensor((30, 2), torch.float32, ctx=ctx)
+        assert t.part_policy.policy_str == "node~paper"  # DGL's policy strings
+        assert t.part_policy.type_name == "paper"
+        e = dd.DistTensor((40,), torch.float32, part_policy="cite", ctx=ctx)
+        assert e.part_policy.policy_str == "edge~paper:cite:paper"
+        assert e.part_policy.type_name == ("paper", "cite", "paper")  # canonical, as DGL
+        with pytest.raises(ConfigError, match="several types"):
+            dd.DistTensor((40, 1), torch.float32, ctx=ctx)  # four edge types have 40 rows
+        with pytest.raises(ConfigError, match="no node or edge type"):
+            dd.DistTensor((7,), torch.float32, ctx=ctx)
+
+
+def test_canonical_etypes_follow_dgl_order(hetero_parts: str) -> None:
+    with dd.DistGraph.standalone(hetero_parts) as g:
+        assert g.canonical_etypes == DGL_ORDER
+        assert g.get_etype_id(("paper", "cite", "paper")) == 1
+        assert g.get_etype_id("cite-by") == 2
+        assert g.ntypes == ["author", "paper", "venue"] and g.get_ntype_id("venue") == 2
+        assert g.to_canonical_etype("writes") == ("author", "writes", "paper")
+        # sampled edge-type indices use the same order
+        s = dd.sample_neighbors(g, {"paper": np.arange(30)}, {("paper", "cite", "paper"): 50})
+        assert set(s.etype.tolist()) == {1}
+        src, _dst = s.edges(etype="cite")
+        assert int(src.max()) < 30  # type-wise paper IDs
+
+
+def test_manifest_with_string_ordered_etypes_is_refused(hetero_parts: str) -> None:
+    import json
+
+    from distgnn.partition.manifest import Manifest
+
+    obj = json.loads(Path(hetero_parts).read_text())
+    obj["edge_types"] = sorted(obj["edge_types"], key=":".join)
+    with pytest.raises(ManifestError, match="edge_types"):
+        Manifest.from_dict(obj, source="old")
+
+
+def test_partition_book_dgl_api(hetero_parts: str) -> None:
+    with dd.DistGraph.standalone(hetero_parts) as g:
+        gpb = g.get_partition_book()
+        assert gpb.num_partitions() == 2 and gpb.partid == 0
+        md = gpb.metadata()
+        assert sum(m["num_nodes"] for m in md) == g.num_nodes() == 46
+        assert [m["machine_id"] for m in md] == [0, 1]
+        typed = torch.arange(30)
+        homo = gpb.map_to_homo_nid(typed, "paper")
+        t, back = gpb.map_to_per_ntype(homo)
+        assert (t == 1).all() and torch.equal(back, typed)
+        eh = gpb.map_to_homo_eid(torch.arange(40), ("paper", "cite", "paper"))
+        et, eback = gpb.map_to_per_etype(eh)
+        assert (et == 1).all() and torch.equal(eback, torch.arange(40))
+        parts = gpb.nid2partid(typed, "paper")
+        for p in range(2):
+            mine = gpb.partid2nids(p, "paper")
+            assert torch.equal(torch.nonzero(parts == p).flatten(), mine)
+            assert torch.equal(gpb.nid2localnid(mine, p, "paper"), torch.arange(len(mine)))
+        assert torch.equal(
+            gpb.eid2partid(eh),
+            gpb.nid2partid(gpb.map_to_homo_nid(g.find_edges(torch.arange(40), "cite")[1], "paper")),
+        )  # edges live with their dst
+        pol = g.get_node_partition_policy("paper")
+        assert pol.get_size() == 30 and pol.is_node and pol.part_id == 0
+
+
+def test_find_edges_and_edge_subgraph_use_type_wise_ids(hetero_parts: str) -> None:
+    a = _hetero_arrays()
+    with dd.DistGraph.standalone(hetero_parts) as g:
+        # features follow the partitioned IDs: map them through the book via the feature
+        feat = g.nodes["paper"].data["feat"][torch.arange(30)].flatten().long()
+        src, dst = g.find_edges(torch.arange(40), ("paper", "cite", "paper"))
+        orig = {
+            (int(s), int(d))
+            for s, d in zip(
+                a["edges/paper:cite:paper/src"], a["edges/paper:cite:paper/dst"], strict=True
+            )
+        }
+        got = {(int(feat[s]), int(feat[d])) for s, d in zip(src, dst, strict=True)}
+        assert got == orig
+        sg = g.edge_subgraph({"cite": torch.arange(10)})
+        assert sg.num_edges() == 10
+        assert torch.equal(sg.edata[dd.EID][("paper", "cite", "paper")], torch.arange(10))
+        with pytest.raises(ConfigError, match="etype"):
+            g.find_edges(torch.arange(3))
+        with pytest.raises(ConfigError, match="does not exist"):
+            g.nodes["xxx"]
+
+
+def test_sample_neighbors_returns_a_graph_like_frontier(ctx: dd.DistContext) -> None:
+    g = dd.DistGraph(ctx=ctx)
+    seeds = torch.arange(0, 2708, 7)
+    fr = dd.sample_neighbors(g, seeds, 3)
+    src, dst = fr.edges()
+    assert fr.num_edges() == len(src) == len(fr.edata[dd.EID])
+    s2, d2 = g.find_edges(fr.edata[dd.EID])
+    assert torch.equal(s2, src) and torch.equal(d2, dst)
+    assert set(dst.tolist()) <= set(seeds.tolist())
+    full = dd.in_subgraph(g, seeds)
+    assert full.num_edges() == int(g.in_degrees(seeds).sum())
+    ex = dd.sample_neighbors(g, seeds, -1, exclude_edges=full.edata[dd.EID][:10])
+    assert ex.num_edges() == full.num_edges() - 10
+    with pytest.raises(ConfigError, match="edge_dir"):
+        dd.sample_neighbors(g, seeds, 3, edge_dir="out")
+
+
+def test_sparse_adagrad_takes_the_mean_of_duplicate_rows(ctx: dd.DistContext) -> None:
+    """The issue's figure: row used twice (grads 1, 3) then once (grad 2), lr 0.1.
+
+    DGL: mean 2 -> s=4, x=-0.1*2/2=-0.1; then g=2 -> s=8, x-=0.1*2/sqrt(8): -0.1707.
+    The summing rule gave s=16, x=-0.1; s=20, x-=0.1*2/sqrt(20): -0.1447.
+    """
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 1, "e1", ctx=ctx)
+    opt = dd.SparseAdagrad([emb], lr=0.1)
+    (emb(torch.tensor([5, 5])) * torch.tensor([[1.0], [3.0]])).sum().backward()
+    opt.step()
+    (emb(torch.tensor([5])) * 2.0).sum().backward()
+    opt.step()
+    want = -0.1 - 0.1 * 2 / np.sqrt(8.0)
+    assert abs(want - -0.1707) < 1e-4
+    np.testing.assert_allclose(emb.weight[[5]].item(), want, rtol=1e-5)
+    assert emb.weight[[6]].item() == 0.0  # DGL's default init: zeros
+
+
+def test_sparse_adam_mean_and_dgl_state_names(ctx: dd.DistContext) -> None:
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 2, "e2", ctx=ctx)
+    opt = dd.SparseAdam([emb], lr=0.01)
+    step, mem, power = opt._state["e2"]
+    assert (step.name, mem.name, power.name) == ("e2_step", "e2_mem", "e2_power")
+    (emb(torch.tensor([9, 9])) * torch.tensor([[1.0], [3.0]])).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(mem[[9]].numpy(), [[0.2, 0.2]], rtol=1e-5)  # 0.1 * mean(1, 3)
+    np.testing.assert_allclose(power[[9]].numpy(), [[0.004, 0.004]], rtol=1e-4)  # 0.001 * 2^2
+    assert step[[9]].item() == 1.0
+    ada = dd.SparseAdagrad([dd.DistEmbedding(n, 2, "e3", ctx=ctx)], lr=0.1)
+    assert ada._state["e3"].name == "e3_sum"
+    assert dd.DistTensor((n, 2), torch.float32, "e3_sum", ctx=ctx).shape == (n, 2)
+
+
+def test_sparse_optimizer_save_and_load(ctx: dd.DistContext, tmp_path: Path) -> None:
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 1, "e4", ctx=ctx)
+    opt = dd.SparseAdagrad([emb], lr=0.1, eps=1e-8)
+    states = torch.rand(n, 1)
+    opt._state["e4"][torch.arange(n)] = states
+    opt.save(tmp_path / "opt.pt")
+    raw = (tmp_path / "opt.pt_0").read_bytes()
+    assert raw[:2] == b"PK" and b"pickle" not in raw  # npz, no pickle
+    opt._state["e4"][torch.arange(n)] = torch.zeros(n, 1)
+    other = dd.SparseAdagrad([emb], lr=0.001, eps=2e-8)
+    other.load(tmp_path / "opt.pt")
+    assert torch.equal(other._state["e4"][torch.arange(n)], states)
+    assert other._lr == 0.1 and other._eps == 1e-8  # DGL restores the hyper-parameters
+
+
+def test_node_split_reads_int_masks_as_masks(ctx: dd.DistContext) -> None:
+    g = dd.DistGraph(ctx=ctx)
+    n = g.num_nodes()
+    mask = np.zeros(n, dtype=np.int32)
+    mask[[3, 10, 2000]] = 1
+    gpb = g.get_partition_book()
+    got = dd.node_split(torch.from_numpy(mask), gpb, rank=0, world_size=1)
+    assert got.tolist() == [3, 10, 2000]
+    assert torch.equal(dd.node_split(mask.astype(bool), gpb, rank=0, world_size=1), got)
+    with pytest.raises(ConfigError, match="mask"):
+        dd.node_split(torch.tensor([3, 10]), gpb, rank=0, world_size=1)
+
+
+def test_node_split_is_dgls_even_contiguous_split(ctx: dd.DistContext) -> None:
+    g = dd.DistGraph(ctx=ctx)
+    n = g.num_nodes()
+    mask = torch.from_numpy(np.arange(n) % 3 == 0)
+    ids = torch.nonzero(mask).flatten()
+    gpb = g.get_partition_book()
+    # 2 trainers on 2 partitions: contiguous halves of the selected IDs
+    shares = [dd.node_split(mask, gpb, rank=r, world_size=2) for r in range(2)]
+    half = (len(ids) + 1) // 2
+    assert torch.equal(shares[0], ids[:half]) and torch.equal(shares[1], ids[half:])
+    # 4 trainers: each partition's half split by a permutation seeded by the partition
+    four = [dd.node_split(mask, gpb, rank=r, world_size=4) for r in range(4)]
+    assert torch.equal(torch.sort(torch.cat(four[:2])).values, shares[0])
+    perm = np.random.RandomState(0).permutation(half)
+    assert four[0].tolist() == ids[:half][np.sort(perm[: (half + 1) // 2])].tolist()
+    # node_trainer_ids: a partition's own nodes go to the trainer their ID names
+    tid = torch.from_numpy((np.arange(n) % 2).astype(np.int64))
+    by = [dd.node_split(mask, gpb, rank=r, world_size=2, node_trainer_ids=tid) for r in range(2)]
+    assert torch.equal(torch.sort(torch.cat(by)).values, ids)
+    # the DistTensor mask brings its partition book
+    dm = dd.DistTensor((n,), torch.bool, init_func=lambda s, d: torch.ones(s, dtype=d), ctx=ctx)
+    assert len(dd.node_split(dm, rank=0, world_size=1)) == n
+
+
+def test_dgl_names_left_out_on_purpose_say_why() -> None:
+    with pytest.raises(dd.NotSupportedError, match="no custom RPC"):
+        dd.register_service  # noqa: B018
+    with pytest.raises(ConfigError, match="distgnn serve"):
+        dd.DistGraphServer  # noqa: B018
+    assert not hasattr(dd, "send_request")  # an AttributeError too
+    from distgnn.dataloading import DistNodeDataLoader
+    from distgnn.distributed.nn import DistEmbedding
+
+    assert dd.DistNodeDataLoader is DistNodeDataLoader and DistEmbedding is dd.DistEmbedding
+
+
+def test_load_partition_feats_keys_as_dgl(cora_parts: str, cora_path: Path) -> None:
+    nfeat, efeat = dd.load_partition_feats(cora_parts, 1)
+    assert nfeat is not None and efeat is not None
+    assert {"_N/feat", "_N/label", "_N/train_mask"} <= set(nfeat)
+    gpb, _, _, _ = dd.load_partition_book(cora_parts, 1)
+    assert len(nfeat["_N/feat"]) == len(gpb.partid2nids(1))
+    assert dd.load_partition_feats(cora_parts, 0, load_edges=False)[1] is None
+
+
+def test_unnamed_tensor_scope_is_per_job_run() -> None:
+    from distgnn.distributed.context import _scope
+
+    env = {"DISTGNN_JOB_NAME": "my job", "MASTER_ADDR": "pod-0", "MASTER_PORT": "29500"}
+    a = _scope(env, "secret-token-1")
+    assert a == _scope(dict(env), "secret-token-1")  # every trainer of the run agrees
+    assert a != _scope(env, "secret-token-2")  # a new run (new token) does not
+    assert a.startswith("my-job-") and "secret" not in a
+    assert _scope({}) == "default"
