@@ -132,6 +132,7 @@ def test_deletion_follows_ownership_across_clients(srv: Servers) -> None:
 
 def test_idle_connections_are_closed_and_clients_reconnect(srv: Servers) -> None:
     c = _conn(srv)
+    assert set(c.server_info["limits"]) >= {"max_ids", "max_reply_bytes", "max_request_bytes"}
     first = c.sock
     assert first is not None
     time.sleep(2.5)  # idle timeout 1.5 s

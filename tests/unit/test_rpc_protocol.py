@@ -176,3 +176,36 @@ def test_hostile_metadata_is_a_protocol_error_not_a_crash(meta: bytes, match: st
         return
     with pytest.raises(ProtocolError, match=match):
         decode_bytes(data, lim)
+
+
+@pytest.mark.parametrize("width", [64, 2048])  # gathered blocks, native iovecs
+def test_a_slow_reader_cannot_hold_the_sender_past_the_deadline(width: int) -> None:
+    import time
+
+    table = np.zeros((4000, width), np.float32)
+    frame = encode(MsgType.PULL, 1, {}, [Gathered(table, np.arange(4000))])
+    a, b = socket.socketpair()
+    stop = threading.Event()
+
+    def trickle() -> None:  # always some progress: no single send waits for long
+        while not stop.is_set():
+            try:
+                b.recv(512)
+            except OSError:
+                return
+            time.sleep(0.01)
+
+    with a, b:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+        a.settimeout(5.0)
+        t = threading.Thread(target=trickle)
+        t.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError):
+                send_frame(a, frame, deadline=time.monotonic() + 0.5)
+        finally:
+            stop.set()
+            a.close()
+            t.join(10)
+        assert time.monotonic() - t0 < 3.0

@@ -243,13 +243,18 @@ def encode_bytes(
     return b"".join(out)
 
 
-def _send_batch(sock: socket.socket, chunks: list[memoryview | bytes]) -> None:
-    """Send byte chunks with ``sendmsg`` (up to 1024 per call), resuming after partial sends."""
+def _send_batch(
+    sock: socket.socket, chunks: list[memoryview | bytes], deadline: float | None = None
+) -> None:
+    """Send byte chunks with ``sendmsg`` (up to 1024 per call), resuming after partial sends;
+    past ``deadline`` (monotonic) raises TimeoutError."""
     i, n = 0, len(chunks)
     pending: list[memoryview | bytes] = []
     while i < n or pending:
         batch = pending + chunks[i : i + 1024 - len(pending)]
         i += len(batch) - len(pending)
+        if deadline is not None:
+            _bound_timeout(sock, deadline)
         sent = sock.sendmsg(batch)
         pending = []
         for j, c in enumerate(batch):
@@ -261,26 +266,38 @@ def _send_batch(sock: socket.socket, chunks: list[memoryview | bytes]) -> None:
             break
 
 
-def send_frame(sock: socket.socket, chunks: Sequence[Chunk]) -> None:
+def _bound_timeout(sock: socket.socket, deadline: float) -> None:
+    """Shorten the socket's per-call timeout to what is left before ``deadline``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the answer was not taken within its time")
+    cur = sock.gettimeout()
+    if cur is None or cur > left:
+        sock.settimeout(left)
+
+
+def send_frame(sock: socket.socket, chunks: Sequence[Chunk], deadline: float | None = None) -> None:
     """Send an encoded frame; :class:`Gathered` wide rows go out as native iovecs
     (:mod:`distgnn.rpc.rowsend`), narrow rows block by block (per-iovec kernel cost
     makes iovecs slower than a gather below ``ZERO_COPY_ROW`` bytes: 1.2 vs 1.7 GB/s
-    for 512-byte rows, measured)."""
+    for 512-byte rows, measured). Each blocking call waits at most the socket's timeout;
+    with ``deadline`` (monotonic) the whole frame must be sent by then (a slow reader
+    cannot hold the sender forever)."""
     batch: list[memoryview | bytes] = []
     for c in chunks:
         if isinstance(c, Gathered):
             if batch:
-                _send_batch(sock, batch)
+                _send_batch(sock, batch, deadline)
                 batch = []
             if c.row_bytes >= ZERO_COPY_ROW and rowsend.available(c.table):
-                rowsend.send_rows(sock, c.table, c.rows)
+                rowsend.send_rows(sock, c.table, c.rows, deadline)
                 continue
             for blk in c.blocks():
-                _send_batch(sock, list(blk))
+                _send_batch(sock, list(blk), deadline)
         else:
             batch.append(c)
     if batch:
-        _send_batch(sock, batch)
+        _send_batch(sock, batch, deadline)
 
 
 def recv_exact(sock: socket.socket, view: memoryview, peer: str, deadline: float | None) -> None:

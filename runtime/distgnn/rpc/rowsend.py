@@ -22,6 +22,7 @@ import os
 import select
 import socket
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -69,11 +70,14 @@ IOV_BLOCK = 1 << 16
 """Rows whose iovecs are built at once: 1 MiB of iovecs whatever the request's size."""
 
 
-def send_rows(sock: socket.socket, table: np.ndarray, rows: np.ndarray) -> None:
+def send_rows(
+    sock: socket.socket, table: np.ndarray, rows: np.ndarray, deadline: float | None = None
+) -> None:
     """Send ``table[rows]`` (C order) on ``sock``; raises like ``socket.sendall``.
 
     The iovec array is built ``IOV_BLOCK`` rows at a time, so sending holds no memory
-    per requested row beyond the request itself."""
+    per requested row beyond the request itself. Each wait for buffer space lasts at most
+    the socket's timeout, and never past ``deadline`` (monotonic) when given."""
     assert _SENDMSG is not None
     rb = table.itemsize * math.prod(table.shape[1:])
     n = int(rows.shape[0])
@@ -89,12 +93,12 @@ def send_rows(sock: socket.socket, table: np.ndarray, rows: np.ndarray) -> None:
         np.multiply(blk, rb, out=iov[:m, 0], casting="unsafe")
         iov[:m, 0] += np.uint64(table.ctypes.data)
         iov[:m, 1] = rb
-        _send_iov(fd, msg, iov, m, rb, sock, timeout)
+        _send_iov(fd, msg, iov, m, rb, sock, timeout, deadline)
 
 
 def _send_iov(
     fd: int, msg: _MsgHdr, iov: np.ndarray, n: int, rb: int, sock: socket.socket,
-    timeout: float | None,
+    timeout: float | None, deadline: float | None,
 ) -> None:  # fmt: skip
     i = 0
     while i < n:
@@ -107,7 +111,13 @@ def _send_iov(
             if err == errno.EINTR:
                 continue
             if err in (errno.EAGAIN, errno.EWOULDBLOCK):
-                _wait_writable(sock, timeout)
+                wait = timeout
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    wait = left if wait is None else min(wait, left)
+                    if left <= 0:
+                        raise TimeoutError("the answer was not taken within its time")
+                _wait_writable(sock, wait)
                 continue
             raise OSError(err, os.strerror(err))
         first = int(iov[i, 1])

@@ -314,8 +314,10 @@ class Handlers:
         return self.store.attach(name, self.session), []
 
     def detach_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        """Release one reference; the last one removes the tensor (and its optimizer state)."""
+        """Release one reference; the last one removes the tensor."""
         name = check_name(meta.get("name"))
+        if name.startswith("graph/"):
+            raise TensorError(f"tensor {name[:60]!r} is internal")
         return {"removed": self.store.detach(name, self.session)}, []
 
     def delete_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:

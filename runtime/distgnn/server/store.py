@@ -374,7 +374,7 @@ class ShmStore:
         with self._registry():
             meta = self._existing_meta(name)
             if meta["persistent"]:
-                return False
+                raise TensorError(f"tensor {short(name)} is persistent: it has no references")
             holders: dict[str, int] = meta.get("holders", {})
             if holders.get(session, 0) <= 0:
                 raise TensorError(f"this session holds no reference to tensor {short(name)}")

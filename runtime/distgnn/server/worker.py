@@ -65,6 +65,10 @@ SNDBUF = 4 << 20
 """Send buffer of a connection (capped by net.core.wmem_max): a whole gather block fits."""
 HELLO_LIMITS = Limits(max_meta=64 << 10, max_bufs=0, max_buf_bytes=0, max_total_bytes=0)
 """An unauthenticated peer can make the server allocate nothing beyond a small HELLO."""
+ADVERTISED_LIMITS = ("max_ids", "max_reply_bytes", "max_request_bytes", "max_sample_edges")
+"""Limits sent in the HELLO answer (``Connection.server_info["limits"]``)."""
+MIN_SEND_RATE = 1 << 20
+"""Bytes per second below which an answer is abandoned (after ``send_timeout`` of grace)."""
 SESSION_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 KEEPALIVE = {"TCP_KEEPIDLE": 60, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 6}
 """A peer that vanished (no FIN, no RST) is detected after about two minutes."""
@@ -117,6 +121,7 @@ class Worker:
         self.graph = GraphState.attach(self.store)
         self.handlers = Handlers(self.store, self.graph, zero_copy=True, limits=lim)
         self.sessions = itertools.count(1)
+        self.refused, self.refused_logged = 0, -1e9
         self.stop = threading.Event()
         self.threads: set[threading.Thread] = set()
         self.lock = threading.Lock()
@@ -171,8 +176,16 @@ class Worker:
         log.info("worker drained", extra=kv(pid=os.getpid(), connections=len(threads)))
 
     def _refuse(self, conn: socket.socket, peer: str) -> None:
-        """Over the connection cap: a short ERROR ``busy`` frame, then close."""
-        log.warning("connection refused: too many connections", extra=kv(peer=peer))
+        """Over the connection cap: a short ERROR ``busy`` frame, then close (logged at
+        most every 10 s, with the count, so a flood does not flood the log)."""
+        self.refused += 1
+        now = time.monotonic()
+        if now - self.refused_logged >= 10.0:
+            log.warning(
+                "connections refused: too many connections",
+                extra=kv(peer=peer, refused=self.refused),
+            )
+            self.refused, self.refused_logged = 0, now
         with contextlib.suppress(OSError):
             conn.settimeout(0.5)
             msg = (
@@ -200,9 +213,13 @@ class Worker:
     def _reply(
         self, conn: socket.socket, mtype: MsgType, req_id: int, meta: dict, bufs: list
     ) -> None:
-        # each blocking send may wait this long: a client that stops reading is dropped
-        conn.settimeout(self.cfg.limits.send_timeout)
-        send_frame(conn, encode(mtype, req_id, meta, bufs, flags=FLAG_RESPONSE))
+        # each blocking send may wait send_timeout (a client that stops reading is dropped),
+        # and the whole answer must go out at MIN_SEND_RATE or better (a slow reader too)
+        lim = self.cfg.limits
+        chunks = encode(mtype, req_id, meta, bufs, flags=FLAG_RESPONSE)
+        conn.settimeout(lim.send_timeout)
+        size = sum(b.nbytes for b in bufs)
+        send_frame(conn, chunks, time.monotonic() + lim.send_timeout + size / MIN_SEND_RATE)
 
     def handle(self, req: Request) -> Reply:
         """Answer one authenticated request (one place to hook per-request metrics)."""
@@ -286,6 +303,8 @@ class Worker:
             "graph_name": g.manifest.graph_name,
             "pid": os.getpid(),
             "session": session,
+            # so clients can split big requests instead of being refused
+            "limits": {k: getattr(self.cfg.limits, k) for k in ADVERTISED_LIMITS},
         }
         self._reply(conn, MsgType.HELLO, frame.req_id, info, [])
         return session
