@@ -847,6 +847,7 @@ async def test_resource_being_deleted_is_not_reconciled(
         await c.child("Service", "bye-trainers")
         await c.phase("DistGNNJob", "bye", "Starting")
         await c.delete("DistGNNJob", "bye")
+        await asyncio.sleep(1.5)  # a pass that read the job before its deletion may finish
         await c.delete("Service", "bye-trainers")
         await asyncio.sleep(2.5)  # two resyncs
         assert await c.get("Service", "bye-trainers") is None
