@@ -91,6 +91,22 @@ def _server_hwm(pids: list[int]) -> list[float]:
     return out
 
 
+def _tree_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) used so far by ``pids`` and their descendants."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
 def run_distributed(
     env: dict[str, str], ckpt: str, batch: int, trainers: int, workdir: str
 ) -> list[dict[str, Any]]:
@@ -154,14 +170,15 @@ def child_reference(graph: str, ckpt: str, batch: int) -> None:
     lg.one_hop(np.random.default_rng(0))(np.arange(2), -1, replace=False, prob=None, edge_dir="in")
     model = model_from_state(checkpoint.load(resolve_checkpoint(ckpt)).model)
     ctx = DDPContext(0, 1, torch.device("cpu"))
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     layer_pass(
         tg, layerwise(model), FeatureRows(tg, "feat"), np.arange(n), ctx,
         rows_factory(tg, "ref"), batch,
     )  # fmt: skip
-    dt = time.monotonic() - t0
+    dt, cpu = time.monotonic() - t0, time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": dt, "nodes": n, "peak_rss_mb": rss, "threads": threads}))
+    print(json.dumps({"seconds": dt, "cpu": cpu, "nodes": n, "peak_rss_mb": rss,
+                      "threads": threads}))  # fmt: skip
 
 
 def run_reference(graph: str, ckpt: str, batch: int) -> dict[str, Any]:
@@ -199,9 +216,13 @@ def main() -> None:
     refs = [run_reference(graph, ckpt, a.batch_size) for _ in range(a.reps)]
     dist: list[list[dict[str, Any]]] = []
     with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
+        pids = [p.pid for p in srv.procs]
+        server_cpu = []
         for _ in range(a.reps):
             with tempfile.TemporaryDirectory(prefix="bench-infer-") as wd:
+                c0 = _tree_cpu(pids)
                 dist.append(run_distributed(srv.env(), ckpt, a.batch_size, a.trainers, wd))
+                server_cpu.append(_tree_cpu(pids) - c0)
         server_mb = _server_hwm([p.pid for p in srv.procs])
     n = refs[0]["nodes"]
     ref_s = statistics.median(r["seconds"] for r in refs)
@@ -209,6 +230,10 @@ def main() -> None:
     total_s = statistics.median(d[0]["inference_seconds"] for d in dist)
     layer_s = [statistics.median(d[0]["layers"][i] for d in dist) for i in range(3)]
     ratio = (n / dist_s) / (n / ref_s)
+    ref_cpu = statistics.median(r["cpu"] for r in refs)
+    dist_cpu = statistics.median(
+        sum(t["compute_cpu_seconds"] for t in d) + c for d, c in zip(dist, server_cpu, strict=True)
+    )
     print(
         f"bench_inference: {n} nodes, 3-layer hidden-256 GraphSAGE, batch {a.batch_size}, "
         f"medians of {a.reps} runs; distributed: 2 partitions/servers, {a.trainers} trainers "
@@ -225,6 +250,10 @@ def main() -> None:
         ("  pass (s)", f"{dist_s:.1f}", f"{ref_s:.1f}", "", ""),
         ("  per layer (s, rank 0)", "/".join(f"{x:.1f}" for x in layer_s), "", "", ""),
         ("  pass + writing the output (s)", f"{total_s:.1f}", "", "", ""),
+        ("CPU-s of the pass (trainers + servers)", f"{dist_cpu:.1f}", f"{ref_cpu:.1f}",
+         f"{ref_cpu / dist_cpu:.2f}", ""),
+        ("nodes per CPU-second", f"{n / dist_cpu / 1e3:.1f}k", f"{n / ref_cpu / 1e3:.1f}k",
+         f"{ref_cpu / dist_cpu:.2f}", ""),
         ("peak RSS per trainer (MiB)",
          "/".join(f"{t['peak_rss_mb']:.0f}" for t in dist[-1]),
          f"{statistics.median(r['peak_rss_mb'] for r in refs):.0f}", "", ""),

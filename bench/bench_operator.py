@@ -36,6 +36,7 @@ from tests.support.emulator import (
 
 CHILDREN = ("secrets", "jobs", "services", "statefulsets", "networkpolicies")
 PER_JOB = 6  # token Secret, partition Job, 2 Services, StatefulSet, NetworkPolicy
+SETTLE_S = 10.0  # window in which a settled operator must write nothing
 
 
 def job(name: str, ns: str) -> dict[str, Any]:
@@ -112,6 +113,11 @@ async def run(n: int, timeout: float, spread: bool) -> dict[str, float]:
                         done[nm] = now
                 await asyncio.sleep(1.0)
             total = time.monotonic() - t0
+            # steady state: with nothing changing, the operator should write nothing at all
+            await asyncio.sleep(3.0)  # let the last status patches land
+            n_writes = len(k.writes)
+            await asyncio.sleep(SETTLE_S)
+            settled_writes = len(k.writes) - n_writes
         finally:
             proc.terminate()
             await asyncio.to_thread(proc.wait, 60)
@@ -130,6 +136,7 @@ async def run(n: int, timeout: float, spread: bool) -> dict[str, float]:
             "peak_mib": peak_kib / 1024,
             "op_cpu_s": op_cpu,
             "emu_cpu_s": emu_cpu,
+            "settled_writes": settled_writes,
         }
 
 
@@ -150,13 +157,14 @@ def main() -> int:
     print(f"namespaces: {'one' if a.one_namespace else 'one per job'}")
     print(
         "| jobs | with children | time to all children (s) | median create->children (s) "
-        "| p90 (s) | operator peak RSS (MiB) | operator CPU (s) | emulator CPU (s) |"
+        "| p90 (s) | operator peak RSS (MiB) | operator CPU (s) | emulator CPU (s) "
+        f"| writes in {SETTLE_S:g} s once settled |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {r['jobs']} | {r['complete']} | {r['all_children_s']:.2f} | {r['median_s']:.2f} "
         f"| {r['p90_s']:.2f} | {r['peak_mib']:.0f} | {r['op_cpu_s']:.1f} "
-        f"| {r['emu_cpu_s']:.1f} |"
+        f"| {r['emu_cpu_s']:.1f} | {r['settled_writes']:.0f} |"
     )
     return 0
 

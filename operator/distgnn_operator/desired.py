@@ -24,6 +24,8 @@ from distgnn_operator.podspec import DesiredContext
 
 API_VERSION = f"{contract.API_GROUP}/{contract.API_VERSION}"
 ANN_RESTARTS = f"{contract.LABEL_PREFIX}/restarts"
+ANN_TOKEN_HASH = f"{contract.LABEL_PREFIX}/token-hash"
+"""On the server pod template: a new token Secret changes it, so the servers roll."""
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -44,6 +46,10 @@ class Stage:
     servers_ready: bool = True
     finished: bool = False
     restarts: int = 0
+    trainers_started: bool = False
+    """the trainer Job exists: it is kept while servers are briefly not ready"""
+    token_hash: str | None = None
+    """hash of the token Secret's value (server pod annotation); None: not known yet"""
 
 
 @dataclass(frozen=True)
@@ -224,6 +230,7 @@ def server_children(
     *,
     replicas: int,
     client_labels: list[dict[str, str]],
+    token_hash: str | None = None,
     metrics: bool = False,
 ) -> list[dict[str, Any]]:
     """Headless Service, StatefulSet (ordinal = partition) and NetworkPolicy of the servers."""
@@ -281,6 +288,8 @@ def server_children(
     }
     pod = _pod([c], [ps.token_volume(n["token"])], "Always", ctx)
     pmeta: dict[str, Any] = {"labels": dict(labels)}
+    if token_hash:
+        pmeta["annotations"] = {ANN_TOKEN_HASH: token_hash}
     mon.server_metrics(c, pmeta, metrics)
     ps.apply_template(pod, pmeta, srv.pod_template)
     sts = {
@@ -473,6 +482,7 @@ def desired_job_children(
             ctx,
             replicas=replicas,
             client_labels=[trainer_sel],
+            token_hash=stage.token_hash,
             metrics=spec.monitoring.metrics,
         )
         servers_up = stage.partitioned and (stage.servers_ready or pg is not None)
@@ -489,7 +499,8 @@ def desired_job_children(
         spec.graph.graph_server.name if spec.graph.graph_server else None,
     )
     out.append(tchildren[0])
-    if not suspended and keep_trainers and (servers_up or stage.finished):
+    started = servers_up or stage.finished or stage.trainers_started
+    if not suspended and keep_trainers and started:
         out.append(tchildren[1])
     return out
 
@@ -554,6 +565,7 @@ def desired_graphserver_children(
         ctx,
         replicas=spec.partitioning.num_parts if stage.partitioned else 0,
         client_labels=clients,
+        token_hash=stage.token_hash,
         metrics=spec.monitoring.metrics,
     )
     return out

@@ -1,10 +1,13 @@
 """Thin kopf wiring: one level-based handler per kind, a resync timer, child watches,
-the GraphServer finalizer, login and settings. All logic lives in :mod:`reconcile`."""
+requeues at due times, pokes between GraphServers and their jobs, the GraphServer
+finalizer, login and settings. All logic lives in :mod:`reconcile`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,11 +18,22 @@ import kopf
 from distgnn import contract
 from distgnn_operator import progress
 from distgnn_operator.kube import ApiError
-from distgnn_operator.reconcile import Emit, OperatorContext, Reconciler
+from distgnn_operator.reconcile import Emit, Key, OperatorContext, PassResult, Reconciler
 
 GROUP, VERSION = contract.API_GROUP, contract.API_VERSION
 MANAGED = {contract.LABEL_MANAGED_BY: contract.MANAGED_BY}
 OWNER_KINDS = {"DistGNNJob", "GraphServer"}
+CHILD_RESOURCES = (
+    ("batch", "v1", "jobs"),
+    ("apps", "v1", "statefulsets"),
+    ("", "v1", "services"),
+    ("", "v1", "secrets"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+)
+"""Children whose changes (a deletion included) re-run their owner's pass at once."""
+REPORTING_COMPONENT = "distgnn-operator"
+RETRY_SECONDS = 5.0
+MIN_REQUEUE_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -49,7 +63,15 @@ def make_settings(hs: HandlerSettings) -> kopf.OperatorSettings:
     st.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=contract.LABEL_PREFIX, key="last-handled-configuration"
     )
-    st.posting.level = logging.INFO
+    # Events: ours (kopf.event) only, from "distgnn-operator"; kopf's own log-derived events
+    # (handler succeeded / retrying) would repeat on every retry, so only errors become events
+    st.posting.level = logging.ERROR
+    st.posting.reporting_component = REPORTING_COMPONENT
+    st.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
+    st.posting.event_name_prefix = f"{REPORTING_COMPONENT}-"
+    managed = f"{contract.LABEL_MANAGED_BY}={contract.MANAGED_BY}"
+    for group, version, plural in CHILD_RESOURCES:  # server-side: only our children stream
+        st.watching.label_selectors[group, version, plural] = managed
     st.peering.standalone = hs.peering is None
     if hs.peering:
         st.peering.name = hs.peering
@@ -65,8 +87,8 @@ class _Locks:
     """
 
     def __init__(self) -> None:
-        self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
-        self.dirty: set[tuple[str, str, str]] = set()
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self.dirty: set[Key] = set()
 
     def get(self, kind: str, ns: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((kind, ns, name), asyncio.Lock())
@@ -75,28 +97,83 @@ class _Locks:
         self._locks.pop((kind, ns, name), None)
 
 
+class _Scheduler:
+    """Passes due later (deadline, TTL, GraphServer wait) and passes of other resources
+    (pokes), run as tasks on kopf's loop; one timer per resource, the earliest wins."""
+
+    def __init__(self) -> None:
+        self._timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def at(self, key: Key, delay: float, run: Callable[[Key], Awaitable[None]]) -> None:
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(delay, MIN_REQUEUE_SECONDS)
+        cur = self._timers.get(key)
+        if cur is not None and cur[0] <= when:
+            return
+        if cur is not None:
+            cur[1].cancel()
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            self.spawn(run(key))
+
+        self._timers[key] = (when, loop.call_at(when, fire))
+
+    def cancel(self, key: Key) -> None:
+        cur = self._timers.pop(key, None)
+        if cur is not None:
+            cur[1].cancel()
+
+    async def close(self) -> None:
+        for _, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _namespace_terminating(e: ApiError) -> bool:
+    """403 "... because it is being terminated": the namespace is going away, not an error."""
+    return e.status == 403 and "being terminated" in str(e)
+
+
 def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: HandlerSettings) -> None:
     """Register every handler on ``registry`` (no kopf global state)."""
     rec = Reconciler(octx)
     locks = _Locks()
+    sched = _Scheduler()
     log = logging.getLogger("distgnn_operator")
 
     async def run_pass(kind: str, ns: str, name: str) -> None:
         if octx.api.closed:  # stopping: nothing more to do
             return
         key = (kind, ns, name)
-        lock = locks.get(kind, ns, name)
+        lock = locks.get(*key)
         if lock.locked():  # the running pass will go again
             locks.dirty.add(key)
             return
         async with lock:
             while True:
                 locks.dirty.discard(key)
-                await one_pass(kind, ns, name)
+                await one_pass(key)
                 if key not in locks.dirty or octx.api.closed:
                     return
 
-    async def one_pass(kind: str, ns: str, name: str) -> None:
+    async def run_key(key: Key) -> None:
+        try:
+            await run_pass(*key)
+        except kopf.TemporaryError:
+            sched.at(key, RETRY_SECONDS, run_key)  # a timer or poke has no kopf retry
+
+    async def one_pass(key: Key) -> None:
+        kind, ns, name = key
         try:
             body = await octx.api.get(kind, ns, name)
         except ApiError:
@@ -104,40 +181,38 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
                 return
             raise
         if body is None:
-            locks.drop(kind, ns, name)
+            locks.drop(*key)
+            sched.cancel(key)
             if octx.metrics is not None:
                 octx.metrics.gone(kind, ns, name)
             return
         emit = _emitter(body)
-        fn: Callable[[dict[str, Any], Emit], Awaitable[dict[str, Any]]] = (
+        fn: Callable[[dict[str, Any], Emit], Awaitable[PassResult]] = (
             rec.reconcile_job if kind == "DistGNNJob" else rec.reconcile_graphserver
         )
         t0 = time.monotonic()
         try:
-            st = await fn(body, emit)
+            res = await fn(body, emit)
         except ApiError as e:
             if octx.metrics is not None:
                 octx.metrics.failed(kind, time.monotonic() - t0)
             if octx.api.closed:
                 return
+            if _namespace_terminating(e):
+                log.debug("namespace terminating, pass skipped", extra={"fields": _f(key)})
+                return
             log.warning(
                 "reconcile failed, will retry",
-                extra={"fields": {"kind": kind, "namespace": ns, "name": name, "error": str(e)}},
+                extra={"fields": {**_f(key), "error": str(e)}},
             )
-            raise kopf.TemporaryError(str(e), delay=5) from e
+            raise kopf.TemporaryError(str(e), delay=RETRY_SECONDS) from e
         if octx.metrics is not None:
-            octx.metrics.reconciled(kind, ns, name, time.monotonic() - t0, st.get("phase"))
-        log.debug(
-            "reconciled",
-            extra={
-                "fields": {
-                    "kind": kind,
-                    "namespace": ns,
-                    "name": name,
-                    "phase": st.get("phase"),
-                }
-            },
-        )
+            octx.metrics.reconciled(kind, ns, name, time.monotonic() - t0, res.status.get("phase"))
+        if res.requeue_after is not None:
+            sched.at(key, res.requeue_after, run_key)
+        for other in res.poke:
+            sched.spawn(run_key(other))
+        log.debug("reconciled", extra={"fields": {**_f(key), "phase": res.status.get("phase")}})
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -148,6 +223,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
+        await sched.close()
         await octx.api.close()
 
     for kind, plural in (("DistGNNJob", "distgnnjobs"), ("GraphServer", "graphservers")):
@@ -155,19 +231,32 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
     reader = progress.ProgressReader(octx.api, metrics=octx.metrics)
     progress.register(registry, reader, locks, run_pass, hs.progress_seconds)
 
-    @kopf.on.delete(GROUP, VERSION, "graphservers", registry=registry, optional=False)
-    async def graphserver_delete(namespace: str | None, name: str, **_: Any) -> None:
-        jobs = await rec.attached_jobs(namespace or "default", name)
-        if jobs:
-            raise kopf.TemporaryError(f"still attached: {', '.join(jobs)}", delay=5)
+    @kopf.on.event(GROUP, VERSION, "distgnnjobs", registry=registry)
+    async def job_gone(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        """A deleted job leaves its GraphServer's attachedJobs at once."""
+        if event.get("type") != "DELETED":
+            return
+        ref = ((body.get("spec") or {}).get("graph") or {}).get("graphServer") or {}
+        if ref.get("name"):
+            sched.spawn(run_key(("GraphServer", body.metadata.namespace or "default", ref["name"])))
 
-    for group, version, plural in (("batch", "v1", "jobs"), ("apps", "v1", "statefulsets")):
+    @kopf.on.delete(GROUP, VERSION, "graphservers", registry=registry, optional=False)
+    async def graphserver_delete(body: kopf.Body, **_: Any) -> None:
+        jobs = await rec.graphserver_terminating(dict(body), _emitter(dict(body)))
+        if jobs:
+            raise kopf.TemporaryError(f"still attached: {', '.join(jobs)}", delay=RETRY_SECONDS)
+
+    for group, version, plural in CHILD_RESOURCES:
 
         @kopf.on.event(group, version, plural, labels=MANAGED, registry=registry)
         async def child_event(body: kopf.Body, **_: Any) -> None:
             for ref in body.metadata.get("ownerReferences") or []:
                 if ref.get("kind") in OWNER_KINDS and ref.get("controller"):
                     await run_pass(ref["kind"], body.metadata.namespace or "default", ref["name"])
+
+
+def _f(key: Key) -> dict[str, str]:
+    return {"kind": key[0], "namespace": key[1], "name": key[2]}
 
 
 def _register_kind(

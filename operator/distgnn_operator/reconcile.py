@@ -2,15 +2,20 @@
 
 Each pass is idempotent: it reads the world, so a missed event or an operator restart
 only delays convergence. A malformed resource is reported in its status and events,
-never raised to kopf.
+never raised to kopf. A finished job (Succeeded or Failed) is frozen: its pass makes no
+writes and posts no events, apart from the TTL deletion when that falls due.
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import datetime as dt
+import hashlib
 import json
 import logging
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +25,8 @@ from distgnn.api import inference_output_url, parse_graphserver, parse_job
 from distgnn.api import types as t
 from distgnn.errors import ConfigError
 from distgnn_operator import desired as d
+from distgnn_operator import drift
+from distgnn_operator import failure as f
 from distgnn_operator import status as s
 from distgnn_operator.kube import ApiError, KubeApi
 from distgnn_operator.metrics import OperatorMetrics
@@ -33,6 +40,16 @@ CHILD_KINDS = ("PodGroup", "Secret", "Job", "Service", "StatefulSet", "NetworkPo
 NO_DRIFT_KINDS = ("Secret", "Job", "PodGroup")
 """Secret data is created once; Job templates are immutable (recreated on restart)."""
 MAX_METRICS = 64
+GRAPHSERVER_WAIT_SECONDS = 300.0
+"""How long a job waits for a GraphServer that does not exist before it fails."""
+
+POD_FAILED = "PodFailed"
+"""Event reason of a failing pod's traceback / log tail."""
+
+Key = tuple[str, str, str]
+"""(kind, namespace, name) of a resource to reconcile."""
+
+subset = drift.subset  # re-exported: the drift comparison
 
 
 def _now() -> dt.datetime:
@@ -46,8 +63,25 @@ class OperatorContext:
     api: KubeApi
     desired: d.DesiredContext = field(default_factory=d.DesiredContext)
     clock: Callable[[], dt.datetime] = _now
+    graphserver_wait_seconds: float = GRAPHSERVER_WAIT_SECONDS
     metrics: OperatorMetrics | None = None
     """Prometheus metrics (``--metrics-port``); None: off."""
+
+
+@dataclass
+class PassResult:
+    """What a pass wrote, when the resource needs its next pass, what else to reconcile."""
+
+    status: dict[str, Any]
+    requeue_after: float | None = None
+    """seconds until something falls due (deadline, TTL, GraphServer wait); None: nothing"""
+    poke: list[Key] = field(default_factory=list)
+    """other resources whose status depends on this pass (a GraphServer and its jobs)"""
+
+    def due(self, seconds: float | None) -> None:
+        """Requeue at the earliest of the due times seen."""
+        if seconds is not None and (self.requeue_after is None or seconds < self.requeue_after):
+            self.requeue_after = max(seconds, 0.0)
 
 
 def iso(t_: dt.datetime) -> str:
@@ -61,19 +95,6 @@ def parse_time(v: Any) -> dt.datetime | None:
         return dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def subset(want: Any, have: Any) -> bool:
-    """True if every field of ``want`` has the same value in ``have`` (server adds fields)."""
-    if isinstance(want, dict):
-        return isinstance(have, dict) and all(subset(v, have.get(k)) for k, v in want.items())
-    if isinstance(want, list):
-        return (
-            isinstance(have, list)
-            and len(want) == len(have)
-            and all(subset(a, b) for a, b in zip(want, have, strict=True))
-        )
-    return bool(want == have)
 
 
 def owned_by(obj: dict[str, Any], uid: str) -> bool:
@@ -125,21 +146,45 @@ def parse_metrics(message: str | None) -> dict[str, float] | None:
     return dict(sorted(out.items())[:MAX_METRICS]) or None
 
 
-def _terminated(pod: dict[str, Any]) -> dict[str, Any]:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated")
-        if term:
-            return dict(term)
-    return {}
+def token_hash(value: str) -> str:
+    """Short, non-reversible fingerprint of a token (safe in a pod annotation)."""
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
-def _rank(pod: dict[str, Any]) -> str | None:
-    md = pod.get("metadata") or {}
-    for src in (md.get("labels") or {}, md.get("annotations") or {}):
-        v = src.get("batch.kubernetes.io/job-completion-index")
-        if v is not None:
-            return str(v)
-    return None
+def secret_value(secret: dict[str, Any] | None, key: str) -> str | None:
+    """A Secret's value (``data`` is base64; ``stringData`` where a stand-in keeps it)."""
+    if secret is None:
+        return None
+    raw = (secret.get("data") or {}).get(key)
+    if isinstance(raw, str):
+        try:
+            return base64.b64decode(raw).decode()
+        except ValueError:
+            return None
+    plain = (secret.get("stringData") or {}).get(key)
+    return plain if isinstance(plain, str) else None
+
+
+def _podgroup_message(e: ApiError) -> str:
+    if e.status == 403:
+        return (
+            "PodGroups are forbidden to the operator (HTTP 403): install the chart with "
+            "gangScheduling.enabled=true, or turn off runPolicy.schedulingPolicy.gang; "
+            "the job is held (nothing created) until then"
+        )
+    return (
+        "the PodGroup API (scheduling.x-k8s.io/v1alpha1) is not installed (HTTP 404): "
+        "install scheduler-plugins, or turn off runPolicy.schedulingPolicy.gang; "
+        "the job is held (nothing created) until then"
+    )
+
+
+@dataclass(frozen=True)
+class _GraphServerView:
+    info: d.GraphServerInfo | None
+    ready_servers: int
+    ready: bool
+    missing: bool
 
 
 class Reconciler:
@@ -170,9 +215,19 @@ class Reconciler:
         return out
 
     async def apply(
-        self, want: list[dict[str, Any]], have: dict[tuple[str, str], dict[str, Any]], emit: Emit
+        self,
+        want: list[dict[str, Any]],
+        have: dict[tuple[str, str], dict[str, Any]],
+        emit: Emit,
+        *,
+        prune: bool = True,
     ) -> int:
-        """Create missing children, patch drifted ones, delete the rest; returns changes."""
+        """Create missing children, patch drifted ones, delete the rest; returns changes.
+
+        Drift compares only the fields we set, quantities in canonical form
+        (:mod:`distgnn_operator.drift`), so what the API server defaults or rewrites is
+        not drift and a pass where nothing changed writes nothing.
+        """
         changes = 0
         keys = set()
         for obj in want:
@@ -182,7 +237,7 @@ class Reconciler:
             cur = have.get(key)
             if cur is None:
                 try:
-                    await self.api.create(obj)
+                    await self.api.create(drift.canonicalize(obj))
                 except ApiError as e:
                     if e.status != 409:  # 409: an old one still terminating; next pass
                         raise
@@ -196,22 +251,26 @@ class Reconciler:
                     if k not in ("apiVersion", "kind", "metadata", "status")
                 }
                 patch["metadata"] = {"labels": md.get("labels", {})}
-                if not subset(patch, cur):
-                    await self.api.patch(obj["kind"], md["namespace"], md["name"], patch)
+                if drift.drifted(patch, cur):
+                    await self.api.patch(
+                        obj["kind"], md["namespace"], md["name"], drift.canonicalize(patch)
+                    )
                     emit("Normal", "Updated", f"updated {obj['kind']} {md['name']}")
                     changes += 1
+        if not prune:
+            return changes
         for (kind, name), cur in have.items():
             if (kind, name) not in keys:
-                await self.api.delete(kind, cur["metadata"]["namespace"], name)
-                if kind == "Job":  # the emulator/real GC removes pods; be explicit for pods
-                    await self._delete_pods(cur["metadata"]["namespace"], name)
+                await self._delete(kind, cur["metadata"]["namespace"], name)
                 emit("Normal", "Deleted", f"deleted {kind} {name}")
                 changes += 1
         return changes
 
-    async def _delete_pods(self, ns: str, job_name: str) -> None:
-        for pod in await self.api.list("Pod", ns, {"job-name": job_name}):
-            await self.api.delete("Pod", ns, pod["metadata"]["name"])
+    async def _delete(self, kind: str, ns: str, name: str) -> None:
+        await self.api.delete(kind, ns, name)
+        if kind == "Job":  # the real GC removes pods; be explicit for pods
+            for pod in await self.api.list("Pod", ns, {"job-name": name}):
+                await self.api.delete("Pod", ns, pod["metadata"]["name"])
 
     async def _patch_status(self, kind: str, body: dict[str, Any], new: dict[str, Any]) -> bool:
         old = body.get("status") or {}
@@ -224,13 +283,27 @@ class Reconciler:
         )
         return True
 
+    def _token(
+        self, have: Mapping[tuple[str, str], dict[str, Any]], secret_name: str
+    ) -> tuple[str | None, str]:
+        """(new token to create, or None when the Secret exists; hash of the token in use)."""
+        value = secret_value(have.get(("Secret", secret_name)), contract.TOKEN_KEY)
+        if value is not None:
+            return None, token_hash(value)
+        new = secrets.token_urlsafe(32)
+        return new, token_hash(new)
+
     # --- jobs -------------------------------------------------------------------------
 
-    async def reconcile_job(self, body: dict[str, Any], emit: Emit) -> dict[str, Any]:
-        """One pass over a DistGNNJob; returns the status it wrote (or kept)."""
+    async def reconcile_job(self, body: dict[str, Any], emit: Emit) -> PassResult:
+        """One pass over a DistGNNJob."""
         md = body.get("metadata") or {}
         old = dict(body.get("status") or {})
         now = self.ctx.clock()
+        if md.get("deletionTimestamp"):  # being deleted: garbage collection does the rest
+            return PassResult(old)
+        if old.get("phase") in s.TERMINAL:
+            return await self._finished(body, old, now)
         try:
             job = parse_job(body)
             dctx = self.ctx.desired
@@ -245,8 +318,17 @@ class Reconciler:
             new = s.job_status(obs, old, iso(now))
             if await self._patch_status("DistGNNJob", body, new):
                 emit("Warning", s.Reason.INVALID, str(e)[:1024])
-            return new
+            return PassResult(new)
         return await self._job_pass(job, body, old, now, emit)
+
+    async def _finished(
+        self, body: dict[str, Any], old: dict[str, Any], now: dt.datetime
+    ) -> PassResult:
+        """A Succeeded/Failed job: nothing is created, patched or posted; clean-up was done by
+        the pass that finished it. Only ``ttlSecondsAfterFinished`` still acts."""
+        res = PassResult(old)
+        res.due(await self._ttl(body, old, now))
+        return res
 
     async def _job_pass(
         self,
@@ -255,101 +337,196 @@ class Reconciler:
         old: dict[str, Any],
         now: dt.datetime,
         emit: Emit,
-    ) -> dict[str, Any]:
+    ) -> PassResult:
         meta, spec = job.metadata, job.spec
         ns = meta.namespace
         rp = spec.run_policy
         have = await self.observe(ns, contract.LABEL_JOB, meta.name, meta.uid)
         n = d.names(meta.name)
-        finished = old.get("phase") in s.TERMINAL
         restarts = int(old.get("restarts") or 0)
+        start = parse_time(old.get("startTime")) or now
+        res = PassResult(old)
 
-        gs_info, waiting, gs_ready = None, None, 0
-        if spec.graph.graph_server is not None:
-            gs_info, gs_ready, waiting = await self._graphserver_info(
-                ns, spec.graph.graph_server.name
-            )
+        tjob = have.get(("Job", n["trainers"]))
+        tstate = job_state(tjob)
+        gs_name = spec.graph.graph_server.name if spec.graph.graph_server else None
+        gs = _GraphServerView(None, 0, True, False)
+        gs_wait_due = None
+        if gs_name is not None:
+            gs = await self._graphserver_view(ns, gs_name)
+            if gs.missing:
+                gs_wait_due = start + dt.timedelta(seconds=self.ctx.graphserver_wait_seconds)
         partition_needed = spec.graph.source is not None
-        pstate, partition_msg = await self._partition_state(ns, have, n["partition"])
+        pstate = job_state(have.get(("Job", n["partition"])))
+        pfail = await self._failure(ns, n["partition"]) if pstate == "failed" else None
         partitioned = not partition_needed or pstate == "succeeded"
-        if gs_info is not None:
-            num_parts, servers_ready = gs_info.num_parts, gs_ready
+        if gs.info is not None:
+            num_parts, servers_ready = gs.info.num_parts, gs.ready_servers
         else:
             num_parts = spec.partitioning.num_parts
             servers_ready = ready_replicas(have.get(("StatefulSet", n["server"])))
-        tjob = have.get(("Job", n["trainers"]))
-        tstate = job_state(tjob)
         tst = (tjob or {}).get("status") or {}
         restarting = False
-        failure = ""
+        tfail: f.PodFailure | None = None
         metrics = None
-        if tstate in ("succeeded", "failed") and not finished:
-            failure, metrics = await self._trainer_outcome(ns, n["trainers"])
-        if tstate == "failed" and not finished and restarts < rp.backoff_limit:
+        if tstate in ("succeeded", "failed"):
+            tfail, metrics = await self._trainer_outcome(ns, n["trainers"])
+        if tstate == "failed" and restarts < rp.backoff_limit:
             restarting = True
             restarts += 1
+            cause = tfail.headline() if tfail else "no message"
             emit(
                 "Warning",
                 s.Reason.RESTARTING,
-                f"trainer group failed ({failure or 'no message'}); restart {restarts}/"
-                f"{rp.backoff_limit}",
+                f"trainer group failed ({cause}); restart {restarts}/{rp.backoff_limit}",
             )
+            self._emit_detail(emit, tfail)
             have.pop(("Job", n["trainers"]), None)
-            await self.api.delete("Job", ns, n["trainers"])
-            await self._delete_pods(ns, n["trainers"])
+            await self._delete("Job", ns, n["trainers"])
             tjob, tstate, tst = None, "absent", {}
-        start = parse_time(old.get("startTime")) or now
-        deadline = (
-            rp.active_deadline_seconds is not None
-            and not finished
-            and (now - start).total_seconds() > rp.active_deadline_seconds
+        deadline_due = (
+            start + dt.timedelta(seconds=rp.active_deadline_seconds)
+            if rp.active_deadline_seconds is not None
+            else None
         )
+        creds = None
+        if old.get("phase") != "Running" and tstate != "succeeded":
+            creds = await self._credentials_missing(ns, spec.storage)
         obs = s.JobObservation(
             generation=meta.generation,
             partition_needed=partition_needed,
             partition=pstate,
-            partition_message=partition_msg,
-            waiting_for_graphserver=waiting,
+            partition_message=pfail.headline() if pfail else "",
+            waiting_for_graphserver=gs_name if (not gs.ready and tjob is None) else None,
             num_parts=num_parts,
             servers_ready=servers_ready,
             trainer_job=tstate,
             trainers_active=int(tst.get("active") or 0),
             trainers_succeeded=int(tst.get("succeeded") or 0),
             trainers_failed=int(tst.get("failed") or 0),
-            failure_message=failure,
+            trainers_ready=int(tst["ready"]) if tst.get("ready") is not None else None,
+            failure_message=tfail.headline() if tfail else "",
             restarts=restarts,
             backoff_limit=rp.backoff_limit,
             restarting=restarting,
             suspended=rp.suspend,
-            deadline_exceeded=deadline,
+            deadline_exceeded=deadline_due is not None and now >= deadline_due,
             metrics=metrics,
-            manifest_url=gs_info.manifest_url if gs_info else self._manifest(job),
-            graph_server=spec.graph.graph_server.name if spec.graph.graph_server else None,
+            manifest_url=gs.info.manifest_url if gs.info else self._manifest(job),
+            graph_server=gs_name,
+            graphserver_missing=gs.missing,
+            graphserver_wait_seconds=self.ctx.graphserver_wait_seconds,
+            graphserver_wait_expired=gs_wait_due is not None and now >= gs_wait_due,
+            credentials_missing=creds,
             output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
-        done = new["phase"] in s.TERMINAL
-        stage = d.Stage(
-            partitioned=partitioned,
-            servers_ready=servers_ready >= num_parts,
-            finished=done,
-            restarts=restarts,
-        )
-        want = d.desired_job_children(job, self.ctx.desired, graphserver=gs_info, stage=stage)
-        if done and (deadline or new["phase"] == "Failed") and rp.clean_pod_policy != "None":
-            want = [
-                w
-                for w in want
-                if (w["kind"], w["metadata"]["name"]) != ("Job", n["trainers"])
-                or tstate != "running"
-            ]
-        await self.apply(want, have, emit)
-        if await self._patch_status("DistGNNJob", body, new) and new["phase"] != old.get("phase"):
-            cond: dict[str, Any] = next((c for c in new["conditions"] if c["type"] == "Failed"), {})
-            typ = "Warning" if new["phase"] == "Failed" else "Normal"
-            emit(typ, new["phase"], cond.get("message") or f"job is {new['phase']}")
-        await self._maybe_ttl(body, new, now)
-        return new
+        if new["phase"] in s.TERMINAL:
+            # clean up *before* the final status: once that is written, passes are frozen
+            await self._clean_finished(ns, meta.name, rp.clean_pod_policy, have, emit)
+        else:
+            token, thash = (None, None) if gs_name else self._token(have, n["token"])
+            stage = d.Stage(
+                partitioned=partitioned,
+                servers_ready=servers_ready >= num_parts and gs.ready,
+                restarts=restarts,
+                trainers_started=tjob is not None,
+                token_hash=thash,
+            )
+            want = d.desired_job_children(
+                job, self.ctx.desired, graphserver=gs.info, token=token, stage=stage
+            )
+            held = await self._ensure_podgroup(want, have, emit)
+            if held:
+                obs = dataclasses.replace(obs, podgroup_unavailable=held)
+                new = s.job_status(obs, old, iso(now))
+            else:
+                # an attached job whose GraphServer is gone keeps what it has
+                await self.apply(want, have, emit, prune=gs_name is None or gs.info is not None)
+            if deadline_due is not None:
+                res.due((deadline_due - now).total_seconds())
+            if gs_wait_due is not None:
+                res.due((gs_wait_due - now).total_seconds())
+        res.status = new
+        if await self._patch_status("DistGNNJob", body, new):
+            ev = s.transition_event(old, new)
+            if ev is not None:
+                emit(*ev)
+            if new["phase"] == "Failed":
+                self._emit_detail(emit, tfail if not restarting else None)
+                self._emit_detail(emit, pfail)
+        if gs_name and new.get("phase") != old.get("phase"):
+            res.poke.append(("GraphServer", ns, gs_name))  # its attachedJobs
+        if new["phase"] in s.TERMINAL:
+            res.due(await self._ttl(body, new, now))
+        return res
+
+    def _emit_detail(self, emit: Emit, fail: f.PodFailure | None) -> None:
+        """The failing pod's traceback or log tail, as a Warning event ``PodFailed`` (the
+        condition keeps one line)."""
+        if fail is None:
+            return
+        body = fail.detail or fail.summary
+        emit("Warning", POD_FAILED, f"pod {fail.pod} (kubectl logs {fail.pod}): {body}")
+
+    async def _clean_finished(
+        self,
+        ns: str,
+        name: str,
+        policy: str,
+        have: Mapping[tuple[str, str], dict[str, Any]],
+        emit: Emit,
+    ) -> None:
+        """cleanPodPolicy for a job that just finished; creates nothing.
+
+        ``Running``: stop pods still running (scale servers to 0, delete a running trainer
+        or partitioning Job); ``All``: also delete the finished trainer Job; ``None``: keep
+        everything.
+        """
+        if policy == "None":
+            return
+        n = d.names(name)
+        sts = have.get(("StatefulSet", n["server"]))
+        if sts is not None and int((sts.get("spec") or {}).get("replicas") or 0) != 0:
+            await self.api.patch("StatefulSet", ns, n["server"], {"spec": {"replicas": 0}})
+            emit("Normal", "ScaledDown", f"scaled StatefulSet {n['server']} to 0 ({policy})")
+        for jname in (n["trainers"], n["partition"]):
+            j = have.get(("Job", jname))
+            if j is None:
+                continue
+            if job_state(j) == "running" or (policy == "All" and jname == n["trainers"]):
+                await self._delete("Job", ns, jname)
+                emit("Normal", "Deleted", f"deleted Job {jname} (cleanPodPolicy {policy})")
+
+    async def _ensure_podgroup(
+        self, want: list[dict[str, Any]], have: dict[tuple[str, str], dict[str, Any]], emit: Emit
+    ) -> str | None:
+        """Create the gang PodGroup first; why it cannot be (403/404), else None."""
+        pg = next((w for w in want if w["kind"] == "PodGroup"), None)
+        if pg is None or ("PodGroup", pg["metadata"]["name"]) in have:
+            return None
+        try:
+            created = await self.api.create(drift.canonicalize(pg))
+        except ApiError as e:
+            if e.status in (403, 404):
+                return _podgroup_message(e)
+            raise
+        have[("PodGroup", pg["metadata"]["name"])] = created or pg
+        emit("Normal", "Created", f"created PodGroup {pg['metadata']['name']}")
+        return None
+
+    async def _credentials_missing(self, ns: str, st: t.Storage) -> str | None:
+        """Name of the credentials Secret when it does not exist (None: exists or unset)."""
+        cs = st.credentials_secret
+        if cs is None:
+            return None
+        try:
+            found = await self.api.get("Secret", ns, cs.name)
+        except ApiError as e:
+            if e.status == 403:  # cannot tell: the pods will say
+                return None
+            raise
+        return None if found is not None else cs.name
 
     def _manifest(self, job: t.DistGNNJob) -> str | None:
         from distgnn.api import commands as cmds
@@ -364,53 +541,54 @@ class Reconciler:
         except ConfigError:
             return None
 
-    async def _maybe_ttl(self, body: dict[str, Any], st: dict[str, Any], now: dt.datetime) -> None:
+    async def _ttl(
+        self, body: dict[str, Any], st: dict[str, Any], now: dt.datetime
+    ) -> float | None:
+        """Delete the job when its TTL is over; else seconds until it is (None: no TTL)."""
         ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
         done = parse_time(st.get("completionTime"))
-        if isinstance(ttl, int) and done is not None and (now - done).total_seconds() >= ttl:
-            md = body["metadata"]
-            await self.api.delete("DistGNNJob", md["namespace"], md["name"])
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or done is None:
+            return None
+        left = (done + dt.timedelta(seconds=ttl) - now).total_seconds()
+        if left > 0:
+            return left
+        md = body["metadata"]
+        await self.api.delete("DistGNNJob", md["namespace"], md["name"])
+        return None
 
-    async def _graphserver_info(
-        self, ns: str, name: str
-    ) -> tuple[d.GraphServerInfo | None, int, str | None]:
+    async def _graphserver_view(self, ns: str, name: str) -> _GraphServerView:
         gs = await self.api.get("GraphServer", ns, name)
-        st = (gs or {}).get("status") or {}
-        if gs is None or st.get("phase") != "Ready" or not st.get("manifestURL"):
-            return None, 0, name
-        info = d.GraphServerInfo(
-            name=name,
-            manifest_url=st["manifestURL"],
-            num_parts=int(st.get("numParts") or 0),
-            token_secret=st.get("tokenSecret") or d.names(name)["token"],
+        if gs is None:
+            return _GraphServerView(None, 0, False, True)
+        st = gs.get("status") or {}
+        usable = bool(st.get("manifestURL")) and int(st.get("numParts") or 0) > 0
+        info = (
+            d.GraphServerInfo(
+                name=name,
+                manifest_url=st["manifestURL"],
+                num_parts=int(st.get("numParts") or 0),
+                token_secret=st.get("tokenSecret") or d.names(name)["token"],
+            )
+            if usable and not gs["metadata"].get("deletionTimestamp")
+            else None
         )
-        return info, int(st.get("partitionsReady") or 0), None
+        ready = info is not None and st.get("phase") == "Ready"
+        return _GraphServerView(info, int(st.get("partitionsReady") or 0), ready, False)
 
-    async def _partition_state(
-        self, ns: str, have: Mapping[tuple[str, str], dict[str, Any]], job_name: str
-    ) -> tuple[str, str]:
-        """(state of the partitioning Job, its pods' failure message when it failed)."""
-        state = job_state(have.get(("Job", job_name)))
-        msg = await self._failure_message(ns, job_name) if state == "failed" else ""
-        return state, msg
+    async def _failure(self, ns: str, job_name: str) -> f.PodFailure | None:
+        return f.first_failure(await self.api.list("Pod", ns, {"job-name": job_name}))
 
-    async def _failure_message(self, ns: str, job_name: str) -> str:
-        for pod in await self.api.list("Pod", ns, {"job-name": job_name}):
-            term = _terminated(pod)
-            if term.get("exitCode") not in (None, 0) and term.get("message"):
-                return str(term["message"])[:512]
-        return ""
-
-    async def _trainer_outcome(self, ns: str, job_name: str) -> tuple[str, dict[str, float] | None]:
-        """(root-cause message of a failed rank, rank-0 metrics) from termination messages."""
-        failure, metrics = "", None
-        for pod in await self.api.list("Pod", ns, {"job-name": job_name}):
-            term = _terminated(pod)
-            if term.get("exitCode") not in (None, 0) and not failure:
-                failure = str(term.get("message") or term.get("reason") or "")[:512]
-            if _rank(pod) == "0" and term.get("exitCode") == 0:
+    async def _trainer_outcome(
+        self, ns: str, job_name: str
+    ) -> tuple[f.PodFailure | None, dict[str, float] | None]:
+        """(first failing rank, rank-0 metrics) from the pods' termination messages."""
+        pods = await self.api.list("Pod", ns, {"job-name": job_name})
+        metrics = None
+        for pod in pods:
+            term = f.terminated(pod)
+            if f.pod_rank(pod) == "0" and term.get("exitCode") == 0:
                 metrics = parse_metrics(term.get("message"))
-        return failure, metrics
+        return f.first_failure(pods), metrics
 
     # --- graph servers -----------------------------------------------------------------
 
@@ -428,11 +606,35 @@ class Reconciler:
                 out.append(j["metadata"]["name"])
         return sorted(out)
 
-    async def reconcile_graphserver(self, body: dict[str, Any], emit: Emit) -> dict[str, Any]:
-        """One pass over a GraphServer; returns its status."""
+    async def graphserver_terminating(self, body: dict[str, Any], emit: Emit) -> list[str]:
+        """A GraphServer being deleted: the jobs still attached (deletion waits for them),
+        shown as phase Terminating and a condition naming them, with an event on change."""
+        md = body["metadata"]
+        jobs = await self.attached_jobs(md.get("namespace") or "default", md["name"])
+        if not jobs:
+            return []
+        old = dict(body.get("status") or {})
+        new = s.graphserver_terminating(
+            old, jobs, iso(self.ctx.clock()), int(md.get("generation") or 0)
+        )
+        try:
+            changed = await self._patch_status("GraphServer", body, new)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            return jobs
+        if changed:
+            cond = next(c for c in new["conditions"] if c["type"] == "Terminating")
+            emit("Warning", s.Reason.TERMINATING, cond["message"])
+        return jobs
+
+    async def reconcile_graphserver(self, body: dict[str, Any], emit: Emit) -> PassResult:
+        """One pass over a GraphServer."""
         md = body.get("metadata") or {}
         old = dict(body.get("status") or {})
         now = iso(self.ctx.clock())
+        if md.get("deletionTimestamp"):  # the delete handler reports what holds it
+            return PassResult(old)
         try:
             gs = parse_graphserver(body)
             manifest = self._gs_manifest(gs)
@@ -443,19 +645,21 @@ class Reconciler:
             new = s.graphserver_status(obs, old, now)
             if await self._patch_status("GraphServer", body, new):
                 emit("Warning", s.Reason.INVALID, str(e)[:1024])
-            return new
+            return PassResult(new)
         meta = gs.metadata
         n = d.names(meta.name)
         have = await self.observe(meta.namespace, contract.LABEL_GRAPHSERVER, meta.name, meta.uid)
-        pstate, msg = await self._partition_state(meta.namespace, have, n["partition"])
+        pstate = job_state(have.get(("Job", n["partition"])))
+        pfail = await self._failure(meta.namespace, n["partition"]) if pstate == "failed" else None
         needed = gs.spec.graph.source is not None
         ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         parts = gs.spec.partitioning.num_parts
+        attached = await self.attached_jobs(meta.namespace, meta.name)
         obs = s.GraphServerObservation(
             generation=meta.generation,
             partition_needed=needed,
             partition=pstate,
-            partition_message=msg,
+            partition_message=pfail.headline() if pfail else "",
             num_parts=parts,
             servers_ready=ready,
             manifest_url=manifest,
@@ -464,21 +668,32 @@ class Reconciler:
                 f":{contract.SERVER_PORT}"
                 for i in range(parts)
             ],
-            attached_jobs=await self.attached_jobs(meta.namespace, meta.name),
+            attached_jobs=attached,
             token_secret=n["token"],
         )
+        token, thash = self._token(have, n["token"])
         want = d.desired_graphserver_children(
-            gs, self.ctx.desired, stage=d.Stage(partitioned=not needed or pstate == "succeeded")
+            gs,
+            self.ctx.desired,
+            token=token,
+            stage=d.Stage(partitioned=not needed or pstate == "succeeded", token_hash=thash),
         )
         await self.apply(want, have, emit)
         new = s.graphserver_status(obs, old, now)
-        if await self._patch_status("GraphServer", body, new) and new["phase"] != old.get("phase"):
-            emit(
-                "Normal" if new["phase"] != "Failed" else "Warning",
-                new["phase"],
-                f"GraphServer is {new['phase']}",
-            )
-        return new
+        res = PassResult(new)
+        if await self._patch_status("GraphServer", body, new):
+            if new["phase"] != old.get("phase"):
+                failed = new["phase"] == "Failed"
+                emit(
+                    "Warning" if failed else "Normal",
+                    s.phase_reason(new)[0] if failed else new["phase"],
+                    s.phase_reason(new)[1] if failed else f"GraphServer is {new['phase']}",
+                )
+            if new["phase"] == "Failed":
+                self._emit_detail(emit, pfail)
+            # jobs waiting for (or attached to) this GraphServer see the change now
+            res.poke += [("DistGNNJob", meta.namespace, j) for j in attached]
+        return res
 
     def _gs_manifest(self, gs: t.GraphServer) -> str:
         from distgnn.api import commands as cmds

@@ -30,6 +30,23 @@ class Reason:
     SUCCEEDED = "TrainingSucceeded"
     FAILED = "TrainingFailed"
     NOT_FINISHED = "NotFinished"
+    GS_NOT_FOUND = "GraphServerNotFound"
+    PODGROUP_UNAVAILABLE = "PodGroupUnavailable"
+    CREDENTIALS_MISSING = "CredentialsSecretNotFound"
+    TRAINERS_PENDING = "TrainersPending"
+    TERMINATING = "AttachedJobs"
+
+
+WARNING_REASONS = frozenset(
+    {
+        Reason.GS_NOT_FOUND,
+        Reason.PODGROUP_UNAVAILABLE,
+        Reason.CREDENTIALS_MISSING,
+        Reason.RESTARTING,
+        Reason.TERMINATING,
+    }
+)
+"""Reasons of a non-failed phase that users must act on: posted as Warning events."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,8 @@ class JobObservation:
     trainers_active: int = 0
     trainers_succeeded: int = 0
     trainers_failed: int = 0
+    trainers_ready: int | None = None
+    """pods running (batch Job ``status.ready``); None: not reported, ``active`` is used"""
     failure_message: str = ""
     restarts: int = 0
     backoff_limit: int = 3
@@ -59,6 +78,14 @@ class JobObservation:
     metrics: dict[str, float] | None = None
     manifest_url: str | None = None
     graph_server: str | None = None
+    graphserver_missing: bool = False
+    """the referenced GraphServer does not exist"""
+    graphserver_wait_seconds: float = 0.0
+    graphserver_wait_expired: bool = False
+    podgroup_unavailable: str | None = None
+    """why the PodGroup of a gang-scheduled job cannot be created (403/404); the job is held"""
+    credentials_missing: str | None = None
+    """name of a ``storage.credentialsSecret`` that does not exist"""
     output_url: str | None = None
 
 
@@ -101,20 +128,69 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
             ),
         )
     if o.partition == "failed":
-        return "Failed", Reason.PARTITION_FAILED, o.partition_message or "partitioning failed"
+        return (
+            "Failed",
+            Reason.PARTITION_FAILED,
+            (
+                f"partitioning failed: {o.partition_message}"
+                if o.partition_message
+                else "partitioning failed"
+            ),
+        )
+    gs = o.waiting_for_graphserver
+    if o.graphserver_wait_expired:
+        return (
+            "Failed",
+            Reason.GS_NOT_FOUND,
+            (f"GraphServer {gs} did not appear within {o.graphserver_wait_seconds:g}s"),
+        )
     if o.suspended:
         return "Suspended", Reason.SUSPENDED, "job is suspended"
-    if o.waiting_for_graphserver:
-        return "Pending", Reason.WAITING_GS, f"waiting for GraphServer {o.waiting_for_graphserver}"
+    if o.podgroup_unavailable:
+        return "Pending", Reason.PODGROUP_UNAVAILABLE, o.podgroup_unavailable
+    if gs and o.graphserver_missing:
+        return (
+            "Pending",
+            Reason.GS_NOT_FOUND,
+            (
+                f"GraphServer {gs} does not exist; the job fails if it does not appear within "
+                f"{o.graphserver_wait_seconds:g}s"
+            ),
+        )
+    if gs:
+        return "Pending", Reason.WAITING_GS, f"waiting for GraphServer {gs} to be Ready"
+    running = _trainers_phase(o)
+    if o.credentials_missing and running[0] != "Running":
+        return (
+            "Pending",
+            Reason.CREDENTIALS_MISSING,
+            (
+                f"Secret {o.credentials_missing} (spec.storage.credentialsSecret.name) not found; "
+                "pods cannot start until it exists"
+            ),
+        )
     if o.partition_needed and o.partition != "succeeded":
         return "Partitioning", Reason.PARTITIONING, "partitioning the graph"
     if o.restarting:
         return "Starting", Reason.RESTARTING, f"restarting trainer group ({o.restarts})"
     if o.servers_ready < o.num_parts:
         return "Starting", Reason.SERVERS_STARTING, f"{o.servers_ready}/{o.num_parts} servers ready"
-    if o.trainer_job == "running" and o.trainers_active > 0:
+    return running
+
+
+def _trainers_phase(o: JobObservation) -> tuple[str, str, str]:
+    """Running only when every active trainer pod runs; Starting while some are Pending."""
+    if o.trainer_job != "running" or o.trainers_active <= 0:
+        return "Starting", Reason.TRAINERS_STARTING, "starting trainers"
+    ready = o.trainers_active if o.trainers_ready is None else o.trainers_ready
+    if ready >= o.trainers_active:
         return "Running", Reason.TRAINERS_RUNNING, f"{o.trainers_active} trainer(s) running"
-    return "Starting", Reason.TRAINERS_STARTING, "starting trainers"
+    return (
+        "Starting",
+        Reason.TRAINERS_PENDING,
+        f"{ready}/{o.trainers_active} trainer pod(s) running, "
+        f"{o.trainers_active - ready} pending (see the pods' events)",
+    )
 
 
 def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> list[Cond]:
@@ -224,6 +300,7 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
         "numParts": o.num_parts,
         "trainers": {
             "active": o.trainers_active,
+            "ready": o.trainers_active if o.trainers_ready is None else o.trainers_ready,
             "succeeded": o.trainers_succeeded,
             "failed": o.trainers_failed,
         },
@@ -313,3 +390,46 @@ def graphserver_status(
 def same_status(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
     """Equal apart from timestamps that only move when something else changed."""
     return (a or {}) == b
+
+
+def phase_reason(st: dict[str, Any]) -> tuple[str, str]:
+    """(reason, message) behind a status's phase: the Failed condition of a failed resource,
+    else the Running condition (it carries the reason while not running)."""
+    conds = {c.get("type"): c for c in st.get("conditions") or [] if isinstance(c, dict)}
+    key = "Failed" if st.get("phase") == "Failed" else "Running"
+    c = conds.get(key) or conds.get("ServersReady") or {}
+    return str(c.get("reason") or ""), str(c.get("message") or "")
+
+
+def transition_event(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event for a status change, or None when the phase and
+    its reason did not change (so a pass that changes nothing posts nothing)."""
+    reason, message = phase_reason(new)
+    if (old.get("phase"), phase_reason(old)[0]) == (new.get("phase"), reason):
+        return None
+    warn = new.get("phase") == "Failed" or reason in WARNING_REASONS
+    return (
+        ("Warning" if warn else "Normal"),
+        reason or str(new.get("phase")),
+        (message or f"{new.get('phase')}"),
+    )
+
+
+def graphserver_terminating(
+    old: dict[str, Any] | None, jobs: list[str], now: str, generation: int
+) -> dict[str, Any]:
+    """Status of a GraphServer whose deletion waits for attached jobs: phase Terminating and a
+    ``Terminating`` condition naming them."""
+    old = dict(old or {})
+    kept = [c for c in old.get("conditions") or [] if c.get("type") != "Terminating"]
+    term: list[Cond] = [
+        (
+            "Terminating",
+            "True",
+            Reason.TERMINATING,
+            f"deletion waits for {len(jobs)} attached job(s) to finish or be deleted: "
+            + ", ".join(sorted(jobs)),
+        )
+    ]
+    conds = kept + merge_conditions(term, old.get("conditions"), now, generation)
+    return {**old, "phase": "Terminating", "attachedJobs": sorted(jobs), "conditions": conds}

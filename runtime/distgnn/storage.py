@@ -12,6 +12,7 @@ import contextlib
 import os
 import posixpath
 import stat
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -189,7 +190,7 @@ def write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None
 def _write_local_atomic(path: str, data: bytes) -> None:
     parent = os.path.dirname(path) or "."
     os.makedirs(parent, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -30,6 +30,7 @@ PLURAL = {
     "Service": "services",
     "NetworkPolicy": "networkpolicies",
     "Pod": "pods",
+    "Event": "events",
 }
 PREFIX = {
     "DistGNNJob": GV,
@@ -40,13 +41,22 @@ PREFIX = {
     "Secret": "v1",
     "Service": "v1",
     "Pod": "v1",
+    "Event": "v1",
+}
+
+
+CREDS = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "s3-creds"},
+    "stringData": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
 }
 
 
 class Cluster:
     """Test-side API access (through the emulator's own HTTP server)."""
 
-    def __init__(self, k: kmock.KubernetesEmulator) -> None:
+    def __init__(self, k: StampingEmulator) -> None:
         self.k = k
 
     def _url(self, kind: str, name: str | None = None, sub: str | None = None) -> str:
@@ -109,8 +119,28 @@ class Cluster:
 
         return dict(await self.until(f"{kind} {name} phase {phase}", check, timeout))
 
-    async def child(self, kind: str, name: str) -> dict[str, Any]:
-        return dict(await self.until(f"{kind} {name}", lambda: self.get(kind, name)))
+    async def child(self, kind: str, name: str, timeout: float = 60) -> dict[str, Any]:
+        return dict(await self.until(f"{kind} {name}", lambda: self.get(kind, name), timeout))
+
+    async def reason(
+        self, kind: str, name: str, reason: str, timeout: float = 60
+    ) -> dict[str, Any]:
+        """Wait until the reason behind the phase (Failed or Running condition) is ``reason``."""
+
+        async def check() -> dict[str, Any] | None:
+            st = await self.status(kind, name)
+            return st if st.get("conditions") and phase_reason(st) == reason else None
+
+        return dict(await self.until(f"{kind} {name} reason {reason}", check, timeout))
+
+    async def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in await self.items("Event") if e["involvedObject"]["name"] == name]
+
+    async def event(self, name: str, reason: str, timeout: float = 30) -> dict[str, Any]:
+        async def check() -> dict[str, Any] | None:
+            return next((e for e in await self.events(name) if e["reason"] == reason), None)
+
+        return dict(await self.until(f"event {reason} on {name}", check, timeout))
 
 
 @pytest.fixture
@@ -118,15 +148,16 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     async with StampingEmulator() as k, kmock.Server(k):
         declare_resources(k)
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(k, tmp_path / "kubeconfig")))
-        yield Cluster(k)
+        c = Cluster(k)
+        await c.create(CREDS)  # the jobs' storage.credentialsSecret
+        yield c
 
 
-@pytest.fixture
-def operator_args() -> argparse.Namespace:
+def make_args(resync: float) -> argparse.Namespace:
     return build_parser().parse_args(
         [
             "--resync-seconds",
-            "1",
+            str(resync),
             "--liveness",
             "",
             "--runtime-image",
@@ -137,11 +168,25 @@ def operator_args() -> argparse.Namespace:
     )
 
 
+@pytest.fixture
+def operator_args() -> argparse.Namespace:
+    """A resync every second: tests of steady state see many passes."""
+    return make_args(1)
+
+
+@pytest.fixture
+def slow_resync() -> argparse.Namespace:
+    """A resync far beyond the tests' waits: what happens, happens on events and due times."""
+    return make_args(300)
+
+
 class Operator:
     """The operator running in kopf's thread while the test's loop serves the emulator."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        registry, settings, _ = setup(args)
+    def __init__(self, args: argparse.Namespace, **ctx: Any) -> None:
+        registry, settings, octx = setup(args)
+        for k, v in ctx.items():  # OperatorContext knobs (e.g. graphserver_wait_seconds)
+            setattr(octx, k, v)
         self.runner = KopfRunner(
             ["run", "-A", "--standalone"], registry=registry, settings=settings
         )
@@ -170,6 +215,36 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
 
 def cond(st: dict[str, Any], typ: str) -> dict[str, Any]:
     return next(c for c in st["conditions"] if c["type"] == typ)
+
+
+def phase_reason(st: dict[str, Any]) -> str:
+    return str(cond(st, "Failed" if st.get("phase") == "Failed" else "Running")["reason"])
+
+
+def st_msg(st: dict[str, Any]) -> str:
+    return str(cond(st, "Failed" if st.get("phase") == "Failed" else "Running")["message"])
+
+
+async def assert_settled(c: Cluster, seconds: float = 3.5) -> None:
+    """A settled cluster: over several passes (resync every second) nothing is written,
+    no object and no event."""
+
+    async def kopf_done() -> bool:
+        """kopf's own one-time writes (retried on conflicts): its finalizer on every resource
+        and, on GraphServers (they have a delete handler), its diff-base annotation."""
+        jobs, servers = await c.items("DistGNNJob"), await c.items("GraphServer")
+        fin = all(
+            "distgnn.dev/finalizer" in (o["metadata"].get("finalizers") or [])
+            for o in jobs + servers
+        )
+        diffbase = "distgnn.dev/last-handled-configuration"
+        return fin and all(diffbase in (g["metadata"].get("annotations") or {}) for g in servers)
+
+    await c.until("kopf's finalizer and diff-base written", kopf_done)
+    await asyncio.sleep(0.5)  # in-flight events of the last change
+    n = len(c.k.writes)
+    await asyncio.sleep(seconds)
+    assert c.k.writes_since(n) == [], c.k.writes_since(n)
 
 
 async def _succeed_partition(c: Cluster, name: str) -> None:
@@ -255,9 +330,14 @@ async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace
         assert cond(st, "ServersReady")["status"] == "True"
         assert cond(st, "Partitioned")["reason"] == "PartitionsReady"
 
-        await c.patch("Job", "cora-trainers", {"status": {"active": 2}}, "status")
+        # pods created but Pending (no node yet): not Running
+        await c.patch("Job", "cora-trainers", {"status": {"active": 2, "ready": 0}}, "status")
+        st = await c.reason("DistGNNJob", "cora", "TrainersPending")
+        assert st["phase"] == "Starting" and "0/2 trainer pod(s) running" in st_msg(st)
+        await c.patch("Job", "cora-trainers", {"status": {"active": 2, "ready": 2}}, "status")
         st = await c.phase("DistGNNJob", "cora", "Running")
         assert st["trainers"]["active"] == 2 and cond(st, "Running")["status"] == "True"
+        assert st["trainers"]["ready"] == 2
         assert "outputURL" not in st  # the output is not complete yet
         argv = tjob["spec"]["template"]["spec"]["containers"][0]["command"]
         assert "--infer-after-training" in argv
@@ -286,13 +366,11 @@ async def test_job_lifecycle(cluster: Cluster, operator_args: argparse.Namespace
         assert st["metrics"]["testAccuracy"] == metrics["test_accuracy"]
         assert st["completionTime"] and cond(st, "Succeeded")["status"] == "True"
         assert st["outputURL"] == "s3://out/cora-emb"  # where inference wrote
-        # cleanPodPolicy Running: the servers are scaled away, the trainer Job is kept
-
-        async def servers_gone() -> bool:
-            return bool((await c.get("StatefulSet", "cora-server"))["spec"]["replicas"] == 0)
-
-        await c.until("servers scaled down", servers_gone)
+        # cleanPodPolicy Running: the servers are scaled away (before the final status is
+        # written), the trainer Job is kept
+        assert (await c.get("StatefulSet", "cora-server"))["spec"]["replicas"] == 0
         assert await c.get("Job", "cora-trainers") is not None
+        await assert_settled(c)
 
         # deletion: the operator keeps running; children carry owner references for GC
         await c.delete("DistGNNJob", "cora")
@@ -407,7 +485,13 @@ async def test_graphserver_attach_and_delete_held(
 
         await c.until("finalizer added", finalized)
         await c.delete("GraphServer", "shared")
-        await asyncio.sleep(2.0)
+        # a held deletion is visible: phase Terminating, a condition naming the jobs, an event
+        gs = await c.phase("GraphServer", "shared", "Terminating")
+        term = cond(gs, "Terminating")
+        assert term["status"] == "True" and term["reason"] == "AttachedJobs"
+        assert "att" in term["message"]
+        ev = await c.event("shared", "AttachedJobs")
+        assert ev["type"] == "Warning" and "att" in ev["message"]
         held = await c.get("GraphServer", "shared")
         assert held is not None and held["metadata"].get("deletionTimestamp")
         await c.delete("DistGNNJob", "att")
@@ -436,3 +520,354 @@ async def test_invalid_manifest_reported_in_status(
         # the operator is still healthy: a valid job next to it gets its children
         await c.create(job_manifest("good"))
         await c.child("StatefulSet", "good-server")
+
+
+# --- issue 12: behaviour on a real cluster -------------------------------------------------
+
+
+async def _running(c: Cluster, name: str, own_servers: bool = True) -> dict[str, Any]:
+    """Drive a job with given partitions to Running (servers ready, trainer pods running)."""
+    if own_servers:
+        await _servers_ready(c, f"{name}-server", 2)
+    await c.child("Job", f"{name}-trainers")
+    await c.patch("Job", f"{name}-trainers", {"status": {"active": 2, "ready": 2}}, "status")
+    return await c.phase("DistGNNJob", name, "Running")
+
+
+@pytest.mark.parametrize("policy", ["Running", "None"])
+async def test_deadline_failed_job_settles(
+    cluster: Cluster, operator_args: argparse.Namespace, policy: str
+) -> None:
+    """A job failed by activeDeadlineSeconds deletes its running trainers (Running) or leaves
+    them (None), then writes nothing more: no create/delete loop, no events."""
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "dl",
+                graph={"partitions": {"manifestURL": "s3://p/dl.json"}},
+                runPolicy={"activeDeadlineSeconds": 4, "cleanPodPolicy": policy},
+            )
+        )
+        await _running(c, "dl")
+        first = await c.child("Job", "dl-trainers")
+        st = await c.phase("DistGNNJob", "dl", "Failed", timeout=30)
+        assert cond(st, "Failed")["reason"] == "DeadlineExceeded"
+        await assert_settled(c)
+        tjob = await c.get("Job", "dl-trainers")
+        if policy == "Running":
+            assert tjob is None
+            assert (await c.get("StatefulSet", "dl-server"))["spec"]["replicas"] == 0
+        else:
+            assert tjob is not None and tjob["metadata"]["uid"] == first["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("policy", ["Running", "None"])
+async def test_failed_partitioning_settles_and_reports_root_cause(
+    cluster: Cluster, operator_args: argparse.Namespace, policy: str
+) -> None:
+    """A failed partitioning Job fails the job with its root cause in one line; no trainer
+    Job is ever created (also not with cleanPodPolicy None), and the job settles."""
+    c = cluster
+    log_tail = "\n".join(
+        [
+            json.dumps({"level": "info", "msg": "reading s3://graphs/cora.npz"}),
+            "Traceback (most recent call last):",
+            '  File "/app/distgnn/storage.py", line 88, in read_bytes',
+            "FileNotFoundError: s3://graphs/cora.npz: no such key",
+        ]
+    )
+    async with Operator(operator_args):
+        await c.create(job_manifest("pf", runPolicy={"cleanPodPolicy": policy}))
+        await c.child("Job", "pf-partition")
+        pod = _pod("pf-partition-abc", "pf-partition", 0, 1, log_tail)
+        del pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+        await c.create(pod)
+        await c.patch(
+            "Job",
+            "pf-partition",
+            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
+            "status",
+        )
+        st = await c.phase("DistGNNJob", "pf", "Failed")
+        failed = cond(st, "Failed")
+        assert failed["reason"] == "PartitioningFailed"
+        assert failed["message"] == (
+            "partitioning failed: FileNotFoundError: s3://graphs/cora.npz: no such key "
+            "(pod pf-partition-abc)"
+        )
+        ev = await c.event("pf", "PodFailed")
+        assert ev["type"] == "Warning" and "Traceback" in ev["message"]
+        await assert_settled(c)
+        assert await c.get("Job", "pf-trainers") is None
+
+
+async def test_trainer_failure_message_is_the_root_cause(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """The trainers' JSON termination message becomes one line naming the error and the
+    first failing pod; the traceback goes to an event; events come from distgnn-operator."""
+    c = cluster
+    tb = "Traceback (most recent call last):\n" + '  File "x.py", line 1\n' * 60
+    oom = {
+        "error": "RuntimeError",
+        "message": "CUDA out of memory on rank 1",
+        "rank": "1",
+        "traceback": tb + "RuntimeError: CUDA out of memory on rank 1",
+    }
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "oom",
+                graph={"partitions": {"manifestURL": "s3://p/oom.json"}},
+                runPolicy={"backoffLimit": 0},
+            )
+        )
+        await _running(c, "oom")
+        rank1 = _pod("oom-trainers-1-x", "oom-trainers", 1, 1, json.dumps(oom))
+        rank1["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = (
+            "2026-01-01T00:00:01Z"
+        )
+        rank0 = _pod("oom-trainers-0-y", "oom-trainers", 0, 1, "ConnectionResetError: peer")
+        rank0["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = (
+            "2026-01-01T00:00:05Z"
+        )
+        await c.create(rank0)
+        await c.create(rank1)
+        await c.patch(
+            "Job",
+            "oom-trainers",
+            {"status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}},
+            "status",
+        )
+        st = await c.phase("DistGNNJob", "oom", "Failed")
+        msg = cond(st, "Failed")["message"]
+        assert msg.endswith(
+            ": RuntimeError: CUDA out of memory on rank 1 (rank 1, pod oom-trainers-1-x)"
+        )
+        assert "\n" not in msg and "{" not in msg and "Traceback" not in msg
+        ev = await c.event("oom", "PodFailed")
+        assert ev["type"] == "Warning" and "oom-trainers-1-x" in ev["message"]
+        assert ev["message"].endswith("RuntimeError: CUDA out of memory on rank 1")
+        assert len(ev["message"]) < 1100  # the traceback's end, cut sensibly
+        events = await c.events("oom")
+        assert events and all(e["source"]["component"] == "distgnn-operator" for e in events)
+        assert all(e["reportingComponent"] == "distgnn-operator" for e in events)
+        await assert_settled(c)
+
+
+async def test_attached_job_fails_and_settles(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(_graphserver("gs2", 2))
+        await _servers_ready(c, "gs2-server", 2)
+        await c.phase("GraphServer", "gs2", "Ready")
+        await c.create(
+            job_manifest(
+                "aj",
+                graph={"graphServer": {"name": "gs2"}},
+                runPolicy={"activeDeadlineSeconds": 4},
+            )
+        )
+        await _running(c, "aj", own_servers=False)
+        await c.phase("DistGNNJob", "aj", "Failed", timeout=30)
+
+        async def detached() -> bool:
+            return (await c.status("GraphServer", "gs2")).get("attachedJobs") == []
+
+        await c.until("job detached", detached, timeout=10)
+        await assert_settled(c)
+        assert await c.get("Job", "aj-trainers") is None
+
+
+def _graphserver(name: str, parts: int) -> dict[str, Any]:
+    return {
+        "apiVersion": GV,
+        "kind": "GraphServer",
+        "metadata": {"name": name},
+        "spec": {
+            "graph": {"partitions": {"manifestURL": f"s3://p/{name}.json"}},
+            "partitioning": {"numParts": parts},
+        },
+    }
+
+
+async def test_deadline_and_ttl_act_on_time(
+    cluster: Cluster, slow_resync: argparse.Namespace
+) -> None:
+    """With a 300 s resync, a 3 s deadline and a 1 s TTL still act within seconds."""
+    c = cluster
+    async with Operator(slow_resync):
+        await c.create(
+            job_manifest(
+                "soon",
+                graph={"partitions": {"manifestURL": "s3://p/soon.json"}},
+                runPolicy={"activeDeadlineSeconds": 3, "ttlSecondsAfterFinished": 1},
+            )
+        )
+        await _running(c, "soon")
+        st = await c.phase("DistGNNJob", "soon", "Failed", timeout=15)
+        assert cond(st, "Failed")["reason"] == "DeadlineExceeded"
+        await c.until("TTL deletion", lambda: _gone(c, "DistGNNJob", "soon"), timeout=15)
+
+
+async def test_waiting_job_starts_when_graphserver_becomes_ready(
+    cluster: Cluster, slow_resync: argparse.Namespace
+) -> None:
+    """No resync needed: a GraphServer's change runs its waiting jobs' passes, and a job's
+    change (or deletion) updates the GraphServer's attachedJobs."""
+    c = cluster
+    async with Operator(slow_resync):
+        await c.create(job_manifest("w", graph={"graphServer": {"name": "late"}}))
+        st = await c.reason("DistGNNJob", "w", "GraphServerNotFound", timeout=15)
+        assert st["phase"] == "Pending"
+        await c.create(_graphserver("late", 2))
+        st = await c.reason("DistGNNJob", "w", "GraphServerNotReady", timeout=15)
+
+        async def attached() -> bool:
+            return (await c.status("GraphServer", "late")).get("attachedJobs") == ["w"]
+
+        await c.until("attachedJobs current", attached, timeout=15)
+        await _servers_ready(c, "late-server", 2)
+        await c.child("Job", "w-trainers", timeout=15)
+        await c.delete("DistGNNJob", "w")
+
+        async def detached() -> bool:
+            return (await c.status("GraphServer", "late")).get("attachedJobs") == []
+
+        await c.until("attachedJobs after delete", detached, timeout=15)
+
+
+async def test_missing_graphserver_fails_after_the_wait(
+    cluster: Cluster, slow_resync: argparse.Namespace
+) -> None:
+    c = cluster
+    async with Operator(slow_resync, graphserver_wait_seconds=3):
+        await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
+        st = await c.phase("DistGNNJob", "orphan", "Failed", timeout=20)
+        failed = cond(st, "Failed")
+        assert failed["reason"] == "GraphServerNotFound"
+        assert "GraphServer nope did not appear within 3s" in failed["message"]
+
+
+async def test_canonicalised_quantities_are_not_drift(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """The API server stores 0.5 as 500m and 2048Mi as 2Gi (the emulator does too): passes
+    that change nothing send no PATCH and post no "Updated" event."""
+    c = cluster
+    res = {"requests": {"cpu": "0.5", "memory": "2048Mi"}, "limits": {"memory": "3072Mi"}}
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "q",
+                graph={"partitions": {"manifestURL": "s3://p/q.json"}},
+                servers={"resources": res},
+                trainers={
+                    "replicas": 2,
+                    "app": {"name": "node-classification", "epochs": 1},
+                    "resources": res,
+                },
+            )
+        )
+        sts = await c.child("StatefulSet", "q-server")
+        stored = sts["spec"]["template"]["spec"]["containers"][0]["resources"]
+        assert stored == {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "3Gi"}}
+        await _running(c, "q")
+        await assert_settled(c)
+        assert not [e for e in await c.events("q") if e["reason"] == "Updated"]
+
+
+@pytest.mark.parametrize(("code", "hint"), [(403, "gangScheduling.enabled=true"), (404, "CRD")])
+async def test_gang_job_without_podgroups_is_held_and_reported(
+    cluster: Cluster, operator_args: argparse.Namespace, code: int, hint: str
+) -> None:
+    c = cluster
+    if code == 403:
+        c.k.forbidden.add("podgroups")  # RBAC: the chart's gang scheduling is off
+    # 404: the emulator does not serve podgroups by default, as a cluster without the CRD
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "gang",
+                graph={"partitions": {"manifestURL": "s3://p/g.json"}},
+                runPolicy={"schedulingPolicy": {"gang": {"enabled": True}}},
+            )
+        )
+        st = await c.reason("DistGNNJob", "gang", "PodGroupUnavailable")
+        assert st["phase"] == "Pending"
+        msg = st_msg(st)
+        assert f"HTTP {code}" in msg and "held" in msg
+        if code == 403:
+            assert hint in msg
+        ev = await c.event("gang", "PodGroupUnavailable")
+        assert ev["type"] == "Warning"
+        await asyncio.sleep(1.5)
+        assert await c.get("StatefulSet", "gang-server") is None  # held: nothing created
+        assert await c.get("Secret", "gang-token") is None
+
+
+async def test_deleted_children_come_back_at_once_and_servers_roll_on_new_token(
+    cluster: Cluster, slow_resync: argparse.Namespace
+) -> None:
+    c = cluster
+    async with Operator(slow_resync):
+        await c.create(job_manifest("kids", graph={"partitions": {"manifestURL": "s3://p/k.json"}}))
+        sts = await c.child("StatefulSet", "kids-server")
+        ann = sts["spec"]["template"]["metadata"]["annotations"]["distgnn.dev/token-hash"]
+        for kind, name in (
+            ("Service", "kids-server"),
+            ("Service", "kids-trainers"),
+            ("NetworkPolicy", "kids-server"),
+        ):
+            await c.child(kind, name)
+            await c.delete(kind, name)
+            await c.child(kind, name, timeout=15)
+        await c.delete("Secret", "kids-token")
+        await c.child("Secret", "kids-token", timeout=15)
+
+        async def rolled() -> bool:
+            obj = await c.get("StatefulSet", "kids-server")
+            tpl = obj["spec"]["template"]["metadata"].get("annotations") or {}
+            return tpl.get("distgnn.dev/token-hash") not in (None, ann)
+
+        await c.until("servers rolled onto the new token", rolled, timeout=15)
+
+
+async def test_resource_being_deleted_is_not_reconciled(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    c = cluster
+    async with Operator(operator_args):
+        manifest = job_manifest("bye", graph={"partitions": {"manifestURL": "s3://p/b.json"}})
+        manifest["metadata"]["finalizers"] = ["example.com/hold"]  # keeps it while deleting
+        await c.create(manifest)
+        await c.child("Service", "bye-trainers")
+        await c.phase("DistGNNJob", "bye", "Starting")
+        await c.delete("DistGNNJob", "bye")
+        await asyncio.sleep(1.5)  # a pass that read the job before its deletion may finish
+        await c.delete("Service", "bye-trainers")
+        await asyncio.sleep(2.5)  # two resyncs
+        assert await c.get("Service", "bye-trainers") is None
+
+
+async def test_missing_credentials_secret_is_reported(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "nocreds",
+                graph={"partitions": {"manifestURL": "s3://p/n.json"}},
+                storage={"credentialsSecret": {"name": "missing-creds"}},
+            )
+        )
+        st = await c.reason("DistGNNJob", "nocreds", "CredentialsSecretNotFound")
+        assert st["phase"] == "Pending" and "missing-creds" in st_msg(st)
+        ev = await c.event("nocreds", "CredentialsSecretNotFound")
+        assert ev["type"] == "Warning"
+        await c.create({**CREDS, "metadata": {"name": "missing-creds"}})
+        await c.reason("DistGNNJob", "nocreds", "ServersStarting")

@@ -6,11 +6,13 @@ the operator against the same stand-in (see ../shared/docs/TESTING.md for kmock'
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import gzip
 import importlib.resources
 import itertools
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +22,113 @@ import kmock
 import yaml
 
 from distgnn import contract
+from distgnn_operator.quantity import QuantityError, canonical
 
 GV = f"{contract.API_GROUP}/{contract.API_VERSION}"
 _RV = itertools.count(1)
 
 
+def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
+    return aiohttp.web.json_response(
+        {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "status": "Failure",
+            "code": code,
+            "reason": reason,
+            "message": message,
+        },
+        status=code,
+    )
+
+
+def _canonical_quantity(v: Any) -> Any:
+    try:
+        return canonical(str(v))
+    except QuantityError:
+        return v
+
+
+def server_rewrites(obj: dict[str, Any]) -> None:
+    """What the API server rewrites in a stored object (documented behaviour):
+
+    * quantities in canonical form (``resources.requests``/``limits``, ``emptyDir.sizeLimit``:
+      ``0.5`` -> ``500m``, ``2048Mi`` -> ``2Gi``);
+    * a Secret's ``stringData`` merged into base64 ``data`` (write-only field);
+    * ``fieldRef.apiVersion`` defaulted to ``v1``.
+    """
+    if obj.get("kind") == "Secret" or "stringData" in obj:
+        plain = obj.pop("stringData", None) or {}
+        data = obj.setdefault("data", {}) if plain else obj.get("data")
+        for k, v in plain.items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+
+    def walk(x: Any, key: str | None = None) -> None:
+        if isinstance(x, dict):
+            for k, v in list(x.items()):
+                if k in ("requests", "limits") and isinstance(v, dict):
+                    x[k] = {q: _canonical_quantity(n) for q, n in v.items()}
+                elif k == "sizeLimit" and v is not None:
+                    x[k] = _canonical_quantity(v)
+                elif k == "fieldRef" and isinstance(v, dict):
+                    v.setdefault("apiVersion", "v1")
+                else:
+                    walk(v, k)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, key)
+
+    walk(obj.get("spec"))
+
+
+@dataclass(frozen=True)
+class Write:
+    """A write the emulator served (for asserting that a settled resource sees none)."""
+
+    method: str
+    path: str
+    plural: str
+    name: str | None
+    body: Any
+
+
 class StampingEmulator(kmock.KubernetesEmulator):
-    """Adds what a real API server stamps: uid, resourceVersion, generation, timestamps."""
+    """Adds what a real API server stamps (uid, resourceVersion, generation, timestamps) and
+    rewrites (:func:`server_rewrites`); records writes; answers 403 for ``forbidden``
+    resources (RBAC) and 404 for ``unserved`` ones (CRD not installed)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes: list[Write] = []
+        self.forbidden: set[str] = set()
+        """plurals answered with 403, as RBAC does for resources the operator may not use"""
+        self.unserved: set[str] = {"podgroups"}
+        """plurals answered with 404, as for a CRD that is not installed (kmock itself would
+        store any kind; by default the cluster has no scheduler-plugins PodGroup CRD)"""
+
+    def writes_since(self, n: int, plural: str | None = None) -> list[Write]:
+        return [w for w in self.writes[n:] if plural is None or w.plural == plural]
 
     async def _handle(self, request: Any) -> Any:
+        plural = getattr(request.resource, "plural", None) or ""
+        if request.resource is not None and plural in self.forbidden:
+            return _status(403, "Forbidden", f"{plural} is forbidden: RBAC")
+        if request.resource is not None and plural in self.unserved:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        method = str(getattr(request.method, "value", request.method)).upper()
+        if request.resource is not None and method in ("POST", "PATCH", "PUT", "DELETE"):
+            self.writes.append(
+                Write(
+                    method,
+                    request.url.path,
+                    plural,
+                    request.name,
+                    request.data,
+                )
+            )
+        builtin = getattr(request.resource, "group", None) != contract.API_GROUP
+        if request.resource is not None and isinstance(request.data, dict) and builtin:
+            server_rewrites(request.data)  # built-in kinds only: CRD fields are kept as sent
         if request.resource is not None and isinstance(request.data, dict):
             rv = str(next(_RV))
             md = request.data.setdefault("metadata", {})
@@ -57,17 +157,7 @@ class StampingEmulator(kmock.KubernetesEmulator):
             return await super()._handle(request)
         except jsonpatch.JsonPatchTestFailed as e:
             # the real API server answers a failed "test" operation with 422, not 500
-            return aiohttp.web.json_response(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Status",
-                    "status": "Failure",
-                    "code": 422,
-                    "reason": "Invalid",
-                    "message": str(e),
-                },
-                status=422,
-            )
+            return _status(422, "Invalid", str(e))
 
 
 def declare_resources(k: kmock.KubernetesEmulator) -> None:

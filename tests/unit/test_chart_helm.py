@@ -344,10 +344,10 @@ NAMESPACED_RULES = {
     (CRD_GROUP, "distgnnjobs/status"): {"patch"},
     (CRD_GROUP, "graphservers/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "delete"},
-    ("", "services"): APPLIED,
-    ("networking.k8s.io", "networkpolicies"): APPLIED,
+    ("", "services"): APPLIED | {"watch"},
+    ("networking.k8s.io", "networkpolicies"): APPLIED | {"watch"},
     ("apps", "statefulsets"): APPLIED | {"watch"},
-    ("", "secrets"): CREATED_ONCE,
+    ("", "secrets"): CREATED_ONCE | {"get", "watch"},
     ("batch", "jobs"): CREATED_ONCE | {"watch"},
     ("", "events"): {"create", "patch"},
 }

@@ -69,3 +69,27 @@ def test_partition_command_writes_balance_train_on(tmp_path: Path) -> None:
 
     m = json.loads((tmp_path / "o" / "g.json").read_text())
     assert m["options"]["balance_train"] is True
+
+
+def test_partition_command_of_a_manifest_parses_to_the_same_options() -> None:
+    """What the operator's partitioning Job runs means what the manifest says."""
+    from distgnn.api import parse_job, partition_command
+
+    p = _subparser("partition")
+    for balance in (True, False):
+        job = parse_job(
+            {
+                "apiVersion": "distgnn.dev/v1alpha1",
+                "kind": "DistGNNJob",
+                "metadata": {"name": "j"},
+                "spec": {
+                    "graph": {"source": {"url": "s3://b/g.npz"}},
+                    "partitioning": {"balanceTrain": balance},
+                    "trainers": {"app": {"name": "node-classification"}},
+                },
+            }
+        )
+        spec = job.spec
+        argv = partition_command("j", spec.graph, spec.partitioning, "s3://b/out")
+        args = p.parse_args(argv[argv.index("partition") + 1 :])
+        assert args.balance_train is balance

@@ -218,3 +218,54 @@ def test_seeds_of_two_types_keep_dgl_order(hetero: str) -> None:
                 assert torch.equal(b.srcdata[dgl.NID][t][:n], b.dstdata[dgl.NID][t])
             assert torch.equal(blocks[0].dstdata[dgl.NID][t], blocks[1].srcdata[dgl.NID][t])
         assert all(b.device == torch.device("cpu") for b in blocks)
+
+
+def test_edge_loader_on_a_typed_graph(hetero: str) -> None:
+    """Dict edge seeds: typed blocks and pair graphs by edge type; negatives pair each
+    source with nodes of the edge's destination type (DGL's Uniform)."""
+    with DistGraph.standalone(hetero) as g:
+        book = g.get_partition_book()
+        buys = ("user", "buys", "item")
+        seeds = torch.arange(0, g.num_edges(buys), 2)
+        loader = DistEdgeDataLoader(
+            g,
+            {"buys": seeds},
+            NeighborSampler([2, 2]),
+            batch_size=10,
+            shuffle=True,
+            negative_sampler=negative_sampler.Uniform(3),
+            exclude="self",
+        )
+        seen = []
+        for inp, pos, neg, blocks in loader:
+            assert set(inp) == {"item", "user"} and pos.canonical_etypes == [buys]
+            e = pos.edata[dgl.EID][buys]
+            seen.append(e)
+            dst_ids = blocks[-1].dstdata[dgl.NID]
+            ps, pd = pos.edges(etype="buys")
+            real_s, real_d = g.find_edges(e, etype=buys)  # type-wise node IDs
+            assert torch.equal(dst_ids["user"][ps], real_s)
+            assert torch.equal(dst_ids["item"][pd], real_d)
+            ns, nd = neg.edges(etype=buys)
+            assert neg.num_edges() == 3 * pos.num_edges()
+            assert torch.equal(dst_ids["user"][ns], real_s.repeat_interleave(3))
+            assert int(nd.max()) < pos.num_nodes("item")  # items, never users
+            homo_seed = book.map_to_homo_eid(e, buys)
+            for b in blocks:  # exclude="self": seed edges are not among the sampled ones
+                for cet in b.canonical_etypes:
+                    if cet == buys:
+                        rel_e = book.map_to_homo_eid(torch.from_numpy(b[cet].eid), cet)
+                        assert not torch.isin(rel_e, homo_seed).any()
+            h = {
+                "user": torch.randn(pos.num_nodes("user"), 4),
+                "item": torch.randn(pos.num_nodes("item"), 4),
+            }
+            with neg.local_scope():
+                neg.ndata["h"] = h
+                neg.apply_edges(dgl.function.u_dot_v("h", "h", "s"))
+                s = neg.edata["s"][buys]
+            assert torch.allclose(s[:, 0], (h["user"][ns] * h["item"][nd]).sum(1))
+            assert "s" not in neg.edata
+        assert sorted(torch.cat(seen).tolist()) == seeds.tolist()
+        with pytest.raises(ConfigError, match="dict etype"):
+            DistEdgeDataLoader(g, seeds, NeighborSampler([2]))

@@ -11,6 +11,7 @@ import kopf
 import pytest
 
 from distgnn_operator.__main__ import build_parser, namespaces, setup
+from distgnn_operator.desired import DesiredContext
 from distgnn_operator.handlers import HandlerSettings, make_settings
 from distgnn_operator.kube import ApiError, Credentials, KubeApi
 from distgnn_operator.reconcile import job_state, owned_by, parse_metrics, ready_replicas, subset
@@ -116,3 +117,90 @@ def test_connection_failures_are_api_errors() -> None:
             await api.get("Pod", "ns", "p")
 
     asyncio.run(go())
+
+
+def test_drift_compares_only_our_fields_in_canonical_form() -> None:
+    from distgnn_operator.drift import canonicalize, drifted
+
+    want = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "resources": {"requests": {"cpu": "0.5", "memory": "2048Mi"}},
+                            "env": [{"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+                            "ports": [],
+                        }
+                    ],
+                    "volumes": [{"name": "shm", "emptyDir": {"sizeLimit": "1024Mi"}}],
+                }
+            }
+        }
+    }
+    stored = {
+        "spec": {
+            "updateStrategy": {"type": "RollingUpdate"},  # defaulted by the API server
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}},
+                            "env": [
+                                {
+                                    "name": "P",
+                                    "valueFrom": {
+                                        "fieldRef": {"apiVersion": "v1", "fieldPath": "x"}
+                                    },
+                                }
+                            ],
+                            "terminationMessagePath": "/dev/termination-log",
+                        }
+                    ],
+                    "volumes": [{"name": "shm", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    "dnsPolicy": "ClusterFirst",
+                }
+            },
+        }
+    }
+    assert not drifted(want, stored)
+    more = canonicalize(want)
+    more["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    assert drifted(more, stored)
+    assert more["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "1Gi"
+
+
+def test_token_hash_annotation_rolls_servers_only_when_the_token_changes() -> None:
+    from distgnn.api import parse_job
+    from distgnn_operator.desired import ANN_TOKEN_HASH, Stage, desired_job_children
+    from distgnn_operator.reconcile import secret_value, token_hash
+
+    job = parse_job(
+        {
+            "apiVersion": "distgnn.dev/v1alpha1",
+            "kind": "DistGNNJob",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+            "spec": {
+                "graph": {"partitions": {"manifestURL": "s3://b/j.json"}},
+                "partitioning": {"numParts": 2},
+                "trainers": {"replicas": 1, "app": {"name": "node-classification"}},
+            },
+        }
+    )
+
+    def ann(h: str | None) -> str | None:
+        objs = desired_job_children(job, stage=Stage(token_hash=h), ctx=_ctx())
+        sts = next(o for o in objs if o["kind"] == "StatefulSet")
+        return (sts["spec"]["template"]["metadata"].get("annotations") or {}).get(ANN_TOKEN_HASH)
+
+    assert ann(None) is None
+    assert ann(token_hash("a")) == token_hash("a") != token_hash("b")
+    assert len(token_hash("secret")) == 16 and "secret" not in token_hash("secret")
+    secret = {"data": {"token": "c2VjcmV0"}}  # base64("secret")
+    assert secret_value(secret, "token") == "secret"
+    assert secret_value({"stringData": {"token": "x"}}, "token") == "x"
+    assert secret_value(None, "token") is None
+
+
+def _ctx() -> DesiredContext:
+    return DesiredContext(partitions_url="s3://parts")

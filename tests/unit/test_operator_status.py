@@ -11,7 +11,9 @@ from distgnn_operator.status import (
     JobObservation,
     Reason,
     graphserver_status,
+    graphserver_terminating,
     job_status,
+    transition_event,
 )
 
 BASE = JobObservation(
@@ -48,6 +50,28 @@ TABLE = [
     (obs(deadline_exceeded=True), "Failed", Reason.DEADLINE),
     (obs(suspended=True, trainer_job="absent"), "Suspended", Reason.SUSPENDED),
     (obs(waiting_for_graphserver="gs", partition_needed=False), "Pending", Reason.WAITING_GS),
+    # pods created but not running yet (batch Job status.ready < active)
+    (obs(trainers_ready=0), "Starting", Reason.TRAINERS_PENDING),
+    (obs(trainers_ready=1), "Starting", Reason.TRAINERS_PENDING),
+    (obs(trainers_ready=2), "Running", Reason.TRAINERS_RUNNING),
+    (
+        obs(waiting_for_graphserver="gs", graphserver_missing=True, trainer_job="absent"),
+        "Pending",
+        Reason.GS_NOT_FOUND,
+    ),
+    (
+        obs(waiting_for_graphserver="gs", graphserver_missing=True, graphserver_wait_expired=True),
+        "Failed",
+        Reason.GS_NOT_FOUND,
+    ),
+    (
+        obs(podgroup_unavailable="HTTP 403", trainer_job="absent"),
+        "Pending",
+        Reason.PODGROUP_UNAVAILABLE,
+    ),
+    (obs(credentials_missing="s3", trainer_job="absent"), "Pending", Reason.CREDENTIALS_MISSING),
+    # a missing Secret does not stop trainers that already run
+    (obs(credentials_missing="s3"), "Running", Reason.TRAINERS_RUNNING),
 ]
 
 
@@ -117,6 +141,29 @@ def test_graphserver_phase_table(o: GraphServerObservation, phase: str) -> None:
     ready = {c["type"]: c for c in st["conditions"]}.get("ServersReady")
     if ready is not None:
         assert (ready["status"] == "True") == (phase == "Ready")
+
+
+def test_events_only_on_transitions() -> None:
+    a = job_status(obs(trainer_job="absent", trainers_active=0), None, "t0")
+    assert transition_event({}, a) == ("Normal", Reason.TRAINERS_STARTING, "starting trainers")
+    b = job_status(obs(), a, "t1")
+    assert transition_event(a, b) == ("Normal", Reason.TRAINERS_RUNNING, "2 trainer(s) running")
+    assert transition_event(b, job_status(obs(), b, "t2")) is None  # no change, no event
+    c = job_status(obs(podgroup_unavailable="HTTP 404", trainer_job="absent"), b, "t3")
+    ev = transition_event(b, c)
+    assert ev is not None and ev[0] == "Warning" and ev[1] == Reason.PODGROUP_UNAVAILABLE
+    d = job_status(obs(deadline_exceeded=True), b, "t4")
+    assert transition_event(b, d) == ("Warning", Reason.DEADLINE, "activeDeadlineSeconds exceeded")
+
+
+def test_graphserver_terminating_names_attached_jobs() -> None:
+    ready = graphserver_status(GraphServerObservation(num_parts=1, servers_ready=1), None, "t0")
+    st = graphserver_terminating(ready, ["b", "a"], "t1", 1)
+    assert st["phase"] == "Terminating" and st["attachedJobs"] == ["a", "b"]
+    term = {c["type"]: c for c in st["conditions"]}["Terminating"]
+    assert term["status"] == "True" and term["reason"] == Reason.TERMINATING
+    assert term["message"].endswith(": a, b")
+    assert graphserver_terminating(st, ["a", "b"], "t2", 1) == st  # unchanged: no patch
 
 
 def test_output_url_named_once_the_job_succeeded() -> None:

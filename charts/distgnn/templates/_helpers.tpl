@@ -118,21 +118,23 @@ all namespaces, in a Role per namespace otherwise).
   resources: ["pods"]
   verbs: ["get", "list", "watch", "delete"]
 # Children the operator applies (observe by label, create, patch drift, prune): headless
-# Services and the servers' StatefulSets and NetworkPolicies. kopf also watches StatefulSets.
+# Services and the servers' StatefulSets and NetworkPolicies. kopf watches every child kind
+# (label-selected), so a deleted child comes back at once.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Children created once and never patched: the per-job token Secret, the partitioner and
-# trainer Jobs (immutable templates: recreated on restart; kopf watches them).
+# trainer Jobs (immutable templates: recreated on restart). "get" on secrets: a job's
+# storage.credentialsSecret that does not exist is reported in its status.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["list", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["list", "watch", "create", "delete"]

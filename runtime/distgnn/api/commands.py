@@ -81,6 +81,8 @@ def partition_command(
     ]
     if part.balance_train:
         cmd += ["--balance-train", "--train-mask", train_mask]
+    else:  # explicit: the command's own default is on
+        cmd.append("--no-balance-train")
     if part.balance_edges:
         cmd.append("--balance-edges")
     return cmd

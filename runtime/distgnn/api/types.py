@@ -511,7 +511,7 @@ class GraphServerSpec:
 # --- status -------------------------------------------------------------------------
 
 JOB_PHASES = ("Pending", "Partitioning", "Starting", "Running", "Succeeded", "Failed", "Suspended")
-GRAPHSERVER_PHASES = ("Pending", "Partitioning", "Starting", "Ready", "Failed")
+GRAPHSERVER_PHASES = ("Pending", "Partitioning", "Starting", "Ready", "Failed", "Terminating")
 
 
 @dataclass
@@ -535,6 +535,7 @@ class TrainerCounts:
     """Trainer pods by state."""
 
     active: int | None = fld(None, doc="Running or pending trainer pods.", minimum=0)
+    ready: int | None = fld(None, doc="Running (ready) trainer pods.", minimum=0)
     succeeded: int | None = fld(None, doc="Succeeded trainer pods.", minimum=0)
     failed: int | None = fld(None, doc="Failed trainer pods.", minimum=0)
 

@@ -17,10 +17,11 @@ import torch
 
 from distgnn import contract
 from distgnn.dataloading.negative_sampler import num_negatives
+from distgnn.dataloading.pair_graph import typed_pair_graph
 from distgnn.dataloading.types import GraphTyping, graph_typing, to_numpy
 from distgnn.errors import ConfigError
-from distgnn.sampling.batches import EdgeBatcher, NodeBatcher, PairGraph
-from distgnn.sampling.blocks import Block
+from distgnn.sampling.batches import EdgeBatcher, NodeBatcher
+from distgnn.sampling.blocks import EID, Block
 from distgnn.sampling.loader import BatchLoader
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.sampling.source import source_for
@@ -263,16 +264,17 @@ class DistEdgeDataLoader(_Loader):
                 "(a function cannot run in sampler processes)"
             )
         typing = graph_typing(g)
+        self._typed = isinstance(eids, Mapping) and typing is not None
         if isinstance(eids, Mapping):
             if typing is not None:
                 seeds = typing.homo_eids(eids)
             else:
                 seeds = np.concatenate([to_numpy(v) for v in eids.values()] or [np.zeros(0)])
-            if typing is not None and len(typing.ntypes) > 1:
-                raise ConfigError(
-                    "eids: edge loaders on graphs with several node types are not supported yet"
-                )
         else:
+            if typing is not None and len(typing.types.canonical_etypes) > 1:
+                raise ConfigError(
+                    "eids: the graph has several edge types; give a dict etype -> edge IDs"
+                )
             seeds = to_numpy(eids)
         rev = None if reverse_eids is None else to_numpy(reverse_eids)
         self._with_neg = negative_sampler is not None
@@ -288,14 +290,22 @@ class DistEdgeDataLoader(_Loader):
             _seed(seed),
             reverse_eids=rev,
         )
-        super().__init__(
-            BatchLoader(source_for(g), batcher, n), None, device, sampler.output_device
-        )
+        self._k = num_negatives(negative_sampler)
+        engine = BatchLoader(source_for(g), batcher, n)
+        super().__init__(engine, typing if self._typed else None, device, sampler.output_device)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        for inp, pos, neg, blocks in self._engine:
-            pos_g: PairGraph = pos.to(self.device)
+        for inp, pos, neg, raw_blocks in self._engine:
+            blocks = self._blocks(raw_blocks)
+            pos_g: Any = pos
+            neg_g: Any = neg
+            if self._typed and self._typing is not None:
+                last = blocks[-1]
+                et = self._typing.map_eids(pos.edata[EID].numpy())[0]
+                pos_g = typed_pair_graph(self._typing, last, pos, et, True)
+                neg_g = typed_pair_graph(self._typing, last, neg, np.repeat(et, self._k), False)
+            pos_g, neg_g = pos_g.to(self.device), neg_g.to(self.device)
             if self._with_neg:
-                yield self._ids(inp, False), pos_g, neg.to(self.device), self._blocks(blocks)
+                yield self._ids(inp, self._typed), pos_g, neg_g, blocks
             else:
-                yield self._ids(inp, False), pos_g, self._blocks(blocks)
+                yield self._ids(inp, self._typed), pos_g, blocks

@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 import posixpath
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,7 +50,7 @@ class PartWriter:
         path = posixpath.join(self.root, rel_name)
         url = storage.redact(storage.join(self.base_url, self.rel_dir, rel_name))
         local = isinstance(self.fs, LocalFileSystem)
-        target = f"{path}.{os.getpid()}.tmp" if local else path
+        target = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp" if local else path
         with storage.errors_for(url):
             try:
                 if local:

@@ -225,8 +225,8 @@ class EdgeBatcher(Batcher):
     def make(self, src: GraphSource, epoch: int, b: int) -> dict[str, np.ndarray]:
         eids = self.batch_seeds(epoch, b)
         u, v = src.find_edges(eids)
-        if self.neg is not None:
-            nu, nv = self.neg(u, src.num_nodes(), _rng(self.seed, epoch, b, 1))
+        if self.neg is not None:  # per destination type on typed graphs
+            nu, nv = src.negatives(u, eids, self.neg.k, _rng(self.seed, epoch, b, 1))
         else:
             nu = nv = np.zeros(0, dtype=np.int64)
         nodes, inv = np.unique(np.concatenate([u, v, nu, nv]), return_inverse=True)

@@ -16,6 +16,7 @@ import numpy as np
 from distgnn import contract
 from distgnn.errors import ConfigError
 from distgnn.sampling.local import LocalGraph
+from distgnn.sampling.negative import UniformNegativeSampler
 from distgnn.sampling.neighbor import Fanout, Hop, OneHop
 
 
@@ -23,6 +24,9 @@ class GraphSource(Protocol):
     def one_hop(self, rng: np.random.Generator) -> OneHop: ...
     def num_nodes(self) -> int: ...
     def find_edges(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+    def negatives(
+        self, src: np.ndarray, eids: np.ndarray, k: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]: ...
     def spec(self) -> dict[str, Any] | None: ...
     def close(self) -> None: ...
 
@@ -47,6 +51,11 @@ class LocalSource:
 
     def find_edges(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.g.find_edges(eids)
+
+    def negatives(
+        self, src: np.ndarray, eids: np.ndarray, k: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return UniformNegativeSampler(k)(src, self.num_nodes(), rng)
 
     def spec(self) -> dict[str, Any] | None:
         return None if self.path is None else {"kind": "local", "path": self.path}
@@ -98,6 +107,27 @@ class DistSource:
         homo = getattr(self.g, "_find_homo", None)  # DistGraph: no per-type mapping
         src, dst = homo(ids) if homo is not None else self.g.find_edges(ids)
         return _np(src).astype(np.int64), _np(dst).astype(np.int64)
+
+    def negatives(
+        self, src: np.ndarray, eids: np.ndarray, k: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``k`` pairs ``(u, w)`` per positive edge ``(u, v)``; on a graph with several node
+        types ``w`` is uniform over the nodes of the edge's destination type (DGL's
+        ``Uniform``), else over all nodes."""
+        book = getattr(self.g, "book", None)
+        if book is None or len(book.ntypes) <= 1:
+            return UniformNegativeSampler(k)(src, self.num_nodes(), rng)
+        et = np.repeat(np.asarray(book.map_eids(eids)[0], dtype=np.int64), k)
+        dst_t = np.asarray(
+            [book.ntypes.index(c[2]) for c in book.canonical_etypes], dtype=np.int64
+        )[et]
+        neg_dst = np.empty(et.size, dtype=np.int64)
+        for t, ntype in enumerate(book.ntypes):
+            sel = np.flatnonzero(dst_t == t)
+            if sel.size:
+                n_t = int(book.ntype_offsets(ntype)[-1])
+                neg_dst[sel] = book.to_homogeneous_nids(ntype, rng.integers(0, n_t, sel.size))
+        return np.repeat(np.asarray(src, dtype=np.int64), k), neg_dst
 
     def spec(self) -> dict[str, Any] | None:
         return self._spec

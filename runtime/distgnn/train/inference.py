@@ -324,7 +324,7 @@ def infer_to_storage(
             )
 
     on_layer(-1, len(lw.steps), 0.0)
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     rows = layer_pass(
         tg,
         lw,
@@ -337,7 +337,7 @@ def infer_to_storage(
         keep,
         on_layer,
     )
-    t_compute = time.monotonic() - t0
+    t_compute, cpu_compute = time.monotonic() - t0, time.process_time() - c0
     final = rows[-1]
     emb = rows[hidden_i] if opts.embedding_layer == "hidden" else final
     assert final is not None and emb is not None
@@ -374,6 +374,7 @@ def infer_to_storage(
             rank=ctx.rank,
             rows_written=written,
             peak_rss_mb=peak_rss_mb(),
+            compute_cpu_seconds=round(cpu_compute, 3),
             **{k: v for k, v in summary.items() if k != "output_url"},
             output=storage.redact(opts.output_url),
         ),

@@ -1,0 +1,113 @@
+"""Root cause of a failed pod from its termination message: one line for the condition,
+the traceback (cut at its start, not its end) for an event."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from distgnn_operator.failure import DETAIL_MAX, first_failure, summarize
+
+TB = (
+    "Traceback (most recent call last):\n"
+    '  File "/app/distgnn/train/cli.py", line 118, in main\n'
+    "    return _run(args)\n"
+    "RuntimeError: CUDA out of memory on rank 1"
+)
+JSON_LOG = "\n".join(
+    json.dumps(r)
+    for r in (
+        {"ts": 1.0, "level": "info", "logger": "distgnn.partition", "msg": "loading graph"},
+        {
+            "ts": 2.0,
+            "level": "error",
+            "logger": "distgnn.cli",
+            "msg": "partition failed",
+            "exc": "Traceback (most recent call last):\n  ...\nMemoryError: cannot allocate",
+        },
+    )
+)
+
+SUMMARY = [
+    # the trainers' JSON error object (distgnn.train.cli.main)
+    (
+        json.dumps(
+            {
+                "error": "RuntimeError",
+                "message": "CUDA out of memory on rank 1",
+                "rank": "1",
+                "traceback": TB,
+            }
+        ),
+        None,
+        "RuntimeError: CUDA out of memory on rank 1",
+        "Traceback (most recent call last)",
+    ),
+    # a multi-line exception message keeps its first line only
+    (
+        json.dumps({"error": "ValueError", "message": "bad fanouts\nsee docs", "traceback": ""}),
+        None,
+        "ValueError: bad fanouts",
+        "",
+    ),
+    # FallbackToLogsOnError: a plain Python traceback in the log tail
+    ("some output\n" + TB + "\n", None, "RuntimeError: CUDA out of memory on rank 1", "Traceback"),
+    # the CLI's one-line error (a user mistake)
+    (
+        "distgnn partition: error: spec.graph.source.url: no such object s3://b/g.npz",
+        None,
+        "distgnn partition: error: spec.graph.source.url: no such object s3://b/g.npz",
+        "distgnn partition",
+    ),
+    # JSON log lines (distgnn.log): the error record's exception
+    (JSON_LOG, None, "MemoryError: cannot allocate (partition failed)", "loading graph"),
+    # nothing written: the container's reason and exit code
+    ("", "OOMKilled", "OOMKilled (exit code 137): the container exceeded its memory limit", ""),
+    (None, "Error", "Error (exit code 137)", ""),
+    # anything else: its last line
+    ("starting\nkilled by signal 9", None, "killed by signal 9", "starting"),
+]
+
+
+@pytest.mark.parametrize(("message", "reason", "summary", "detail_has"), SUMMARY)
+def test_summary_is_one_line_root_cause(
+    message: str | None, reason: str | None, summary: str, detail_has: str
+) -> None:
+    got, detail = summarize(message, reason, 137)
+    assert got == summary
+    assert "\n" not in got and len(got) <= 300
+    assert detail_has in detail
+
+
+def test_long_traceback_keeps_its_end() -> None:
+    tb = "Traceback (most recent call last):\n" + "  frame\n" * 1000 + "KeyError: 'feat'"
+    summary, detail = summarize(
+        json.dumps({"error": "KeyError", "message": "'feat'", "traceback": tb})
+    )
+    assert summary == "KeyError: 'feat'"
+    assert len(detail) == DETAIL_MAX and detail.startswith("…") and detail.endswith("'feat'")
+
+
+def _pod(name: str, rank: int, code: int, msg: str, at: str) -> dict[str, Any]:
+    term = {"exitCode": code, "message": msg, "finishedAt": at}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"batch.kubernetes.io/job-completion-index": str(rank)},
+        },
+        "status": {"containerStatuses": [{"state": {"terminated": term}}]},
+    }
+
+
+def test_first_failure_is_the_earliest_failed_pod() -> None:
+    pods = [
+        _pod("t-0", 0, 1, "ConnectionResetError: peer closed", "2026-01-01T00:00:09Z"),
+        _pod("t-1", 1, 1, TB, "2026-01-01T00:00:03Z"),
+        _pod("t-2", 2, 0, '{"testAccuracy": 0.8}', "2026-01-01T00:00:01Z"),
+    ]
+    fail = first_failure(pods)
+    assert fail is not None and fail.pod == "t-1" and fail.rank == "1"
+    assert fail.headline() == "RuntimeError: CUDA out of memory on rank 1 (rank 1, pod t-1)"
+    assert first_failure([pods[2]]) is None
