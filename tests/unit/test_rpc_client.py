@@ -33,13 +33,16 @@ def _answer(mtype: MsgType, req_id: int, meta: dict) -> bytes:
 
 @pytest.fixture
 def peer() -> Iterator[Callable[[Script], tuple[str, int]]]:
-    """A loopback listener running ``script(conn, n)`` for its n-th connection."""
-    lst = socket.create_server(("127.0.0.1", 0))
-    lst.settimeout(0.1)
+    """Loopback listeners, each running ``script(conn, n)`` for its n-th connection."""
     stop = threading.Event()
     threads: list[threading.Thread] = []
+    listeners: list[socket.socket] = []
 
     def start(script: Script) -> tuple[str, int]:
+        lst = socket.create_server(("127.0.0.1", 0))
+        lst.settimeout(0.1)
+        listeners.append(lst)
+
         def loop() -> None:
             n = 0
             while not stop.is_set():
@@ -61,9 +64,10 @@ def peer() -> Iterator[Callable[[Script], tuple[str, int]]]:
 
     yield start
     stop.set()
-    lst.close()
     for t in threads:
         t.join(5)
+    for lst in listeners:
+        lst.close()
 
 
 def test_a_write_cut_while_sending_reports_not_applied(peer) -> None:
