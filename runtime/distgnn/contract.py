@@ -87,6 +87,11 @@ ENV_CONNECT_TIMEOUT = "DISTGNN_CONNECT_TIMEOUT"
 # --- environment: trainers ----------------------------------------------------
 ENV_SERVERS = "DISTGNN_SERVERS"
 """Comma-separated ``host:port`` of the graph servers, in partition order."""
+ENV_LOCAL_PARTITION = "DISTGNN_LOCAL_PARTITION"
+"""Co-located trainer (``trainers.colocate``): the partition of the server beside it."""
+ENV_LOCAL_STORE = "DISTGNN_LOCAL_STORE"
+"""Co-located trainer: that server's store folder, or the folder it creates it in
+(its shared-memory ``--shm-dir``); local rows are read from there, read-only."""
 ENV_NUM_SAMPLERS = "DISTGNN_NUM_SAMPLERS"
 ENV_METRICS_FILE = "DISTGNN_METRICS_FILE"
 """Where rank 0 writes the final metrics JSON (local mode)."""
