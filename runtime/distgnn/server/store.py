@@ -182,8 +182,9 @@ class ShmStore:
 
     # --- create / attach / delete --------------------------------------------------
     def put(self, name: str, array: np.ndarray) -> np.ndarray:
-        """Copy ``array`` in as a persistent tensor (the parent, at load time)."""
-        check_name(name)
+        """Copy ``array`` in as a persistent tensor (the parent, at load time). The
+        partition's own names are not held to the client charset, only to the length."""
+        _fname(name)
         with self._registry():
             out = self._new(name, array.dtype, array.shape)
             try:
