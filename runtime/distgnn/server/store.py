@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from distgnn.errors import ConfigError, DistGNNError, TensorError
+from distgnn.errors import ConfigError, TensorError
 from distgnn.rpc.protocol import DTYPES
 from distgnn.server.limits import shm_free
 from distgnn.server.sweep import sweep_stale, write_owner
