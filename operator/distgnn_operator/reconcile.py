@@ -366,6 +366,9 @@ class Reconciler:
             num_parts = spec.partitioning.num_parts
             servers_ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         tst = (tjob or {}).get("status") or {}
+        if spec.trainers.colocate and gs.info is None:
+            # the servers are sidecars of the trainer pods: a ready pod has a ready server
+            servers_ready = int(tst.get("ready") or 0)
         restarting = False
         tfail: f.PodFailure | None = None
         metrics = None
