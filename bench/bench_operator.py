@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,17 @@ def children_of(k: kmock.KubernetesEmulator) -> dict[str, int]:
             for r in refs:
                 counts[r["name"]] = counts.get(r["name"], 0) + 1
     return counts
+
+
+def all_finalized(k: kmock.KubernetesEmulator) -> bool:
+    jobs = [
+        o
+        for (res, _ns, _name), o in list(k.objects.items())
+        if getattr(res, "plural", None) == "distgnnjobs" and not o.deleted
+    ]
+    return all(
+        "distgnn.dev/finalizer" in (o.get("metadata", {}).get("finalizers") or []) for o in jobs
+    )
 
 
 async def run(n: int, timeout: float, spread: bool) -> dict[str, float]:
@@ -113,11 +125,21 @@ async def run(n: int, timeout: float, spread: bool) -> dict[str, float]:
                         done[nm] = now
                 await asyncio.sleep(1.0)
             total = time.monotonic() - t0
-            # steady state: with nothing changing, the operator should write nothing at all
+            # steady state: with nothing changing, the operator should write nothing at all;
+            # settled = kopf's one-time finalizer on every job (retried after conflicts), + 3 s
+            t_fin = time.monotonic()
+            while not all_finalized(k) and time.monotonic() - t_fin < timeout:
+                await asyncio.sleep(1.0)
             await asyncio.sleep(3.0)  # let the last status patches land
             n_writes = len(k.writes)
             await asyncio.sleep(SETTLE_S)
             settled_writes = len(k.writes) - n_writes
+            kinds = Counter(
+                f"{w.method} {w.plural}{'/status' if w.path.endswith('/status') else ''}"
+                for w in k.writes_since(n_writes)
+            )
+            if kinds:
+                print(f"writes once settled: {dict(kinds)}", file=sys.stderr)
         finally:
             proc.terminate()
             await asyncio.to_thread(proc.wait, 60)

@@ -426,6 +426,8 @@ def pod_group(
     if sp is None or sp.gang is None or not sp.gang.enabled:
         return None
     total = job.spec.trainers.replicas + (job.spec.partitioning.num_parts if own_servers else 0)
+    if job.spec.trainers.colocate:  # one pod per partition: its server and its trainers
+        total = job.spec.partitioning.num_parts
     labels = _labels(contract.LABEL_JOB, job.metadata.name, None, ctx)
     spec: dict[str, Any] = {"minMember": sp.gang.min_available or total}
     if sp.priority_class_name:
@@ -468,6 +470,19 @@ def desired_job_children(
         graph_objs, manifest = _graph_children(contract.LABEL_JOB, meta, spec, owner, ctx, token)
         out += graph_objs
         num_parts, server_name, secret_name = spec.partitioning.num_parts, n["server"], n["token"]
+    if spec.graph.graph_server is None and spec.trainers.colocate:
+        # the servers are sidecars of the trainer pods (distgnn_operator.colocate)
+        from distgnn_operator.colocate import colocated_trainer_children
+
+        keep_trainers = not (stage.finished and spec.run_policy.clean_pod_policy == "All")
+        tchildren = colocated_trainer_children(
+            job, manifest, num_parts, secret_name, owner, ctx, stage
+        )
+        out.append(tchildren[0])
+        if not suspended and keep_trainers and (stage.partitioned or stage.trainers_started):
+            out.append(tchildren[1])
+        return out
+    if spec.graph.graph_server is None:
         keep_servers = not (stage.finished and spec.run_policy.clean_pod_policy != "None")
         replicas = num_parts if stage.partitioned and not suspended and keep_servers else 0
         trainer_sel = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}

@@ -87,6 +87,14 @@ ENV_CONNECT_TIMEOUT = "DISTGNN_CONNECT_TIMEOUT"
 # --- environment: trainers ----------------------------------------------------
 ENV_SERVERS = "DISTGNN_SERVERS"
 """Comma-separated ``host:port`` of the graph servers, in partition order."""
+ENV_LOCAL_PARTITION = "DISTGNN_LOCAL_PARTITION"
+"""Co-located trainer (``trainers.colocate``): the partition of the server beside it."""
+ENV_LOCAL_STORE = "DISTGNN_LOCAL_STORE"
+"""Co-located trainer: that server's store folder, or the folder it creates it in
+(its shared-memory ``--shm-dir``); local rows are read from there, read-only."""
+ENV_TRAINERS_PER_POD = "DISTGNN_TRAINERS_PER_POD"
+"""Co-located trainers on Kubernetes: trainer containers per pod (rank = pod index * this
++ LOCAL_RANK)."""
 ENV_NUM_SAMPLERS = "DISTGNN_NUM_SAMPLERS"
 ENV_METRICS_FILE = "DISTGNN_METRICS_FILE"
 """Where rank 0 writes the final metrics JSON (local mode)."""
@@ -181,13 +189,26 @@ class TrainerEnv:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> TrainerEnv:
         e = os.environ if env is None else env
-        rank = e.get(ENV_RANK) or e.get(ENV_JOB_COMPLETION_INDEX) or "0"
         return cls(
-            rank=int(rank),
+            rank=int(trainer_rank(e) or "0"),
             world_size=int(e.get(ENV_WORLD_SIZE, "1")),
             master_addr=e.get(ENV_MASTER_ADDR, "127.0.0.1"),
             master_port=int(e.get(ENV_MASTER_PORT, str(RENDEZVOUS_PORT))),
         )
+
+
+def trainer_rank(env: Mapping[str, str]) -> str | None:
+    """RANK; else, in an Indexed Job's pod, ``JOB_COMPLETION_INDEX * k + LOCAL_RANK`` with
+    ``k`` = ENV_TRAINERS_PER_POD (co-located trainers: k trainer containers per pod)."""
+    if env.get(ENV_RANK):
+        return env[ENV_RANK]
+    index = env.get(ENV_JOB_COMPLETION_INDEX)
+    if not index:
+        return None
+    per_pod = env.get(ENV_TRAINERS_PER_POD)
+    if not per_pod:
+        return index
+    return str(int(index) * int(per_pod) + int(env.get(ENV_LOCAL_RANK) or "0"))
 
 
 def read_token(env: Mapping[str, str] | None = None) -> str | None:

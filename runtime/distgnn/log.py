@@ -42,8 +42,8 @@ def context_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         ("partition", contract.ENV_PART_ID),
     ):
         v = e.get(var)
-        if key == "rank" and not v:  # trainers of an Indexed Job: the completion index
-            v = e.get(contract.ENV_JOB_COMPLETION_INDEX)
+        if key == "rank" and not v:  # trainers of an Indexed Job: from the completion index
+            v = contract.trainer_rank(e)
         if v:
             out[key] = int(v) if v.isdigit() else v
     return out

@@ -104,6 +104,14 @@ GS_INFO = GraphServerInfo(
 )
 
 
+def colocated_job() -> dict[str, Any]:
+    """FULL_JOB with co-located trainers: 4 trainers beside 2 servers, 2 per pod."""
+    obj = copy.deepcopy(FULL_JOB)
+    obj["spec"]["trainers"]["replicas"] = 4
+    obj["spec"]["trainers"]["colocate"] = True
+    return obj
+
+
 def cases() -> dict[str, list[dict[str, Any]]]:
     return {
         "job-full": desired_job_children(parse_job(FULL_JOB), CTX, token="golden-token"),
@@ -111,10 +119,13 @@ def cases() -> dict[str, list[dict[str, Any]]]:
             parse_graphserver(GS), CTX, token="golden-token"
         ),
         "job-attached": desired_job_children(parse_job(ATTACHED), CTX, graphserver=GS_INFO),
+        "job-colocated": desired_job_children(
+            parse_job(colocated_job()), CTX, token="golden-token"
+        ),
     }
 
 
-@pytest.mark.parametrize("name", ["job-full", "graphserver", "job-attached"])
+@pytest.mark.parametrize("name", ["job-full", "graphserver", "job-attached", "job-colocated"])
 def test_golden(name: str) -> None:
     got = yaml.safe_dump_all(cases()[name], sort_keys=True)
     path = GOLDEN / f"{name}.yaml"
@@ -143,7 +154,7 @@ def check_restricted(where: str, pod: dict[str, Any]) -> None:
                 assert "value" not in e and "secretKeyRef" in e["valueFrom"], where
 
 
-@pytest.mark.parametrize("name", ["job-full", "graphserver", "job-attached"])
+@pytest.mark.parametrize("name", ["job-full", "graphserver", "job-attached", "job-colocated"])
 def test_every_pod_passes_restricted_profile_and_schemas(name: str) -> None:
     objs = cases()[name]
     pods = list(pod_specs(objs))
@@ -226,3 +237,48 @@ def test_token_is_random_unless_given() -> None:
     b = next(o for o in desired_job_children(job, CTX) if o["kind"] == "Secret")
     assert a["stringData"]["token"] != b["stringData"]["token"]
     assert len(a["stringData"]["token"]) >= 32
+
+
+def test_colocated_job_runs_each_server_beside_its_partitions_trainers() -> None:
+    objs = desired_job_children(parse_job(colocated_job()), CTX, token="t")
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    # no server StatefulSet, Service or NetworkPolicy: the servers are pod sidecars
+    assert not any(k in ("StatefulSet", "NetworkPolicy") for k, _ in kinds)
+    job = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "cora-trainers")
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2  # one pod per part
+    pod = job["spec"]["template"]["spec"]
+    (server,) = pod["initContainers"]
+    assert server["restartPolicy"] == "Always" and server["startupProbe"]["httpGet"]["path"] == (
+        "/readyz"
+    )
+    assert [c["name"] for c in pod["containers"]] == ["trainer", "trainer-1"]
+    index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    for c in [server, *pod["containers"]]:  # the pod's memory volume is shared
+        shm = next(m for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm")
+        assert shm["name"] == "dshm"
+    assert {"name": "DISTGNN_PART_ID", "valueFrom": {"fieldRef": {"fieldPath": index}}} in (
+        server["env"]
+    )
+    for j, c in enumerate(pod["containers"]):
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+        assert env["DISTGNN_LOCAL_PARTITION"] == {"fieldRef": {"fieldPath": index}}
+        assert env["DISTGNN_LOCAL_STORE"] == "/dev/shm"
+        assert (env["LOCAL_RANK"], env["DISTGNN_TRAINERS_PER_POD"]) == (str(j), "2")
+        assert env["WORLD_SIZE"] == "4"
+        assert env["DISTGNN_SERVERS"] == ",".join(
+            f"cora-trainers-{i}.cora-trainers.ml.svc:{contract.SERVER_PORT}" for i in range(2)
+        )
+    svc = next(
+        o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "cora-trainers"
+    )
+    assert {p["port"] for p in svc["spec"]["ports"]} == {
+        contract.RENDEZVOUS_PORT,
+        contract.SERVER_PORT,
+    }
+
+
+def test_rank_of_a_colocated_trainer_container() -> None:
+    env = {"JOB_COMPLETION_INDEX": "1", "DISTGNN_TRAINERS_PER_POD": "2", "LOCAL_RANK": "1"}
+    assert contract.TrainerEnv.from_env(env).rank == 3
+    assert contract.TrainerEnv.from_env({"JOB_COMPLETION_INDEX": "1"}).rank == 1
+    assert contract.TrainerEnv.from_env({**env, "RANK": "0"}).rank == 0

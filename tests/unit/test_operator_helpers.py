@@ -204,3 +204,37 @@ def test_token_hash_annotation_rolls_servers_only_when_the_token_changes() -> No
 
 def _ctx() -> DesiredContext:
     return DesiredContext(partitions_url="s3://parts")
+
+
+def test_namespace_terminating_403_is_not_an_error() -> None:
+    from distgnn_operator.handlers import _namespace_terminating
+
+    msg = 'services "j-server" is forbidden: unable to create new content in namespace ml '
+    assert _namespace_terminating(ApiError(403, msg + "because it is being terminated"))
+    assert not _namespace_terminating(ApiError(403, 'services is forbidden: User "x" cannot'))
+    assert not _namespace_terminating(ApiError(500, "being terminated"))
+
+
+async def test_scheduler_keeps_the_earliest_due_pass_per_resource() -> None:
+    from distgnn_operator.handlers import _Scheduler
+
+    ran: list[tuple[str, str, str]] = []
+    done = asyncio.Event()
+
+    async def run(key: tuple[str, str, str]) -> None:
+        ran.append(key)
+        done.set()
+
+    sched = _Scheduler()
+    key = ("DistGNNJob", "ns", "a")
+    sched.at(key, 5.0, run)
+    sched.at(key, 0.05, run)  # earlier: replaces the 5 s timer
+    sched.at(key, 1.0, run)  # later: ignored
+    await asyncio.wait_for(done.wait(), 5)
+    await asyncio.sleep(0.1)
+    assert ran == [key]
+    sched.at(key, 0.01, run)
+    sched.cancel(key)  # the resource is gone
+    await asyncio.sleep(0.1)
+    assert ran == [key]
+    await sched.close()

@@ -136,3 +136,12 @@ def test_deletion_follows_ownership(store: ShmStore) -> None:
     with pytest.raises(TensorError, match="persistent"):
         store.delete("node/_N/p", "B", force=True)
     assert store.delete("node/_N/p", "A", force=True) is True
+
+
+def test_partition_data_names_outside_the_client_charset_still_load(tmp_path: Path) -> None:
+    s = ShmStore.create(str(tmp_path))
+    s.put("node/paper type/feat v2:x", np.ones(3, np.float32))
+    assert s.get("node/paper type/feat v2:x").tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(TensorError, match="name too long"):
+        s.put("node/_N/" + "x" * 200, np.ones(3))
+    s.close()

@@ -383,6 +383,13 @@ class Trainers:
         None, doc="Arguments of the user command.", max_items=256, max_length=4096
     )
     checkpoint: Checkpoint | None = fld(None, doc="Checkpointing.")
+    colocate: bool = fld(
+        False,
+        doc="Run each partition's trainers beside its graph server (same pod; local mode: "
+        "same machine), reading that partition's rows from the server's shared memory and "
+        "the others over TCP. replicas must be a multiple of partitioning.numParts; not "
+        "with graph.graphServer. Kubernetes >= 1.29 (native sidecar).",
+    )
 
     RULES: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -495,6 +502,29 @@ class DistGNNJobSpec:
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
     run_policy: RunPolicy = fld(factory=RunPolicy, doc="Run policy.")
     monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.trainers.colocate) || !self.trainers.colocate "
+            "|| !has(self.graph.graphServer)",
+            "trainers.colocate needs the job's own graph servers, not graph.graphServer "
+            "(a GraphServer's pods are shared: its jobs read over the network)",
+            lambda s: not s.trainers.colocate or s.graph.graph_server is None,
+            field="trainers",
+        ),
+        Rule(
+            "!has(self.trainers.colocate) || !self.trainers.colocate "
+            "|| (has(self.trainers.replicas) ? self.trainers.replicas : 2) % "
+            "(has(self.partitioning) && has(self.partitioning.numParts) "
+            "? self.partitioning.numParts : 2) == 0",
+            "trainers.colocate needs trainers.replicas to be a multiple of "
+            "partitioning.numParts (the same number of trainers beside every server)",
+            lambda s: (
+                not s.trainers.colocate or s.trainers.replicas % s.partitioning.num_parts == 0
+            ),
+            field="trainers",
+        ),
+    )
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from distgnn import contract
+from distgnn.distributed.localread import LocalReader
 from distgnn.errors import ConfigError, DistGNNError, RequestTimeout
 from distgnn.log import kv
 from distgnn.partition.book import PartitionBook
@@ -125,6 +126,8 @@ class DistContext:
     _finalizers: list[Any] = field(default_factory=list)
     _barrier_key: str | None = None
     _gpb: Any = None
+    local_reader: LocalReader | None = None
+    """Co-located trainer: reads the local partition's rows from shared memory."""
 
     @property
     def num_parts(self) -> int:
@@ -243,6 +246,8 @@ class DistContext:
             self.release(self._barrier_key, (0,))
         self._flush_deletes()
         self.closed = True
+        if self.local_reader is not None:
+            self.local_reader.close()
         self.backend.close()
         DEFAULT.forget(self)
 
@@ -396,8 +401,43 @@ def initialize(
         raise
     log.info("connected to graph servers", extra=kv(servers=len(pool), graph=man.graph_name))
     ctx = DistContext(pool, man, PartitionBook(man), False, **common)  # type: ignore[arg-type]
+    ctx.local_reader = open_local_reader(pool, e)
     DEFAULT.set(ctx)
     return ctx
+
+
+def open_local_reader(pool: ServerPool, e: Mapping[str, str]) -> LocalReader | None:
+    """A co-located trainer's reader of its server's shared memory
+    (``DISTGNN_LOCAL_PARTITION`` and ``DISTGNN_LOCAL_STORE``); None when not co-located
+    or when the store cannot be used (logged: every read then goes over TCP)."""
+    folder = e.get(contract.ENV_LOCAL_STORE, "")
+    part_s = e.get(contract.ENV_LOCAL_PARTITION, "")
+    if not folder or not part_s:
+        return None
+    try:
+        part = int(part_s)
+    except ValueError:
+        raise ConfigError(
+            f"{contract.ENV_LOCAL_PARTITION} must be a partition number, got {part_s!r}"
+        ) from None
+    if not 0 <= part < len(pool):
+        raise ConfigError(
+            f"{contract.ENV_LOCAL_PARTITION}={part}: the graph has {len(pool)} partitions"
+        )
+    conn = pool.conns[part]
+
+    def current() -> str | None:
+        name = conn.server_info.get("store")
+        return name if isinstance(name, str) else None
+
+    try:
+        reader = LocalReader.open(folder, part, current(), current)
+    except ConfigError as err:
+        log.warning("co-located store not usable: reading over TCP", extra=kv(error=str(err)))
+        return None
+    log.info("co-located trainer: local rows from shared memory",
+             extra=kv(part=part, store=reader.root))  # fmt: skip
+    return reader
 
 
 def exit_client() -> None:

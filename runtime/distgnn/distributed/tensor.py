@@ -19,10 +19,12 @@ import numpy as np
 import torch
 
 from distgnn.distributed.context import DistContext, resolve_ctx
+from distgnn.distributed.localread import LocalReader
 from distgnn.distributed.partition_book import PartitionPolicy
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import Into, MsgType, Segments
+from distgnn.rpc.values import cast_checked
 
 _TORCH2NP = {
     torch.float32: np.float32,
@@ -380,7 +382,11 @@ class DistTensor:
         parts, local = self.policy.locate(idx)
         nparts = len(self.policy.offsets) - 1
         first = int(parts[0])
+        reader = self.ctx.local_reader
+        lp = reader.part if reader is not None else -1
         if (parts == first).all():
+            if first == lp and reader is not None and self._read_local(reader, local, [out]):
+                return out
             f = self.ctx.call(
                 first, Call(MsgType.PULL, {"name": self.key}, [local], into=_into(out))
             )
@@ -393,6 +399,12 @@ class DistTensor:
             return out
         order, b = group(parts, nparts)
         segs, scatter_pos, scratch = _segment_plan(parts, order, b, out)
+        if (
+            reader is not None
+            and lp in segs
+            and self._read_local(reader, local[order[b[lp] : b[lp + 1]]], segs[lp].arrays)
+        ):
+            del segs[lp]
         calls = {
             p: Call(
                 MsgType.PULL,
@@ -412,6 +424,10 @@ class DistTensor:
             out[scatter_pos] = scratch
         return out
 
+    def _read_local(self, reader: LocalReader, ids: np.ndarray, dests: list[np.ndarray]) -> bool:
+        """Co-located trainer: rows of the local partition from shared memory (False: TCP)."""
+        return reader.gather(self.key, ids, dests, self.policy.part_sizes()[reader.part])
+
     def __getitem__(self, ids: Any) -> torch.Tensor:
         return torch.from_numpy(self.pull_numpy(ids))
 
@@ -419,7 +435,8 @@ class DistTensor:
         idx = as_ids(ids, self.shape[0])
         if isinstance(values, torch.Tensor):
             values = values.detach().cpu().numpy()
-        vals = np.asarray(values, dtype=self.np_dtype)
+        # refused, never cast: 1e300 into float32 or NaN into int32 is the caller's bug
+        vals = cast_checked(np.asarray(values), self.np_dtype, f"DistTensor {self.name!r}")
         vals = np.broadcast_to(vals, (len(idx), *self.shape[1:]))
         if len(idx) == 0:
             return

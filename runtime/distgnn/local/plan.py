@@ -85,6 +85,8 @@ class LocalPlan:
     cwd: str | None = None
     metrics: bool = False
     """``spec.monitoring.metrics``: servers and trainers serve Prometheus /metrics."""
+    colocate: bool = False
+    """``spec.trainers.colocate``: trainers read their partition from its server's memory."""
 
 
 def load_yaml(path: Path) -> Any:
@@ -193,6 +195,7 @@ def plan_from_manifest(
             app=tr.app.name if tr.app is not None else None,
             replicas=tr.replicas,
             num_samplers=tr.num_samplers,
+            colocate=tr.colocate,
             checkpoint_url=(
                 resolve(tr.checkpoint.url, base, "spec.trainers.checkpoint.url")
                 if tr.checkpoint

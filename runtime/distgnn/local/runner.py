@@ -64,6 +64,8 @@ class Servers:
     token_file: str
     manifest_url: str
     metrics_urls: list[str] = field(default_factory=list)
+    stores: list[str] = field(default_factory=list)
+    """Each server's shared-memory store folder (from its ready file), in partition order."""
 
 
 class Deadline:
@@ -170,7 +172,24 @@ def start_servers(
     log.info("graph servers ready", extra=kv(servers=",".join(addresses), num_parts=num_parts))
     if metrics_urls:
         log.info("graph server metrics", extra=kv(urls=",".join(metrics_urls)))
-    return Servers(addresses, str(token_file), manifest_url, metrics_urls)
+    stores = [read_store(hport, ready) for hport, ready in health.values()]
+    return Servers(addresses, str(token_file), manifest_url, metrics_urls, stores)
+
+
+def read_store(hport: int, ready: Path) -> str:
+    """A ready server's store folder (``shm_dir`` of its ready file, else of its
+    ``/readyz`` answer); "" if unknown (its trainers then read over TCP)."""
+    try:
+        with open(ready, encoding="utf-8") as f:
+            return str(json.load(f).get("shm_dir") or "")
+    except (OSError, ValueError):
+        pass
+    try:
+        url = f"http://{LOOPBACK}:{hport}/readyz"
+        with urllib.request.urlopen(url, timeout=5.0) as r:
+            return str(json.loads(r.read(1 << 16)).get("shm_dir") or "")
+    except (OSError, ValueError):
+        return ""
 
 
 def _is_ready(hport: int, ready: Path) -> bool:
@@ -278,12 +297,24 @@ def trainer_specs(
         }
         if tports.metrics:
             extra[contract.ENV_METRICS_PORT] = str(tports.metrics[rank])
+        if plan.colocate and servers.stores:
+            extra.update(colocated_env(rank, plan.replicas, servers.stores))
         if plan.checkpoint_url:
             extra[contract.ENV_CHECKPOINT_URL] = plan.checkpoint_url
         env = child_env(extra, log_format)
         env.setdefault("OMP_NUM_THREADS", str(threads))
         specs.append(ProcessSpec(f"trainer-{rank}", plan.trainer_argv, env=env, cwd=plan.cwd))
     return specs
+
+
+def colocated_env(rank: int, replicas: int, stores: list[str]) -> dict[str, str]:
+    """A co-located trainer's partition (DGL's: ``rank // (replicas / num_parts)``, the
+    partition whose training nodes it gets) and that server's store folder."""
+    n = len(stores)  # as distgnn.distributed.context.trainer_partition
+    part = rank // (replicas // n) if replicas >= n and replicas % n == 0 else rank % n
+    if not stores[part]:
+        return {}
+    return {contract.ENV_LOCAL_PARTITION: str(part), contract.ENV_LOCAL_STORE: stores[part]}
 
 
 def run_trainers(

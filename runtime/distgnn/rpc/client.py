@@ -119,6 +119,7 @@ class Connection:
         self.sock: socket.socket | None = None
         self.server_info: dict[str, Any] = {}
         self._ids = itertools.count(1)
+        self._inflight = 0  # requests sent whose answer was not read yet
 
     def connect(self) -> None:
         """Connect (retrying refused or ``busy`` connections until the connect timeout) and
@@ -177,6 +178,7 @@ class Connection:
             self.close()
 
     def close(self) -> None:
+        self._inflight = 0
         if self.sock is not None:
             try:
                 self.sock.close()
@@ -185,7 +187,8 @@ class Connection:
 
     def send(self, mtype: MsgType, meta: dict[str, Any], bufs: Sequence[np.ndarray] = ()) -> int:
         """Send one request; returns its id. Connects first if needed."""
-        self._drop_if_closed()
+        if not self._inflight:  # with answers pending, readable data is theirs
+            self._drop_if_closed()
         if self.sock is None:
             self.connect()
         assert self.sock is not None
@@ -203,6 +206,7 @@ class Connection:
             if mtype not in IDEMPOTENT:  # a truncated frame is never applied
                 raise WriteFailed(f"{msg}; the {mtype.name} was not applied", False) from e
             raise ServerUnavailable(msg) from e
+        self._inflight += 1
         return req_id
 
     def recv(self, req_id: int, mtype: MsgType, into: Into | None = None) -> Frame:
@@ -210,6 +214,7 @@ class Connection:
         if self.sock is None:
             raise ServerUnavailable(f"graph server {self.peer}: connection was closed")
         deadline = time.monotonic() + self.timeouts.request
+        self._inflight = max(0, self._inflight - 1)
         try:
             frame = recv_frame(self.sock, self.peer, self.limits, deadline, into)
         except RequestTimeout as e:

@@ -303,6 +303,8 @@ class Worker:
             "graph_name": g.manifest.graph_name,
             "pid": os.getpid(),
             "session": session,
+            # the store folder's name: lets a co-located trainer check it maps this server
+            "store": os.path.basename(os.path.normpath(self.store.root)),
             # so clients can split big requests instead of being refused
             "limits": {k: getattr(self.cfg.limits, k) for k in ADVERTISED_LIMITS},
         }

@@ -139,7 +139,7 @@ def _config(args: argparse.Namespace) -> object:
 def main(args: argparse.Namespace) -> int:
     from distgnn.train.metrics import write_termination_log
 
-    rank = os.environ.get(contract.ENV_RANK, "0")
+    rank = contract.trainer_rank(os.environ) or "0"
     try:
         return _run(args)
     except BaseException as e:

@@ -1,0 +1,176 @@
+"""Co-located trainers (``spec.trainers.colocate``): each partition's graph server runs
+in the pod of that partition's trainers.
+
+The trainer Indexed Job has one pod per partition (completion index = partition). Its
+graph server is a **native sidecar** (an init container with ``restartPolicy: Always``,
+Kubernetes >= 1.29): it starts first, the trainers start once its ``startupProbe``
+(``/readyz``: partition loaded) passes, and the kubelet stops it when the trainers have
+exited, so the pod (and the Job) completes. ``replicas / numParts`` trainer containers
+share the pod; rank = pod index * that + container index (``DISTGNN_TRAINERS_PER_POD``
+and ``LOCAL_RANK``). Server and trainers mount the pod's memory-backed ``/dev/shm``
+volume: the trainers map the server's store read-only (``DISTGNN_LOCAL_STORE``) and read
+the other partitions from the other pods' servers over TCP, through the trainer Service
+(its ``rpc`` port). No server StatefulSet, Service or NetworkPolicy is created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distgnn import contract
+from distgnn.api import commands as cmds
+from distgnn.api import types as t
+from distgnn_operator import desired as d
+from distgnn_operator import monitoring as mon
+from distgnn_operator import podspec as ps
+
+INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+"""The pod's completion index (= its partition), through the downward API."""
+STARTUP_FAILURES = 1800
+"""Startup probe attempts (every 2 s): one hour to load a partition."""
+
+
+def index_env(name: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}}
+
+
+def server_sidecar(job: t.DistGNNJob, manifest: str, ctx: d.DesiredContext) -> dict[str, Any]:
+    """The partition's graph server as a native sidecar of the trainer pod."""
+    spec = job.spec
+    srv, st = spec.servers, spec.storage
+    env = ps.env_list(
+        {
+            "HOME": "/tmp",
+            **cmds.server_env(
+                srv, st, manifest=manifest, token_file=ps.TOKEN_FILE, owner=job.metadata.name
+            ),
+        }
+    )
+    env = [*env, index_env(contract.ENV_PART_ID), *ps.credential_env(st)]
+    c = d._container(
+        "server",
+        srv.image or ctx.runtime_image,
+        srv.image_pull_policy or ctx.image_pull_policy,
+        list(cmds.SERVER_COMMAND),
+        env,
+        [ps.token_mount()],
+        ps.resources(srv.resources),
+    )
+    c["restartPolicy"] = "Always"
+    c["ports"] = [
+        {"name": "rpc", "containerPort": contract.SERVER_PORT, "protocol": "TCP"},
+        {"name": "health", "containerPort": contract.SERVER_HEALTH_PORT, "protocol": "TCP"},
+    ]
+    probe = {"port": "health", "scheme": "HTTP"}
+    c["startupProbe"] = {
+        "httpGet": {"path": "/readyz", **probe},
+        "periodSeconds": 2,
+        "timeoutSeconds": 3,
+        "failureThreshold": STARTUP_FAILURES,
+    }
+    c["readinessProbe"] = {
+        "httpGet": {"path": "/readyz", **probe},
+        "periodSeconds": 5,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+    c["livenessProbe"] = {
+        "httpGet": {"path": "/healthz", **probe},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 6,
+    }
+    return c
+
+
+def colocated_trainer_children(
+    job: t.DistGNNJob,
+    manifest: str,
+    num_parts: int,
+    token_secret_name: str,
+    owner: dict[str, Any],
+    ctx: d.DesiredContext,
+    stage: d.Stage,
+) -> list[dict[str, Any]]:
+    """Headless trainer Service (rendezvous and rpc ports) and the Indexed trainer Job,
+    one pod per partition with its server as a sidecar."""
+    meta, spec = job.metadata, job.spec
+    tr = spec.trainers
+    n = d.names(meta.name)
+    ns = meta.namespace
+    labels = d._labels(contract.LABEL_JOB, meta.name, contract.ROLE_TRAINER, ctx)
+    selector = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
+    svc = d.headless_service(
+        n["trainers"],
+        ns,
+        labels,
+        owner,
+        selector,
+        {"rendezvous": contract.RENDEZVOUS_PORT, "rpc": contract.SERVER_PORT},
+    )
+    hosts = [f"{n['trainers']}-{i}.{n['trainers']}.{ns}.svc" for i in range(num_parts)]
+    per_pod = tr.replicas // num_parts
+    env = cmds.trainer_env(
+        job,
+        servers=[(h, contract.SERVER_PORT) for h in hosts],
+        manifest=manifest,
+        world_size=tr.replicas,
+        master_addr=hosts[0],
+        token_file=ps.TOKEN_FILE,
+        termination_log=contract.TERMINATION_LOG_PATH,
+        metrics_port=contract.TRAINER_METRICS_PORT,
+    )
+    pmeta: dict[str, Any] = {"labels": dict(labels)}
+    containers = []
+    for j in range(per_pod):
+        e = {
+            "HOME": "/tmp",
+            contract.ENV_LOG_FORMAT: "json",
+            **env,
+            contract.ENV_LOCAL_RANK: str(j),
+            contract.ENV_TRAINERS_PER_POD: str(per_pod),
+            contract.ENV_LOCAL_STORE: "/dev/shm",
+        }
+        if j and contract.ENV_METRICS_PORT in e:  # containers of a pod share its ports
+            e[contract.ENV_METRICS_PORT] = str(contract.TRAINER_METRICS_PORT + j)
+        envl = [
+            *ps.env_list(e),
+            index_env(contract.ENV_LOCAL_PARTITION),
+            ps.pod_name_env(),
+            *ps.credential_env(spec.storage),
+        ]
+        c = d._container(
+            "trainer" if j == 0 else f"trainer-{j}",
+            tr.image or ctx.runtime_image,
+            tr.image_pull_policy or ctx.image_pull_policy,
+            cmds.trainer_command(job),
+            envl,
+            [ps.token_mount()],
+            ps.resources(tr.resources, tr.gpus),
+        )
+        if j == 0:
+            c["ports"] = [
+                {"name": "rendezvous", "containerPort": contract.RENDEZVOUS_PORT, "protocol": "TCP"}
+            ]
+            mon.trainer_endpoints(c, pmeta, spec.monitoring.metrics)
+        containers.append(c)
+    pod = d._pod(containers, [ps.token_volume(token_secret_name)], "Never", ctx)
+    pod["initContainers"] = [server_sidecar(job, manifest, ctx)]
+    pod["subdomain"] = n["trainers"]
+    d._scheduling(pod, pmeta, job, ctx)
+    ps.apply_template(pod, pmeta, tr.pod_template)
+    jmeta = d._meta(n["trainers"], ns, labels, owner)
+    jmeta["annotations"] = {d.ANN_RESTARTS: str(stage.restarts)}
+    tjob = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": jmeta,
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": num_parts,
+            "parallelism": num_parts,
+            "backoffLimit": 0,
+            "template": {"metadata": pmeta, "spec": pod},
+        },
+    }
+    return [svc, tjob]

@@ -1,0 +1,110 @@
+"""Co-located trainers (``trainers.colocate``): the local partition's rows come from the
+server's shared memory, the others over TCP, with the same values either way."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from servers import Servers, partition_cora, running_servers
+
+from distgnn.distributed import DistGraph, DistTensor, initialize
+from distgnn.distributed.context import DistContext
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> Iterator[Servers]:
+    url = partition_cora(cora_path, tmp_path_factory.mktemp("cora2colo"), num_parts=2)
+    with running_servers(url, num_parts=2, workers=2) as s:
+        yield s
+    assert s.returncodes == [0, 0]
+
+
+def _colocated(srv: Servers, part: int, store: str) -> DistContext:
+    env = {"DISTGNN_LOCAL_PARTITION": str(part), "DISTGNN_LOCAL_STORE": store}
+    return initialize(servers=srv.addrs, token=srv.token, env=env)
+
+
+def _pulls(ctx: DistContext) -> int:
+    return int(ctx.backend.stats.pull_requests)  # type: ignore[attr-defined]
+
+
+def test_local_rows_come_from_shared_memory_not_the_network(srv: Servers) -> None:
+    # the folder the server creates its store in: the reader finds the store by the
+    # name the server gives in HELLO (as in a pod sharing a memory volume)
+    parent = os.path.dirname(srv.ready[0]["shm_dir"])
+    with initialize(servers=srv.addrs, token=srv.token) as tcp, _colocated(srv, 0, parent) as co:
+        assert co.local_reader is not None and tcp.local_reader is None
+        assert co.local_reader.root == srv.ready[0]["shm_dir"]
+        f_tcp = DistGraph("cora", ctx=tcp).ndata["feat"]
+        f_co = DistGraph("cora", ctx=co).ndata["feat"]
+        off = f_co.policy.offsets
+        local = np.random.default_rng(0).permutation(np.arange(off[0], off[1]))[:500]
+
+        before, rows0 = _pulls(co), co.local_reader.stats.rows
+        got = f_co[local]
+        assert _pulls(co) == before  # no PULL went to any server
+        assert co.local_reader.stats.rows == rows0 + len(local)
+        np.testing.assert_array_equal(got.numpy(), f_tcp[local].numpy())
+
+        # mixed: one PULL for the remote partition only, same values as over TCP
+        mixed = np.random.default_rng(1).integers(0, len(f_co), 3000)
+        assert ((mixed >= off[0]) & (mixed < off[1])).any() and (mixed >= off[1]).any()
+        before = _pulls(co)
+        np.testing.assert_array_equal(f_co[mixed].numpy(), f_tcp[mixed].numpy())
+        assert _pulls(co) == before + 1
+        # sampled-input order (long ascending runs per partition): received in place
+        runs = np.r_[off[1] : off[1] + 300, off[0] : off[0] + 300, 7, off[1] + 5]
+        np.testing.assert_array_equal(f_co[runs].numpy(), f_tcp[runs].numpy())
+
+
+def test_writes_through_the_server_are_seen_by_the_local_map(srv: Servers) -> None:
+    store = srv.ready[1]["shm_dir"]  # the store folder itself (local mode)
+    with initialize(servers=srv.addrs, token=srv.token) as tcp, _colocated(srv, 1, store) as co:
+        assert co.local_reader is not None
+        n = co.manifest.num_nodes
+        # created at run time: not in the partition's files, found in the folder anyway
+        t_co = DistTensor((n, 16), torch.float32, "colo-w", "zeros", ctx=co)
+        t_tcp = DistTensor((n, 16), torch.float32, "colo-w", ctx=tcp)
+        off = t_co.policy.offsets
+        rows = np.arange(off[1], off[1] + 64)
+        t_tcp[rows] = torch.full((64, 16), 3.5)
+        t_tcp.scatter_add_(rows[:8], torch.ones(8, 16))
+        before = _pulls(co)
+        got = t_co[rows].numpy()
+        assert _pulls(co) == before
+        assert (got[:8] == 4.5).all() and (got[8:] == 3.5).all()
+        # a write by the co-located trainer goes through the server, and reads back locally
+        t_co[rows[:4]] = torch.zeros(4, 16)
+        assert (t_tcp[rows[:4]].numpy() == 0).all() and (t_co[rows[:4]].numpy() == 0).all()
+        del t_tcp, t_co
+
+
+def test_a_store_of_another_partition_is_refused_and_reads_go_over_tcp(
+    srv: Servers, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _colocated(srv, 1, srv.ready[0]["shm_dir"]) as co:
+        assert co.local_reader is None
+        assert "co-located store not usable" in caplog.text
+        f = DistGraph("cora", ctx=co).ndata["feat"]
+        off = f.policy.offsets
+        before = _pulls(co)
+        f[np.arange(off[1], off[1] + 10)]
+        assert _pulls(co) == before + 1
+
+
+def test_a_mapped_file_that_disagrees_with_its_header_is_not_read(tmp_path: Path) -> None:
+    from distgnn.distributed.localread import map_readonly
+
+    path = tmp_path / "t.npy"
+    np.save(path, np.ones((10, 4), np.float32))
+    m = map_readonly(str(path))
+    assert not m.array.flags.writeable and m.array.shape == (10, 4)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 16)
+    with pytest.raises(ValueError, match="data bytes"):
+        map_readonly(str(path))
