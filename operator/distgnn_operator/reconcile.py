@@ -658,6 +658,9 @@ class Reconciler:
         ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         parts = gs.spec.partitioning.num_parts
         attached = await self.attached_jobs(meta.namespace, meta.name)
+        creds = None
+        if old.get("phase") != "Ready":
+            creds = await self._credentials_missing(meta.namespace, gs.spec.storage)
         obs = s.GraphServerObservation(
             generation=meta.generation,
             partition_needed=needed,
@@ -673,6 +676,7 @@ class Reconciler:
             ],
             attached_jobs=attached,
             token_secret=n["token"],
+            credentials_missing=creds,
         )
         token, thash = self._token(have, n["token"])
         want = d.desired_graphserver_children(
@@ -686,11 +690,11 @@ class Reconciler:
         res = PassResult(new)
         if await self._patch_status("GraphServer", body, new):
             if new["phase"] != old.get("phase"):
-                failed = new["phase"] == "Failed"
+                warn = new["phase"] in ("Failed", "Pending")
                 emit(
-                    "Warning" if failed else "Normal",
-                    s.phase_reason(new)[0] if failed else new["phase"],
-                    s.phase_reason(new)[1] if failed else f"GraphServer is {new['phase']}",
+                    "Warning" if warn else "Normal",
+                    s.phase_reason(new)[0] if warn else new["phase"],
+                    s.phase_reason(new)[1] if warn else f"GraphServer is {new['phase']}",
                 )
             if new["phase"] == "Failed":
                 self._emit_detail(emit, pfail)

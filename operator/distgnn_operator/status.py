@@ -104,6 +104,8 @@ class GraphServerObservation:
     endpoints: list[str] = field(default_factory=list)
     attached_jobs: list[str] = field(default_factory=list)
     token_secret: str | None = None
+    credentials_missing: str | None = None
+    """name of a ``storage.credentialsSecret`` that does not exist"""
 
 
 Cond = tuple[str, str, str, str]
@@ -333,6 +335,13 @@ def graphserver_status(
         phase, reason, msg = "Failed", Reason.INVALID, o.invalid
     elif o.partition == "failed":
         phase, reason, msg = "Failed", Reason.PARTITION_FAILED, o.partition_message
+    elif o.credentials_missing and o.servers_ready < o.num_parts:
+        phase, reason, msg = (
+            "Pending",
+            Reason.CREDENTIALS_MISSING,
+            f"Secret {o.credentials_missing} (spec.storage.credentialsSecret.name) not found; "
+            "pods cannot start until it exists",
+        )
     elif o.partition_needed and o.partition != "succeeded":
         phase, reason, msg = "Partitioning", Reason.PARTITIONING, "partitioning the graph"
     elif o.servers_ready < o.num_parts:
@@ -355,12 +364,15 @@ def graphserver_status(
                 "",
             )
         )
+        pending = phase == "Pending"
         conds.append(
             (
                 "ServersReady",
                 "True" if phase == "Ready" else "False",
-                Reason.SERVERS_READY if phase == "Ready" else Reason.SERVERS_STARTING,
-                f"{o.servers_ready}/{o.num_parts} servers ready",
+                Reason.SERVERS_READY
+                if phase == "Ready"
+                else (reason if pending else Reason.SERVERS_STARTING),
+                msg if pending else f"{o.servers_ready}/{o.num_parts} servers ready",
             )
         )
     conds.append(

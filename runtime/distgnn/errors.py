@@ -69,5 +69,10 @@ class WriteFailed(ServerUnavailable):
         self.applied = applied
 
 
+class TensorError(DistGNNError, ValueError):
+    """A request named an unknown tensor, a bad shape/dtype, rows out of range, or values
+    that do not fit the tensor's dtype."""
+
+
 class JobFailed(DistGNNError, RuntimeError):
     """A local job failed; the message names the failing process and its cause."""

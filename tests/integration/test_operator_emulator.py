@@ -869,5 +869,13 @@ async def test_missing_credentials_secret_is_reported(
         assert st["phase"] == "Pending" and "missing-creds" in st_msg(st)
         ev = await c.event("nocreds", "CredentialsSecretNotFound")
         assert ev["type"] == "Warning"
+        gs = _graphserver("gsnocreds", 1)
+        gs["spec"]["storage"] = {"credentialsSecret": {"name": "missing-creds"}}
+        await c.create(gs)
+        st = await c.phase("GraphServer", "gsnocreds", "Pending")
+        assert "missing-creds" in cond(st, "ServersReady")["message"]
+        ev = await c.event("gsnocreds", "CredentialsSecretNotFound")
+        assert ev["type"] == "Warning"
         await c.create({**CREDS, "metadata": {"name": "missing-creds"}})
         await c.reason("DistGNNJob", "nocreds", "ServersStarting")
+        await c.phase("GraphServer", "gsnocreds", "Starting")

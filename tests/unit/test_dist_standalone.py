@@ -241,3 +241,25 @@ def test_node_and_edge_split_over_a_dist_graph(g: DistGraph, cora_path: Path, ne
     )
     local = node_split(mask, book, rank=1, world_size=3, force_even=False)
     assert ((local >= off[1]) & (local < off[2])).all()
+
+
+def test_values_that_do_not_fit_the_dtype_are_refused_not_cast(cora_parts: str) -> None:
+    """1e300 into float32 (inf) or NaN / 2**40 into int32 raise and write nothing."""
+    from distgnn.errors import TensorError
+
+    with DistGraph(part_config=cora_parts) as g:
+        f = DistTensor((g.num_nodes(), 2), torch.float32, "fit_f", "zeros", ctx=g)
+        i = DistTensor((g.num_nodes(),), torch.int32, "fit_i", "zeros", ctx=g)
+        ids = torch.tensor([0, 5, 2000])
+        with pytest.raises(TensorError, match="do not fit float32"):
+            f[ids] = torch.full((3, 2), 1e300, dtype=torch.float64)
+        with pytest.raises(TensorError, match="do not fit int32"):
+            i[ids] = np.array([1.0, float("nan"), 2.0])
+        with pytest.raises(TensorError, match="do not fit int32"):
+            i[ids] = np.array([1, 2**40, 3], dtype=np.int64)
+        assert torch.equal(f[ids], torch.zeros(3, 2))
+        assert torch.equal(i[ids], torch.zeros(3, dtype=torch.int32))
+        f[ids] = torch.full((3, 2), 0.5, dtype=torch.float64)  # fits: cast as before
+        i[ids] = np.array([7, 8, 9], dtype=np.int64)
+        assert torch.equal(f[ids], torch.full((3, 2), 0.5))
+        assert i[ids].tolist() == [7, 8, 9]

@@ -130,6 +130,14 @@ GS_TABLE = [
     (GraphServerObservation(num_parts=2, partition="failed"), "Failed"),
     (GraphServerObservation(num_parts=2, partition_needed=False, servers_ready=2), "Ready"),
     (GraphServerObservation(invalid="spec.graph: bad"), "Failed"),
+    (GraphServerObservation(num_parts=2, partition="running", credentials_missing="s3"), "Pending"),
+    # servers already up: a Secret deleted later does not take the GraphServer down
+    (
+        GraphServerObservation(
+            num_parts=1, servers_ready=1, partition="succeeded", credentials_missing="s3"
+        ),
+        "Ready",
+    ),
 ]
 
 
@@ -173,3 +181,10 @@ def test_output_url_named_once_the_job_succeeded() -> None:
     assert done["phase"] == "Succeeded" and done["outputURL"] == "s3://out/emb"
     failed = job_status(obs(trainer_job="failed", restarts=3, output_url="s3://x"), None, "t")
     assert "outputURL" not in failed
+
+
+def test_graphserver_missing_credentials_named() -> None:
+    o = GraphServerObservation(num_parts=2, partition="running", credentials_missing="s3-creds")
+    st = graphserver_status(o, None, "t")
+    ready = {c["type"]: c for c in st["conditions"]}["ServersReady"]
+    assert ready["reason"] == Reason.CREDENTIALS_MISSING and "s3-creds" in ready["message"]

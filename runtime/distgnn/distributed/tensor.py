@@ -24,6 +24,7 @@ from distgnn.distributed.partition_book import PartitionPolicy
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import Into, MsgType, Segments
+from distgnn.rpc.values import cast_checked
 
 _TORCH2NP = {
     torch.float32: np.float32,
@@ -434,7 +435,8 @@ class DistTensor:
         idx = as_ids(ids, self.shape[0])
         if isinstance(values, torch.Tensor):
             values = values.detach().cpu().numpy()
-        vals = np.asarray(values, dtype=self.np_dtype)
+        # refused, never cast: 1e300 into float32 or NaN into int32 is the caller's bug
+        vals = cast_checked(np.asarray(values), self.np_dtype, f"DistTensor {self.name!r}")
         vals = np.broadcast_to(vals, (len(idx), *self.shape[1:]))
         if len(idx) == 0:
             return

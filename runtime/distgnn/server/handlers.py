@@ -20,6 +20,7 @@ import numpy as np
 
 from distgnn.rpc.gather import default_gatherer
 from distgnn.rpc.protocol import DTYPES, Gathered, MsgType
+from distgnn.rpc.values import cast_checked
 from distgnn.server import sampling
 from distgnn.server.limits import ServerLimits
 from distgnn.server.state import GraphState
@@ -68,24 +69,6 @@ def _seed(meta: dict[str, Any], key: str = "seed") -> int:
     if type(v) is not int or not 0 <= v < 1 << 63:
         raise TensorError(f"field {key!r} must be an integer in [0, 2**63)")
     return v
-
-
-def cast_checked(v: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
-    """``v`` as ``dtype``, refusing values that do not fit: non-finite results from finite
-    inputs (1e300 into float32), and for integer/bool targets anything not exactly
-    representable (NaN, out of range, fractional). Free when the dtypes already match."""
-    if v.dtype == dtype:
-        return v
-    with np.errstate(all="ignore"):
-        out = v.astype(dtype)
-        if dtype.kind == "f":
-            ok = np.isfinite(out) | ~np.isfinite(v) if v.dtype.kind == "f" else np.isfinite(out)
-            fits = bool(ok.all())
-        else:
-            fits = bool((out.astype(v.dtype) == v).all())
-    if not fits:
-        raise TensorError(f"{what}: values do not fit {dtype.name} (refused, not cast)")
-    return out
 
 
 def fill_init(arr: np.ndarray, spec: dict[str, Any], seed: int) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from distgnn.errors import ConfigError, DistGNNError
+from distgnn.errors import ConfigError, TensorError
 from distgnn.rpc.protocol import DTYPES
 from distgnn.server.limits import shm_free
 from distgnn.server.sweep import sweep_stale, write_owner
@@ -56,10 +56,6 @@ SHM_RESERVE = 16 << 20
 NAME_RE = re.compile(r"^(node|edge|graph)/[^/\x00-\x1f\x7f]{1,100}/[A-Za-z0-9_.\-]{1,100}$")
 SERVER_SESSION = "server"
 """Owner of the tensors loaded from the partition (never deleted by clients)."""
-
-
-class TensorError(DistGNNError, ValueError):
-    """A request named an unknown tensor, a bad shape/dtype, or rows out of range."""
 
 
 @dataclass
