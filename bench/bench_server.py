@@ -12,6 +12,9 @@
 3. Memory: the sum of PSS (psutil ``memory_full_info``) over the server's processes,
    after every worker touched every row, vs the partition's file size, for 1 and 4 workers.
 4. One-hop ``sample_neighbors`` throughput (seeds/s, fanout 10), standalone and via server.
+
+With ``--colocate`` only one table: the same pulls by a plain TCP client and by a
+co-located one (``trainers.colocate``: rows gathered from the server's shared memory).
 """
 
 from __future__ import annotations
@@ -220,6 +223,66 @@ def bench_sampling(manifest: str, srv: Server, nodes: int, reps: int) -> list[tu
     return out
 
 
+def bench_colocated(
+    srv: Server, dim: int, batch: int, reps: int, nodes: int, run: int = 5
+) -> tuple[float, float, float]:
+    """(TCP pull GB/s, co-located pull GB/s, median per-round speed-up): the same random
+    IDs pulled by a plain client and by a co-located one (``trainers.colocate``: rows
+    read from the server's shared memory), rounds alternating as in :func:`bench_pull`."""
+    import torch
+
+    from distgnn.distributed import DistGraph, initialize
+
+    rng = np.random.default_rng(2)
+    env = {"DISTGNN_LOCAL_PARTITION": "0", "DISTGNN_LOCAL_STORE": srv.info["shm_dir"]}
+    tcps, locs, ups = [], [], []
+    with (
+        initialize(servers=[srv.addr], token=srv.token) as tcp,
+        initialize(servers=[srv.addr], token=srv.token, env=env) as co,
+    ):
+        assert co.local_reader is not None, "co-located reader not set up"
+        tt = DistGraph(ctx=tcp).ndata[f"feat{dim}"]
+        tc = DistGraph(ctx=co).ndata[f"feat{dim}"]
+        for _ in range(reps):
+            idss = [torch.from_numpy(rng.integers(0, nodes, batch)) for _ in range(run + 1)]
+            times = []
+            for t in (tt, tc):
+                ts = []
+                for ids in idss:
+                    t0 = time.perf_counter()
+                    t[ids]
+                    ts.append(time.perf_counter() - t0)
+                times.append(statistics.median(ts[1:]))
+            tcps.append(times[0])
+            locs.append(times[1])
+            ups.append(times[0] / times[1])
+        assert co.local_reader.stats.rows >= reps * (run + 1) * batch
+    nbytes = batch * dim * 4
+    return (
+        nbytes / statistics.median(tcps) / 1e9,
+        nbytes / statistics.median(locs) / 1e9,
+        statistics.median(ups),
+    )
+
+
+def colocate_table(manifest: str, tmp: Path, dims: list[int], a: argparse.Namespace) -> None:
+    print(
+        "\n| feature dim | batch | payload MB | TCP pull GB/s | co-located pull GB/s "
+        "| speed-up (median of rounds) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    srv = Server(manifest, 1, tmp)
+    try:
+        for d in dims:
+            tcp, loc, up = bench_colocated(srv, d, a.batch, a.reps, a.nodes)
+            print(
+                f"| {d} | {a.batch} | {a.batch * d * 4 / 1e6:.1f} | {tcp:.2f} | {loc:.2f} "
+                f"| {up:.1f}x |"
+            )
+    finally:
+        srv.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, default=150_000)
@@ -227,6 +290,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--avg-degree", type=int, default=10)
+    ap.add_argument(
+        "--colocate",
+        action="store_true",
+        help="only compare pulls over TCP with a co-located trainer's shared-memory reads",
+    )
     a = ap.parse_args()
     dims = [int(d) for d in a.dims.split(",")]
     os.environ.setdefault("DISTGNN_LOG_LEVEL", "WARNING")
@@ -241,7 +309,9 @@ def main() -> None:
             f"partition files {part_bytes / 2**20:.0f} MiB "
             f"(built in {time.perf_counter() - t0:.0f}s)"
         )
-
+        if a.colocate:
+            colocate_table(manifest, tmp, dims, a)
+            return
         print(
             "\n| feature dim | batch | payload MB | DistTensor pull GB/s | raw loopback GB/s "
             "| pull/raw (median of rounds) |"

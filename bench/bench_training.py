@@ -1,7 +1,7 @@
 """Training benchmark: GraphSAGE epoch time and distributed one-hop sampling throughput.
 
 Run: ``python bench/bench_training.py [--epochs 3 | --steps 20] [--trainers 2] [--no-prefetch]
-[--precision 32|bf16-mixed]``.
+[--precision 32|bf16-mixed] [--colocate ROUNDS]``.
 
 The benchmark graph (``distgnn.graph.generate``: 1M nodes, ~12M edges, 100 float32
 features) is generated once and cached under /tmp/distgnn-bench, partitioned into 2
@@ -21,6 +21,9 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
   (in the prefetch thread when on), forward, backward (DDP all-reduce inside), the
   all-reduce alone, optimizer; CPU seconds per step of a trainer and of both servers
   (psutil, approximate).
+* ``--colocate ROUNDS``: the same training with trainers over TCP and co-located
+  (``trainers.colocate``: each trainer reads its partition's rows from its server's
+  shared memory), runs alternating; per-step medians side by side.
 """
 
 from __future__ import annotations
@@ -252,8 +255,15 @@ def compute_floor(model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, 
 
 
 def bench_epoch(
-    env: dict[str, str], trainers: int, extra: list[str], samplers: int, server_pids: list[int]
+    env: dict[str, str],
+    trainers: int,
+    extra: list[str],
+    samplers: int,
+    server_pids: list[int],
+    stores: list[str] | None = None,
 ) -> dict[str, Any]:
+    """One training run; ``stores`` (each server's shared-memory folder): co-located
+    trainers, rank r beside partition ``r // (trainers / parts)`` (``trainers.colocate``)."""
     cpu0 = _tree_cpu(server_pids)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -271,6 +281,10 @@ def bench_epoch(
             DISTGNN_LOG_LEVEL="WARNING",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // trainers)),
         )
+        if stores:
+            part = r // max(1, trainers // len(stores)) % len(stores)
+            penv["DISTGNN_LOCAL_PARTITION"] = str(part)
+            penv["DISTGNN_LOCAL_STORE"] = stores[part]
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--child-train", *extra],
             env=penv, stdout=subprocess.PIPE, text=True,
@@ -315,6 +329,14 @@ def main() -> None:
     ap.add_argument("--precision", default="32", choices=["32", "bf16-mixed"])
     ap.add_argument("--floor-steps", type=int, default=5,
                     help="batches rank 0 re-runs alone for the compute floor (0: off)")  # fmt: skip
+    ap.add_argument(
+        "--colocate",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="compare the topologies: ROUNDS alternating runs with trainers over "
+        "TCP and co-located (local rows from the servers' shared memory)",
+    )
     ap.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_train:
@@ -327,6 +349,9 @@ def main() -> None:
     extra += ["--no-prefetch"] if a.no_prefetch else []
     extra += ["--precision", a.precision, "--floor-steps", str(a.floor_steps)]
     manifest = ensure_parts(ensure_graph(a.nodes), a.nodes, a.method)
+    if a.colocate:
+        compare_topologies(manifest, a, extra)
+        return
     with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
         env = srv.env()
         samp = bench_sampling(env, a.reps)
@@ -374,6 +399,43 @@ def main() -> None:
         rows.append((f"one-hop sampling, batch {batch} (seeds/s)", f"{v / 1e3:.0f}k", "", "", ""))
     for r in rows:
         print(f"{r[0]:<44} {r[1]:>12}")
+
+
+def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -> None:
+    """``--colocate ROUNDS``: the same training work with trainers over TCP and co-located,
+    runs alternating (so both see the same machine load); medians over the rounds."""
+    from servers import running_servers
+
+    got: dict[str, list[dict[str, Any]]] = {"tcp": [], "colocated": []}
+    with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
+        stores = [r["shm_dir"] for r in srv.ready]
+        pids = [p.pid for p in srv.procs]
+        for _ in range(a.colocate):
+            for topo, runs in got.items():
+                st = stores if topo == "colocated" else None
+                runs.append(bench_epoch(srv.env(), a.trainers, extra, a.num_samplers, pids, st))
+
+    def med(topo: str, key: str) -> float:
+        return statistics.median(r[key] for r in got[topo])
+
+    print(
+        f"bench_training --colocate: {a.nodes} nodes, 2 partitions, {a.trainers} trainers, "
+        f"{a.colocate} alternating round(s) per topology, medians (rank 0)"
+    )
+    print(f"{'metric':<40} {'TCP':>10} {'co-located':>12} {'ratio':>8}")
+    for label, key in (
+        ("step (s)", "step_s"),
+        ("feature pull per step (s)", "fetch"),
+        ("sampling per step (s)", "sample"),
+        ("waiting for the next batch (s)", "wait"),
+        ("CPU s per step: both servers", "server_cpu"),
+    ):
+        tcp, co = med("tcp", key), med("colocated", key)
+        if key == "server_cpu":
+            n = (a.steps or med("tcp", "steps_per_epoch") * a.epochs) + 2
+            tcp, co = tcp / n, co / n
+        ratio = co / tcp if tcp else float("nan")
+        print(f"{label:<40} {tcp:>10.3f} {co:>12.3f} {ratio:>7.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""A co-located DistGNNJob on the Kubernetes API emulator: no server StatefulSet; the
+trainer Job (one pod per partition, its server as a sidecar) starts once partitioned,
+its ready pods count as ready servers, and the job runs and succeeds as any other."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from test_operator_emulator import (  # noqa: F401  (fixtures)
+    Cluster,
+    Operator,
+    _pod,
+    _succeed_partition,
+    assert_settled,
+    cluster,
+    job_manifest,
+    operator_args,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_colocated_job_lifecycle(
+    cluster: Cluster,  # noqa: F811  (the emulator module's fixtures)
+    operator_args: argparse.Namespace,  # noqa: F811
+) -> None:
+    c = cluster
+    async with Operator(operator_args):
+        trainers = {
+            "replicas": 4,
+            "colocate": True,
+            "app": {"name": "node-classification", "epochs": 1},
+        }
+        await c.create(job_manifest("colo", trainers=trainers))
+        await c.child("Service", "colo-trainers")
+        await c.phase("DistGNNJob", "colo", "Partitioning")
+        assert await c.get("Job", "colo-trainers") is None
+
+        await _succeed_partition(c, "colo")
+        tjob = await c.child("Job", "colo-trainers")
+        assert tjob["spec"]["completions"] == 2
+        pod = tjob["spec"]["template"]["spec"]
+        assert pod["initContainers"][0]["restartPolicy"] == "Always"
+        for kind in ("StatefulSet", "NetworkPolicy"):
+            assert await c.get(kind, "colo-server") is None
+
+        await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 0}}, "status")
+        st = await c.phase("DistGNNJob", "colo", "Starting")
+        await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 2}}, "status")
+        st = await c.phase("DistGNNJob", "colo", "Running")
+        assert st["partitionsReady"] == 2
+
+        metrics = {"test_accuracy": 0.8, "val_accuracy": 0.78, "epochs": 1}
+        await c.create(_pod("colo-trainers-0-abc", "colo-trainers", 0, 0, json.dumps(metrics)))
+        done = {"active": 0, "succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]}
+        await c.patch("Job", "colo-trainers", {"status": done}, "status")
+        st = await c.phase("DistGNNJob", "colo", "Succeeded")
+        assert st["metrics"]["testAccuracy"] == metrics["test_accuracy"]
+        assert await c.get("StatefulSet", "colo-server") is None
+        await assert_settled(c)
