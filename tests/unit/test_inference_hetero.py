@@ -159,3 +159,14 @@ def test_hetero_layer_wise_output_per_type_equals_full_forward(
         np.testing.assert_allclose(p.numpy(), ref["paper"][orig], atol=1e-5, rtol=0)
         for r in layers[-1].values():
             r.release()
+
+
+def test_built_in_app_on_a_typed_graph_names_the_typed_function(parts: str, tmp_path: Path) -> None:
+    from distgnn.errors import ConfigError
+    from distgnn.nn import GraphSAGE
+    from distgnn.train.inference import infer_to_storage
+
+    with dd.DistGraph.standalone(parts) as g:
+        tg = as_train_graph(g)
+        with pytest.raises(ConfigError, match="hetero_infer_to_storage"):
+            infer_to_storage(tg, GraphSAGE(3, 4, 2, 2), CTX, InferOptions(str(tmp_path / "o")))

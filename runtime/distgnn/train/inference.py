@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from distgnn import contract, storage
+from distgnn.dataloading.types import graph_typing
 from distgnn.errors import ConfigError, StorageError
 from distgnn.log import kv
 from distgnn.nn import GAT, GraphSAGE
@@ -297,6 +298,11 @@ def infer_to_storage(
     import os
 
     opts = opts.validate()
+    if not isinstance(tg.g, LocalGraph) and graph_typing(tg.g) is not None:
+        raise ConfigError(
+            "layer-wise inference: the built-in models are homogeneous; a heterogeneous "
+            "graph needs a typed model (distgnn.train.hetero_inference.hetero_infer_to_storage)"
+        )
     manifest_url = manifest_url or os.environ.get(contract.ENV_MANIFEST)
     model.eval()
     lw = layerwise(model)
