@@ -220,7 +220,7 @@ def distgnn_micro(env: dict[str, str], reps: int = 15) -> dict[str, float]:
     from distgnn.distributed.graph import DistGraph
     from distgnn.distributed.sampling import sample_neighbors
 
-    g = DistGraph(initialize(env=env), own=True)
+    g = DistGraph(ctx=initialize(env=env), own=True)
     try:
         rng = np.random.default_rng(0)
         remote = g.get_partition_book().partid2nids(1)

@@ -263,3 +263,11 @@ def test_values_that_do_not_fit_the_dtype_are_refused_not_cast(cora_parts: str) 
         i[ids] = np.array([7, 8, 9], dtype=np.int64)
         assert torch.equal(f[ids], torch.full((3, 2), 0.5))
         assert i[ids].tolist() == [7, 8, 9]
+
+
+def test_a_context_passed_as_the_graph_name_is_a_short_error(cora_parts: str) -> None:
+    """DGL's first argument is the graph name; a context there gets one short line."""
+    with DistGraph(part_config=cora_parts) as g, pytest.raises(ConfigError) as e:
+        DistGraph(g.ctx)  # type: ignore[arg-type]
+    msg = str(e.value)
+    assert "graph_name must be a str" in msg and "ctx=" in msg and len(msg) < 300

@@ -136,6 +136,12 @@ class DistGraph:
         ctx: DistContext | None = None,
         own: bool = False,
     ) -> None:
+        if graph_name is not None and not isinstance(graph_name, str):
+            raise ConfigError(
+                f"DistGraph: graph_name must be a str, not {type(graph_name).__name__} "
+                "(DGL's signature: DistGraph(graph_name, gpb=None, part_config=None); "
+                "pass a context as ctx=...)"
+            )
         if ctx is None and DEFAULT.ctx is None and part_config is not None:
             ctx, own = initialize(manifest=part_config, standalone=True), True
         self.ctx = resolve_ctx(ctx)

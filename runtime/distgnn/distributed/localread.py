@@ -19,6 +19,7 @@ another store folder (its HELLO names it) turns local reads off.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import mmap
@@ -126,7 +127,6 @@ class LocalReader:
     ) -> LocalReader:
         """Validate ``folder`` against the server's HELLO (``store_name``) and its
         ``info.json`` (partition ``part``); ConfigError says why it cannot be used."""
-        import json
 
         root = find_store(folder, store_name)
         try:

@@ -2,7 +2,9 @@
 
 Reads group the IDs by owner partition, send one PULL per server with every
 request in flight at once, and scatter the rows back in the caller's order (when
-every ID is on one server the answer is received straight into the output).
+every ID is on one server the answer is received straight into the output). A
+co-located trainer (``trainers.colocate``) gathers its own partition's rows from the
+server's shared memory instead (:mod:`distgnn.distributed.localread`).
 New tensors are created on every server with an initialiser given by name (``zeros``,
 ``ones``, ``uniform``, ``normal``, ``constant``) or with the values a callable
 ``init_func`` produced in the trainer; no code crosses the wire.

@@ -15,6 +15,7 @@ import logging
 import resource
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,7 +133,8 @@ class Segment:
     type_offset: int  # original homogeneous ID of the type's node 0
 
 
-def segments(tg: TrainGraph) -> list[Segment]:
+def segments(tg: TrainGraph, ntypes: Collection[str] | None = None) -> list[Segment]:
+    """The (node type, partition) segments, of ``ntypes`` only when given."""
     if isinstance(tg.g, LocalGraph):
         return [Segment("_N", 0, 0, tg.num_nodes(), 0, 0)]
     man = tg.g.manifest
@@ -145,7 +147,8 @@ def segments(tg: TrainGraph) -> list[Segment]:
         pos = int(man.node_offsets[p])
         for t in man.node_types:
             c = int(man.ntype_offsets[t][p + 1] - man.ntype_offsets[t][p])
-            out.append(Segment(t, p, pos, c, pos - int(man.node_offsets[p]), orig_off[t]))
+            if ntypes is None or t in ntypes:
+                out.append(Segment(t, p, pos, c, pos - int(man.node_offsets[p]), orig_off[t]))
             pos += c
     return out
 
@@ -169,10 +172,12 @@ def write_shards(
     final: Rows,
     emb: Rows,
     manifest_url: str | None,
+    ntypes: Collection[str] | None = None,
 ) -> int:
-    """Write the shards of the partitions this rank owns; returns rows written."""
+    """Write the shards of the partitions this rank owns (of ``ntypes`` when given);
+    returns rows written."""
     total = 0
-    segs = segments(tg)
+    segs = segments(tg, ntypes)
     parts = sorted({s.part for s in segs})
     for p in parts:
         if p % ctx.world_size != ctx.rank:
@@ -207,7 +212,8 @@ def _write_segment(
     final: Rows,
     emb: Rows,
 ) -> dict[str, dict[str, Any]]:
-    probe = emb.read(np.arange(min(1, tg.num_nodes()), dtype=np.int64))
+    first = s.start if s.count else 0
+    probe = emb.read(np.arange(first, first + min(1, tg.num_nodes()), dtype=np.int64))
     dim = int(probe.shape[1])
     specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
         "orig_id": (np.dtype(np.int64), (s.count,)),
@@ -243,10 +249,15 @@ def _write_segment(
 
 
 def build_index(
-    tg: TrainGraph, opts: InferOptions, run: str, dim: int, info: dict[str, Any]
+    tg: TrainGraph,
+    opts: InferOptions,
+    run: str,
+    dim: int,
+    info: dict[str, Any],
+    ntypes: Collection[str] | None = None,
 ) -> fmt.Index:
     """Rank 0: the index from every shard's record (written by the other ranks)."""
-    segs = segments(tg)
+    segs = segments(tg, ntypes)
     types: dict[str, dict[str, Any]] = {}
     arrays: dict[str, dict[str, Any]] = {}
     for s in segs:
@@ -263,7 +274,8 @@ def build_index(
     if opts.classify:
         arrays["pred"] = {"dtype": "int64", "shape": []}
         arrays["prob"] = {"dtype": "float32", "shape": []}
-    return fmt.Index(run, tg.num_nodes(), arrays, types, info)
+    total = sum(int(t["num_nodes"]) for t in types.values())
+    return fmt.Index(run, total, arrays, types, info)
 
 
 def peak_rss_mb() -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from distgnn.dataloading.types import graph_typing
 from distgnn.errors import ConfigError
 from distgnn.log import kv
 from distgnn.nn import GAT, GraphSAGE
@@ -134,7 +135,10 @@ class DistRows:
         from distgnn.distributed.tensor import DistTensor
 
         if len(g.ntypes) != 1:
-            raise ConfigError("layer-wise inference needs a graph with one node type")
+            raise ConfigError(
+                "layer-wise inference: a heterogeneous graph needs a typed model "
+                "(distgnn.train.hetero_inference.hetero_infer_to_storage)"
+            )
         policy = g.get_node_partition_policy(g.ntypes[0])
         self.t = DistTensor((g.num_nodes(), dim), torch.float32, name, part_policy=policy, ctx=g)
 
@@ -245,23 +249,45 @@ def layer_pass(
 def infer(
     g: Any,
     model: nn.Module,
-    x: str | Rows = "feat",
+    x: str | Rows | Mapping[str, Rows] = "feat",
     batch_size: int = 4096,
     device: torch.device | None = None,
     ctx: DDPContext | None = None,
     keep: tuple[int, ...] = (),
-) -> list[Rows | None]:
+) -> list[Any]:
     """Layer-wise full-neighbour inference of ``model`` over ``g`` (a ``DistGraph``, a
     ``LocalGraph`` or a :class:`TrainGraph`), from the node field ``x``.
 
     Returns each layer's rows (see :func:`layer_pass`); ``out[-1].read(ids)`` gives the
-    model's output. With several trainers every one calls it (``ctx`` defaults to the
-    environment's rank / world size and the current process group).
+    model's output. On a heterogeneous ``DistGraph`` each layer is a dict
+    ``ntype -> rows`` read by type-wise IDs (``out[-1]["paper"].read(ids)``), the model's
+    layers map ``(typed block, {ntype: h})`` to ``{ntype: h}`` and ``x`` may also be a
+    dict ``ntype -> rows`` (see :mod:`distgnn.train.hetero_layerwise`). With several
+    trainers every one calls it (``ctx`` defaults to the environment's rank / world size
+    and the current process group).
     """
     tg = as_train_graph(g)
     ctx = ctx or default_context()
     model.eval()
     run = run_id(ctx)
+    typing = None if isinstance(tg.g, LocalGraph) else graph_typing(tg.g)
+    if typing is not None:
+        from distgnn.train import hetero_layerwise as hl
+
+        return hl.hetero_layer_pass(
+            tg,
+            typing,
+            hl.typed_steps(model),
+            hl.input_rows(tg.g, typing, x),
+            owned_nodes(tg, ctx.rank, ctx.world_size),
+            ctx,
+            run,
+            batch_size,
+            device,
+            keep,
+        )
+    if isinstance(x, Mapping):
+        raise ConfigError("x: a dict of rows per node type needs a heterogeneous graph")
     xs = FeatureRows(tg, x) if isinstance(x, str) else x
     return layer_pass(
         tg,

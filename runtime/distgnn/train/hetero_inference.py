@@ -1,0 +1,101 @@
+"""Inference output of a heterogeneous graph: the typed layer-wise pass
+(:mod:`distgnn.train.hetero_layerwise`) written per node type in the output format of
+:mod:`distgnn.train.infer_output` (shards per node type and partition, type-wise
+``orig_id``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from torch import nn
+
+from distgnn import contract, storage
+from distgnn.dataloading.types import graph_typing
+from distgnn.errors import ConfigError
+from distgnn.log import kv
+from distgnn.train import hetero_layerwise as hl
+from distgnn.train import infer_output as fmt
+from distgnn.train.ddp import DDPContext, barrier
+from distgnn.train.graph import TrainGraph
+from distgnn.train.inference import InferOptions, build_index, write_shards
+from distgnn.train.layerwise import owned_nodes, run_id
+
+log = logging.getLogger("distgnn.train")
+
+
+def hetero_infer_to_storage(
+    tg: TrainGraph,
+    model: nn.Module,
+    ctx: DDPContext,
+    opts: InferOptions,
+    info: dict[str, Any] | None = None,
+    manifest_url: str | None = None,
+) -> dict[str, Any]:
+    """Layer-wise inference of a typed ``model`` (layers ``(block, {ntype: h}) ->
+    {ntype: h}``) over a heterogeneous DistGraph, written to ``opts.output_url``: one
+    output node type per type the chosen layer computes (all of one width). Every
+    trainer calls it together; returns the summary."""
+    opts = opts.validate()
+    typing = graph_typing(tg.g)
+    if typing is None:
+        raise ConfigError("hetero_infer_to_storage: the graph has one node type")
+    manifest_url = manifest_url or os.environ.get(contract.ENV_MANIFEST)
+    model.eval()
+    steps = hl.typed_steps(model)
+    if opts.embedding_layer == "hidden" and len(steps) < 2:
+        raise ConfigError("--embedding-layer hidden: the model has no hidden layer")
+    hidden_i = len(steps) - 2
+    keep = (hidden_i,) if opts.embedding_layer == "hidden" else ()
+    run = run_id(ctx)
+    nodes = owned_nodes(tg, ctx.rank, ctx.world_size)
+    t0 = time.monotonic()
+    rows = hl.hetero_layer_pass(
+        tg,
+        typing,
+        steps,
+        hl.input_rows(tg.g, typing, opts.feat),
+        nodes,
+        ctx,
+        run,
+        opts.batch_size,
+        ctx.device,
+        keep,
+    )
+    t_compute = time.monotonic() - t0
+    final_t, emb_t = rows[-1], rows[hidden_i] if opts.embedding_layer == "hidden" else rows[-1]
+    assert final_t is not None and emb_t is not None
+    widths = {t: int(r.t.shape[1]) for t, r in emb_t.items()}
+    if len(set(widths.values())) != 1:
+        raise ConfigError(f"--embedding-layer: node types have different widths {widths}")
+    dim = next(iter(widths.values()))
+    ntypes = sorted(set(emb_t) & set(final_t)) if opts.classify else sorted(emb_t)
+    final = hl.HomoView(typing, final_t, int(next(iter(final_t.values())).t.shape[1]))
+    emb = final if emb_t is final_t else hl.HomoView(typing, emb_t, dim)
+    written = write_shards(tg, ctx, opts, run, final, emb, manifest_url, ntypes)
+    barrier(ctx)
+    if ctx.is_main:
+        meta = {
+            "graph_name": getattr(getattr(tg.g, "manifest", None), "graph_name", None),
+            "embedding_layer": opts.embedding_layer,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(info or {}),
+        }
+        fmt.write_index(opts.output_url, build_index(tg, opts, run, dim, meta, ntypes))
+        fmt.remove_stale_runs(opts.output_url, run)
+    barrier(ctx)
+    for r in {id(x): x for x in (final, emb)}.values():
+        r.release()
+    summary = {
+        "output_url": opts.output_url,
+        "inference_node_types": ntypes,
+        "inference_seconds": round(time.monotonic() - t0, 3),
+        "inference_compute_seconds": round(t_compute, 3),
+    }
+    log.info(
+        "inference done",
+        extra=kv(rank=ctx.rank, rows_written=written, output=storage.redact(opts.output_url)),
+    )
+    return summary
