@@ -19,6 +19,9 @@ Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [
 * **Training**: 2 servers + 2 DDP trainers, 3-layer GraphSAGE (mean) hidden 256, fanouts
   15,10,5, batch 1000, Adam 0.003, dropout 0.5, 1 torch thread per trainer, ``--epochs``
   timed epochs after a warm-up epoch; each system on its own partitions of the same graph.
+  DistGNN runs twice: every row over TCP (its default topology), and co-located
+  (``trainers.colocate``: the local partition's rows from the server's shared memory, which
+  is what DGL's trainers always do with their machine's server).
   DGL runs twice: as shipped, and with the same glibc allocator settings DistGNN's trainers
   apply (``distgnn.train.proc``: ``M_MMAP_THRESHOLD``/``M_TRIM_THRESHOLD`` 1 GiB, top pad
   256 MiB, given to DGL as ``MALLOC_*_`` tunables). DGL's distributed mode needs one private
@@ -197,8 +200,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def distgnn_epoch(parts: Path, epochs: int, floor_steps: int) -> dict[str, Any]:
-    """DistGNN: 2 real servers, 2 trainers (bench_training's trainer), then the micro figures."""
+def distgnn_epoch(
+    parts: Path, epochs: int, floor_steps: int, colocate: bool = False
+) -> dict[str, Any]:
+    """DistGNN: 2 real servers, 2 trainers (bench_training's trainer), then the micro figures.
+    ``colocate``: each trainer reads its partition's rows from its server's shared memory
+    (``trainers.colocate``), as DGL's trainers do with their machine's server."""
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     sys.path.insert(0, str(BENCH))
     from servers import running_servers
@@ -208,7 +215,9 @@ def distgnn_epoch(parts: Path, epochs: int, floor_steps: int) -> dict[str, Any]:
     manifest = str(parts / "bench.json")
     extra = ["--steps", "0", "--epochs", str(epochs), "--floor-steps", str(floor_steps)]
     with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
-        res = bench_training.bench_epoch(srv.env(), 2, extra, 0, [p.pid for p in srv.procs])
+        stores = [r["shm_dir"] for r in srv.ready] if colocate else None
+        pids = [p.pid for p in srv.procs]
+        res = bench_training.bench_epoch(srv.env(), 2, extra, 0, pids, stores)
         res.update(distgnn_micro(srv.env()))
     return res
 
@@ -332,28 +341,32 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
             return
         dparts = Path(part["distgnn"][0]["parts"])
         gparts = Path(part["dgl"][0]["parts"])
-        runs: dict[str, list[dict[str, Any]]] = {"distgnn": [], "dgl": [], "dgl_tuned": []}
+        runs: dict[str, list[dict[str, Any]]] = {
+            "distgnn": [], "distgnn_colocated": [], "dgl": [], "dgl_tuned": []
+        }  # fmt: skip
         for r in range(a.rounds):
-            order = ["distgnn", "dgl", "dgl_tuned"]
+            order = list(runs)
             order = order if r % 2 == 0 else order[::-1]
             for system in order:
                 log(f"{kind} round {r + 1}: training with {system}")
-                if system == "distgnn":
-                    res = distgnn_epoch(dparts, a.epochs, a.floor_steps)
+                if system.startswith("distgnn"):
+                    colocated = system == "distgnn_colocated"
+                    res = distgnn_epoch(dparts, a.epochs, a.floor_steps, colocated)
                 else:
                     res = dgl_epoch(gparts, dgl_py, a.epochs, system == "dgl_tuned", work)
                 runs[system].append(res)
                 ep = statistics.median(res["epoch_times"])
-                print(f"round {r + 1} {system:9s} epoch {ep:.2f} s "
+                print(f"round {r + 1} {system:17s} epoch {ep:.2f} s "
                       f"({res['steps_per_epoch']} steps/trainer)"
                       + (f", floor {res['floor_step_s'] * res['steps_per_epoch']:.2f} s"
                          if "floor_step_s" in res else ""), flush=True)  # fmt: skip
     d, g, t = runs["distgnn"], runs["dgl"], runs["dgl_tuned"]
+    c = runs["distgnn_colocated"]
 
     def ep(rs: list[dict[str, Any]]) -> list[float]:
         return [statistics.median(x["epoch_times"]) for x in rs]
 
-    floor = [x["floor_step_s"] * x["steps_per_epoch"] for x in d if "floor_step_s" in x]
+    floor = [x["floor_step_s"] * x["steps_per_epoch"] for x in d + c if "floor_step_s" in x]
     steps = {x["steps_per_epoch"] for x in d + g + t}
     title = (f"Training, graph '{kind}': {sorted(steps)} steps per trainer per epoch, "
              f"{a.rounds} rounds x {a.epochs} epoch(s)")  # fmt: skip
@@ -375,10 +388,20 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
          [x["forward"] + x["backward"] + x["optimizer"] for x in d],
          [x["compute"] for x in t], 1.0, ".3f"),
     ])  # fmt: skip
+    report(title + " - DistGNN co-located (local rows from shared memory, as DGL) vs DGL "
+           "with DistGNN's allocator settings", [
+        ("epoch", "s", ep(c), ep(t), 1.0, ".2f"),
+        ("  feature pull per step", "s", [x["fetch"] for x in c], [x["fetch"] for x in t],
+         1.0, ".3f"),
+        ("  compute per step (fwd+bwd+step)", "s",
+         [x["forward"] + x["backward"] + x["optimizer"] for x in c],
+         [x["compute"] for x in t], 1.0, ".3f"),
+    ])  # fmt: skip
     if floor:
         print(f"\nfloor (fwd+bwd+step of the same batches, rank 0 alone, 1 thread) x steps: "
               f"{statistics.median(floor):.2f} s; epoch / floor: DistGNN "
-              f"{statistics.median(ep(d)) / statistics.median(floor):.2f}x, DGL as shipped "
+              f"{statistics.median(ep(d)) / statistics.median(floor):.2f}x, co-located "
+              f"{statistics.median(ep(c)) / statistics.median(floor):.2f}x, DGL as shipped "
               f"{statistics.median(ep(g)) / statistics.median(floor):.2f}x, DGL tuned "
               f"{statistics.median(ep(t)) / statistics.median(floor):.2f}x")  # fmt: skip
 
