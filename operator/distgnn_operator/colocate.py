@@ -47,38 +47,13 @@ def server_sidecar(job: t.DistGNNJob, manifest: str, ctx: d.DesiredContext) -> d
         }
     )
     env = [*env, index_env(contract.ENV_PART_ID), *ps.credential_env(st)]
-    c = d._container(
-        "server",
-        srv.image or ctx.runtime_image,
-        srv.image_pull_policy or ctx.image_pull_policy,
-        list(cmds.SERVER_COMMAND),
-        env,
-        [ps.token_mount()],
-        ps.resources(srv.resources),
-    )
-    c["restartPolicy"] = "Always"
-    c["ports"] = [
-        {"name": "rpc", "containerPort": contract.SERVER_PORT, "protocol": "TCP"},
-        {"name": "health", "containerPort": contract.SERVER_HEALTH_PORT, "protocol": "TCP"},
-    ]
-    probe = {"port": "health", "scheme": "HTTP"}
+    c = d.server_container(srv, env, ctx)
+    c["restartPolicy"] = "Always"  # a native sidecar (Kubernetes 1.29+)
     c["startupProbe"] = {
-        "httpGet": {"path": "/readyz", **probe},
+        "httpGet": {"path": "/readyz", "port": "health", "scheme": "HTTP"},
         "periodSeconds": 2,
         "timeoutSeconds": 3,
         "failureThreshold": STARTUP_FAILURES,
-    }
-    c["readinessProbe"] = {
-        "httpGet": {"path": "/readyz", **probe},
-        "periodSeconds": 5,
-        "timeoutSeconds": 3,
-        "failureThreshold": 3,
-    }
-    c["livenessProbe"] = {
-        "httpGet": {"path": "/healthz", **probe},
-        "periodSeconds": 10,
-        "timeoutSeconds": 5,
-        "failureThreshold": 6,
     }
     return c
 

@@ -119,6 +119,39 @@ def _pod(
     }
 
 
+def server_container(srv: Any, env: list[dict[str, Any]], ctx: DesiredContext) -> dict[str, Any]:
+    """The graph server container: its image, rpc and health ports, readiness on
+    ``/readyz`` and liveness on ``/healthz`` (the StatefulSet's and the co-located
+    sidecar's)."""
+    c = _container(
+        "server",
+        srv.image or ctx.runtime_image,
+        srv.image_pull_policy or ctx.image_pull_policy,
+        list(cmds.SERVER_COMMAND),
+        env,
+        [ps.token_mount()],
+        ps.resources(srv.resources),
+    )
+    c["ports"] = [
+        {"name": "rpc", "containerPort": contract.SERVER_PORT, "protocol": "TCP"},
+        {"name": "health", "containerPort": contract.SERVER_HEALTH_PORT, "protocol": "TCP"},
+    ]
+    probe = {"port": "health", "scheme": "HTTP"}
+    c["readinessProbe"] = {
+        "httpGet": {"path": "/readyz", **probe},
+        "periodSeconds": 5,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+    c["livenessProbe"] = {
+        "httpGet": {"path": "/healthz", **probe},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 6,
+    }
+    return c
+
+
 def _container(
     name: str,
     image: str,
@@ -260,32 +293,7 @@ def server_children(
         }
     )
     env = [*env, ps.pod_name_env(), *ps.credential_env(st)]
-    c = _container(
-        "server",
-        srv.image or ctx.runtime_image,
-        srv.image_pull_policy or ctx.image_pull_policy,
-        list(cmds.SERVER_COMMAND),
-        env,
-        [ps.token_mount()],
-        ps.resources(srv.resources),
-    )
-    c["ports"] = [
-        {"name": "rpc", "containerPort": contract.SERVER_PORT, "protocol": "TCP"},
-        {"name": "health", "containerPort": contract.SERVER_HEALTH_PORT, "protocol": "TCP"},
-    ]
-    probe = {"port": "health", "scheme": "HTTP"}
-    c["readinessProbe"] = {
-        "httpGet": {"path": "/readyz", **probe},
-        "periodSeconds": 5,
-        "timeoutSeconds": 3,
-        "failureThreshold": 3,
-    }
-    c["livenessProbe"] = {
-        "httpGet": {"path": "/healthz", **probe},
-        "periodSeconds": 10,
-        "timeoutSeconds": 5,
-        "failureThreshold": 6,
-    }
+    c = server_container(srv, env, ctx)
     pod = _pod([c], [ps.token_volume(n["token"])], "Always", ctx)
     pmeta: dict[str, Any] = {"labels": dict(labels)}
     if token_hash:
