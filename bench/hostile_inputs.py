@@ -37,6 +37,7 @@ import numpy as np
 
 COLUMNS = ("tried", "refused cleanly", "accepted", "crashed", "hung", "ran code")
 CASE_TIMEOUT = 60.0
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -189,9 +190,11 @@ def run_manifests(work: Path, marker: Path) -> Tally:
 # -- manifest fuzzer (in a worker process) -----------------------------------------------------
 
 FUZZ_WORKER = r"""
-import contextlib, copy, json, math, random, signal, sys
+import json, random, signal, sys
 from pathlib import Path
 import yaml
+sys.path.insert(0, sys.argv[5])
+from tests.support.manifest_fuzz import YAML_TOKENS, mutate_bytes, mutate_tree
 from distgnn.api.manifest_yaml import loads
 from distgnn.errors import ConfigError
 from distgnn.local.plan import plan_from_manifest
@@ -205,50 +208,8 @@ def on_alarm(*_):
     raise Hung()
 
 signal.signal(signal.SIGALRM, on_alarm)
-VALUES = [None, True, 0, -1, 2**63, 10**30, 1.5, math.nan, math.inf, -math.inf, "", "x" * 5000,
-          "\x00", "\ud800", "a\x00b", "~nouser/x", "s3://", "file://", "../../../../etc/passwd",
-          [], [1, [2, [3]]], {}, {"a": {"b": None}}, {1: 2}, {"": ""}, ["\ud800"], {"k": "\x00"},
-          "500m", "-1Gi", "metis", "node-classification", "/dev/zero", "DistGNNJob"]
-TOKENS = [b"&a ", b"*a", b"[", b"{", b"- ", b"\x00", b"\xff", b"<<: ", b"\t", b"'", b'"\\ud800"',
-          b": ", b"\n  ", b"---\n", b"%YAML 1.1\n", b"!!binary ", b"!!set ", b"? ",
+TOKENS = [*YAML_TOKENS,
           ("!!python/object/apply:os.system ['touch " + str(marker) + "']").encode()]
-
-def paths(obj, prefix=()):
-    out = [prefix]
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out += paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out += paths(v, (*prefix, i))
-    return out
-
-def mutate_tree(obj, rng):
-    obj = copy.deepcopy(obj)
-    for _ in range(rng.randint(1, 3)):
-        path = rng.choice(paths(obj)[1:])
-        parent = obj
-        for p in path[:-1]:
-            parent = parent[p]
-        op = rng.random()
-        if op < 0.6:
-            parent[path[-1]] = copy.deepcopy(rng.choice(VALUES))
-        elif op < 0.8 and isinstance(parent, dict):
-            with contextlib.suppress(TypeError):
-                parent[rng.choice([*VALUES[:6], "extra", "\ud800", "x" * 300])] = rng.choice(VALUES)
-        else:
-            del parent[path[-1]]
-    return obj
-
-def mutate_bytes(data, rng):
-    buf = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        i = rng.randrange(len(buf))
-        if rng.random() < 0.5:
-            buf[i : i + rng.randint(0, 4)] = rng.choice(TOKENS)
-        else:
-            buf[i] = rng.randrange(256)
-    return bytes(buf)
 
 rng = random.Random(seed)
 base = yaml.safe_load(base_text)
@@ -260,7 +221,7 @@ for i in range(count):
     signal.alarm(10)
     try:
         if as_bytes:
-            obj = loads(mutate_bytes(base_text.encode(), rng))
+            obj = loads(mutate_bytes(base_text.encode(), rng, TOKENS))
         else:
             obj = mutate_tree(base, rng)
         if not isinstance(obj, dict):
@@ -289,7 +250,8 @@ def run_fuzz(count: int, seed: int, marker: Path) -> Tally:
     tally = Tally(f"fuzzed manifests (seed {seed})")
     try:
         p = subprocess.run(
-            [sys.executable, "-c", FUZZ_WORKER, BASE, str(count), str(seed), str(marker)],
+            [sys.executable, "-c", FUZZ_WORKER, BASE, str(count), str(seed), str(marker),
+             str(REPO)],
             capture_output=True, text=True, timeout=CASE_TIMEOUT + count * 0.5, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired:

@@ -7,8 +7,6 @@ checkpoint and podTemplate (seeded, bounded) and allows nothing but ConfigError.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 import random
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.manifest_fuzz import mutate_bytes, mutate_tree
 
 from distgnn import cli
 from distgnn.api import parse_job
@@ -181,43 +180,6 @@ def test_merge_keys_and_anchors_still_work() -> None:
 
 # -- fuzzing -----------------------------------------------------------------------------
 
-_HOSTILE_VALUES: list[Any] = [
-    None, True, 0, -1, 2**63, 10**30, 1.5, math.nan, math.inf, -math.inf, "", "x" * 5000,
-    "\x00", "\ud800", "a\x00b", "~nouser/x", "s3://", "file://", "../../../../etc/passwd",
-    [], [1, [2, [3]]], {}, {"a": {"b": None}}, {1: 2}, {"": ""}, ["\ud800"], {"k": "\x00"},
-    "500m", "-1Gi", "metis", "node-classification", "/dev/zero",
-]  # fmt: skip
-
-
-def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _mutate(obj: Any, rng: random.Random) -> Any:
-    obj = copy.deepcopy(obj)
-    for _ in range(rng.randint(1, 3)):
-        path = rng.choice(_paths(obj)[1:])
-        parent = obj
-        for p in path[:-1]:
-            parent = parent[p]
-        op = rng.random()
-        if op < 0.6:
-            parent[path[-1]] = copy.deepcopy(rng.choice(_HOSTILE_VALUES))
-        elif op < 0.8 and isinstance(parent, dict):
-            key = rng.choice([*_HOSTILE_VALUES[:6], "extra", "\ud800", "x" * 300])
-            with contextlib.suppress(TypeError):  # an unhashable key
-                parent[key] = rng.choice(_HOSTILE_VALUES)
-        else:
-            del parent[path[-1]]
-    return obj
-
 
 def test_fuzzed_manifests_only_raise_config_error(tmp_path: Path) -> None:
     rng = random.Random(1313)
@@ -225,7 +187,7 @@ def test_fuzzed_manifests_only_raise_config_error(tmp_path: Path) -> None:
     manifest = tmp_path / "job.yaml"
     kinds: dict[str, int] = {}
     for _ in range(1500):
-        obj = _mutate(base, rng)
+        obj = mutate_tree(base, rng)
         try:
             plan_from_manifest(obj, manifest, tmp_path / "work")
             kinds["ok"] = kinds.get("ok", 0) + 1
@@ -236,20 +198,9 @@ def test_fuzzed_manifests_only_raise_config_error(tmp_path: Path) -> None:
 
 def test_fuzzed_yaml_bytes_only_raise_config_error() -> None:
     rng = random.Random(4242)
-    data = bytearray(BASE.encode())
-    tokens = [b"&a ", b"*a", b"[", b"{", b"- ", b"\x00", b"\xff", b"!!python/name:os.system",
-              b"<<: ", b"\t", b"'", b'"\\ud800"', b": ", b"\n  ", b"---\n",
-              b"%YAML 1.1\n"]  # fmt: skip
     for _ in range(600):
-        buf = bytearray(data)
-        for _ in range(rng.randint(1, 4)):
-            i = rng.randrange(len(buf))
-            if rng.random() < 0.5:
-                buf[i : i + rng.randint(0, 4)] = rng.choice(tokens)
-            else:
-                buf[i] = rng.randrange(256)
         try:
-            obj = loads(bytes(buf))
+            obj = loads(mutate_bytes(BASE.encode(), rng))
             if isinstance(obj, dict):
                 plan_from_manifest(obj, Path("/tmp/fuzz/job.yaml"), Path("/tmp/fuzz/work"))
         except ConfigError:
