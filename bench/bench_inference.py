@@ -91,22 +91,6 @@ def _server_hwm(pids: list[int]) -> list[float]:
     return out
 
 
-def _tree_cpu(pids: list[int]) -> float:
-    """CPU seconds (user + system) used so far by ``pids`` and their descendants."""
-    import psutil
-
-    total = 0.0
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            for p in [root, *root.children(recursive=True)]:
-                t = p.cpu_times()
-                total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
-
-
 def run_distributed(
     env: dict[str, str], ckpt: str, batch: int, trainers: int, workdir: str
 ) -> list[dict[str, Any]]:
@@ -208,7 +192,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     from servers import running_servers
 
-    from bench_training import ensure_graph, ensure_parts
+    from bench_training import _tree_cpu, ensure_graph, ensure_parts
 
     graph = ensure_graph(a.nodes)
     manifest = ensure_parts(graph, a.nodes, "metis")
