@@ -202,9 +202,11 @@ def expect_refusal(s: socket.socket, close_ok: bool = False, timeout: float = 15
     raise Served(f"{f.type.name} {str(f.meta)[:100]}")
 
 
-def pre_auth(data: bytes, close_ok: bool = True) -> Callable[[Target], None]:
+def send_hostile(data: bytes, authed: bool, close_ok: bool) -> Callable[[Target], None]:
+    """Send ``data`` on a fresh connection (after HELLO when ``authed``); expect a refusal."""
+
     def run(t: Target) -> None:
-        with t.raw() as s:
+        with t.authed() if authed else t.raw() as s:
             try:
                 s.sendall(data)
             except OSError:
@@ -212,18 +214,14 @@ def pre_auth(data: bytes, close_ok: bool = True) -> Callable[[Target], None]:
             expect_refusal(s, close_ok)
 
     return run
+
+
+def pre_auth(data: bytes, close_ok: bool = True) -> Callable[[Target], None]:
+    return send_hostile(data, False, close_ok)
 
 
 def post_auth(data: bytes, close_ok: bool = False) -> Callable[[Target], None]:
-    def run(t: Target) -> None:
-        with t.authed() as s:
-            try:
-                s.sendall(data)
-            except OSError:
-                raise Refused() from None
-            expect_refusal(s, close_ok)
-
-    return run
+    return send_hostile(data, True, close_ok)
 
 
 def request(mtype: MsgType, meta: dict[str, Any], bufs: list[np.ndarray] | None = None
