@@ -10,7 +10,8 @@ share the pod; rank = pod index * that + container index (``DISTGNN_TRAINERS_PER
 and ``LOCAL_RANK``). Server and trainers mount the pod's memory-backed ``/dev/shm``
 volume: the trainers map the server's store read-only (``DISTGNN_LOCAL_STORE``) and read
 the other partitions from the other pods' servers over TCP, through the trainer Service
-(its ``rpc`` port). No server StatefulSet, Service or NetworkPolicy is created.
+(its ``rpc`` port). No server StatefulSet, Service or NetworkPolicy is created. On an API
+server older than 1.29 the reconciler fails the job (``SidecarsUnsupported``) instead.
 """
 
 from __future__ import annotations
