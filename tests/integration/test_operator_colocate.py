@@ -48,6 +48,8 @@ async def test_colocated_job_lifecycle(
         assert pod["initContainers"][0]["restartPolicy"] == "Always"
         for kind in ("StatefulSet", "NetworkPolicy"):
             assert await c.get(kind, "colo-server") is None
+        pol = await c.child("NetworkPolicy", "colo-trainers")  # guards the co-located pods
+        assert pol["spec"]["podSelector"]["matchLabels"]["distgnn.dev/role"] == "trainer"
 
         await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 0}}, "status")
         st = await c.phase("DistGNNJob", "colo", "Starting")
