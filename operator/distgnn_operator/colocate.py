@@ -10,7 +10,9 @@ share the pod; rank = pod index * that + container index (``DISTGNN_TRAINERS_PER
 and ``LOCAL_RANK``). Server and trainers mount the pod's memory-backed ``/dev/shm``
 volume: the trainers map the server's store read-only (``DISTGNN_LOCAL_STORE``) and read
 the other partitions from the other pods' servers over TCP, through the trainer Service
-(its ``rpc`` port). No server StatefulSet, Service or NetworkPolicy is created.
+(its ``rpc`` port). No server StatefulSet, Service or NetworkPolicy is created; the
+NetworkPolicy ``NAME-trainers`` guards the co-located pods instead (:func:`network_policy`).
+On an API server older than 1.29 the reconciler fails the job (``SidecarsUnsupported``).
 """
 
 from __future__ import annotations
@@ -148,4 +150,40 @@ def colocated_trainer_children(
             "template": {"metadata": pmeta, "spec": pod},
         },
     }
-    return [svc, tjob]
+    netpol = network_policy(
+        n["trainers"], ns, labels, owner, selector, spec.monitoring.metrics, per_pod
+    )
+    return [svc, tjob, netpol]
+
+
+def network_policy(
+    name: str,
+    ns: str,
+    labels: dict[str, str],
+    owner: dict[str, Any],
+    selector: dict[str, str],
+    metrics: bool,
+    per_pod: int,
+) -> dict[str, Any]:
+    """Ingress of the co-located pods (each holds a graph server and its trainers).
+
+    From this job's other co-located pods, every port: the graph server's ``rpc`` port
+    (other partitions' trainers pull from it), rank 0's rendezvous port, and the ports
+    the DDP backend's peers connect to (gloo and NCCL listen on ephemeral ports, so no
+    port list can be given). From the operator's pods, only ``progress``; with metrics,
+    the trainers' metrics ports from anywhere. Nothing else: the health port needs only
+    the kubelet (always allowed), and the containers of a pod talk over loopback.
+    """
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": d._meta(name, ns, labels, owner),
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": dict(selector)}}]},
+                *mon.trainer_ingress(metrics, per_pod),
+            ],
+        },
+    }

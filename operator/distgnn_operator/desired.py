@@ -486,7 +486,7 @@ def desired_job_children(
         tchildren = colocated_trainer_children(
             job, manifest, num_parts, secret_name, owner, ctx, stage
         )
-        out.append(tchildren[0])
+        out += [tchildren[0], tchildren[2]]  # the Service and NetworkPolicy
         if not suspended and keep_trainers and (stage.partitioned or stage.trainers_started):
             out.append(tchildren[1])
         return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Callable, Mapping
@@ -96,6 +97,34 @@ class Credentials:
         )
 
 
+@dataclass(frozen=True, order=True)
+class ServerVersion:
+    """The API server's ``major.minor`` (``GET /version``), comparable as a tuple."""
+
+    major: int
+    minor: int
+    git_version: str = ""
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any]) -> ServerVersion:
+        """From a ``/version`` answer; managed clusters write minors like ``"29+"``, and
+        ``gitVersion`` (``v1.29.3-eks-...``) is the fallback. Raises ValueError."""
+        git = str(body.get("gitVersion") or "")
+        digits = [re.match(r"\d+", str(body.get(k) or "")) for k in ("major", "minor")]
+        if digits[0] and digits[1]:
+            return cls(int(digits[0].group()), int(digits[1].group()), git)
+        m = re.match(r"v?(\d+)\.(\d+)", git)
+        if m is None:
+            raise ValueError(f"no Kubernetes version in {dict(body)!r}"[:300])
+        return cls(int(m.group(1)), int(m.group(2)), git)
+
+    def at_least(self, major: int, minor: int) -> bool:
+        return (self.major, self.minor) >= (major, minor)
+
+    def __str__(self) -> str:
+        return self.git_version or f"v{self.major}.{self.minor}"
+
+
 class KubeApi:
     """Namespaced CRUD on the kinds in :data:`RESOURCES`. Create one per operator."""
 
@@ -105,6 +134,7 @@ class KubeApi:
         self._session: aiohttp.ClientSession | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._closed = False
+        self._version: ServerVersion | None = None
         self.on_error: Callable[[int], None] | None = None
         """Called with the status of every error answer (0: none); the metrics hook."""
 
@@ -192,6 +222,19 @@ class KubeApi:
                 msg = text
             raise ApiError(r.status, str(msg)[:500])
         return json.loads(text) if text else {}
+
+    async def server_version(self, *, refresh: bool = False) -> ServerVersion:
+        """The API server's version, read once per client (one client per operator process)
+        and again with ``refresh`` (the control plane may have been upgraded since).
+        Raises ApiError, also for an answer without a version."""
+        if self._version is None or refresh:
+            _, c = self._sess()
+            body = await self._call("GET", f"{c.server}/version")
+            try:
+                self._version = ServerVersion.parse(body if isinstance(body, dict) else {})
+            except ValueError as e:
+                raise ApiError(0, f"GET /version: {e}") from e
+        return self._version
 
     async def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
         """The object, or None if it does not exist."""

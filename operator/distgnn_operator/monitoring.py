@@ -16,6 +16,12 @@ from distgnn import contract
 
 PROGRESS_PORT_NAME = "progress"
 METRICS_PORT_NAME = "metrics"
+OPERATOR_POD_LABELS = {
+    "app.kubernetes.io/part-of": "distgnn",
+    "app.kubernetes.io/component": "operator",
+}
+"""Labels of the chart's operator pods (whatever the release or name override): the peer
+allowed to read trainers' ``/progress`` where a NetworkPolicy guards the trainer pods."""
 
 
 def _port(name: str, number: int) -> dict[str, Any]:
@@ -58,3 +64,21 @@ def server_metrics_ingress(enabled: bool) -> list[dict[str, Any]]:
     if not enabled:
         return []
     return [{"ports": [{"protocol": "TCP", "port": contract.SERVER_METRICS_PORT}]}]
+
+
+def trainer_ingress(metrics: bool, metrics_ports: int) -> list[dict[str, Any]]:
+    """NetworkPolicy ingress rules for a trainer pod's observability ports: ``progress``
+    from the operator's pods (any namespace), and with ``metrics`` the ``metrics_ports``
+    trainer metrics ports from anywhere (as for the servers)."""
+    rules: list[dict[str, Any]] = [
+        {
+            "from": [
+                {"namespaceSelector": {}, "podSelector": {"matchLabels": OPERATOR_POD_LABELS}}
+            ],
+            "ports": [{"protocol": "TCP", "port": contract.TRAINER_PROGRESS_PORT}],
+        }
+    ]
+    if metrics:
+        ports = range(contract.TRAINER_METRICS_PORT, contract.TRAINER_METRICS_PORT + metrics_ports)
+        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in ports]})
+    return rules

@@ -43,6 +43,9 @@ MAX_METRICS = 64
 GRAPHSERVER_WAIT_SECONDS = 300.0
 """How long a job waits for a GraphServer that does not exist before it fails."""
 
+SIDECARS_SINCE = (1, 29)
+"""Kubernetes version whose kubelets run native sidecars by default (``trainers.colocate``)."""
+
 POD_FAILED = "PodFailed"
 """Event reason of a failing pod's traceback / log tail."""
 
@@ -319,7 +322,35 @@ class Reconciler:
             if await self._patch_status("DistGNNJob", body, new):
                 emit("Warning", s.Reason.INVALID, str(e)[:1024])
             return PassResult(new)
+        unsupported = await self._unsupported(job)
+        if unsupported is not None:  # fail before creating anything
+            obs = s.JobObservation(
+                generation=int(md.get("generation") or 0), unsupported=unsupported
+            )
+            new = s.job_status(obs, old, iso(now))
+            if await self._patch_status("DistGNNJob", body, new):
+                emit("Warning", s.Reason.SIDECARS_UNSUPPORTED, unsupported)
+            return PassResult(new)
         return await self._job_pass(job, body, old, now, emit)
+
+    async def _unsupported(self, job: t.DistGNNJob) -> str | None:
+        """Why this cluster cannot run the job, else None: co-located trainers need native
+        sidecars (Kubernetes 1.29+); on 1.28 the server sidecar would be an ordinary init
+        container that never exits, and the pods would hang in ``Init``. The version is
+        cached per operator; it is read again before a job is failed on it."""
+        if not job.spec.trainers.colocate or job.spec.graph.graph_server is not None:
+            return None
+        if (await self.api.server_version()).at_least(*SIDECARS_SINCE):
+            return None
+        v = await self.api.server_version(refresh=True)
+        if v.at_least(*SIDECARS_SINCE):
+            return None
+        need = ".".join(map(str, SIDECARS_SINCE))
+        return (
+            f"trainers.colocate needs Kubernetes {need} or newer (native sidecar containers), "
+            f"but the API server is {v}: upgrade the cluster (control plane and nodes) to "
+            f"{need}+, or resubmit the job without trainers.colocate; nothing was created"
+        )
 
     async def _finished(
         self, body: dict[str, Any], old: dict[str, Any], now: dt.datetime

@@ -35,6 +35,7 @@ class Reason:
     CREDENTIALS_MISSING = "CredentialsSecretNotFound"
     TRAINERS_PENDING = "TrainersPending"
     TERMINATING = "AttachedJobs"
+    SIDECARS_UNSUPPORTED = "SidecarsUnsupported"
 
 
 WARNING_REASONS = frozenset(
@@ -55,6 +56,8 @@ class JobObservation:
 
     generation: int = 0
     invalid: str | None = None
+    unsupported: str | None = None
+    """why this cluster cannot run the job (``trainers.colocate`` before Kubernetes 1.29)"""
     partition_needed: bool = True
     partition: str = "absent"
     """absent | running | succeeded | failed"""
@@ -116,6 +119,8 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
     """(phase, reason, message) of a job."""
     if o.invalid is not None:
         return "Failed", Reason.INVALID, o.invalid
+    if o.unsupported is not None:
+        return "Failed", Reason.SIDECARS_UNSUPPORTED, o.unsupported
     if o.trainer_job == "succeeded":
         return "Succeeded", Reason.SUCCEEDED, "all trainers succeeded"
     if o.deadline_exceeded:
@@ -198,7 +203,9 @@ def _trainers_phase(o: JobObservation) -> tuple[str, str, str]:
 def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> list[Cond]:
     """The condition set for a phase, one entry per type, in a fixed order."""
     conds: list[Cond] = [("Created", "True", Reason.CREATED, "children created")]
-    if o.invalid is None:
+    if o.unsupported is not None:
+        conds = [("Created", "False", Reason.SIDECARS_UNSUPPORTED, "nothing created")]
+    if o.invalid is None and o.unsupported is None:
         if not o.partition_needed:
             conds.append(("Partitioned", "True", Reason.PROVIDED, "partitions given"))
         elif o.partition == "succeeded":

@@ -1,6 +1,7 @@
 """A co-located DistGNNJob on the Kubernetes API emulator: no server StatefulSet; the
 trainer Job (one pod per partition, its server as a sidecar) starts once partitioned,
-its ready pods count as ready servers, and the job runs and succeeds as any other."""
+its ready pods count as ready servers, and the job runs and succeeds as any other; on an
+API server older than 1.29 (no native sidecars) the job fails and nothing is created."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     _succeed_partition,
     assert_settled,
     cluster,
+    cond,
     job_manifest,
     operator_args,
 )
@@ -27,6 +29,7 @@ async def test_colocated_job_lifecycle(
     operator_args: argparse.Namespace,  # noqa: F811
 ) -> None:
     c = cluster
+    c.k.server_version = "1.29"  # the first release with native sidecars on by default
     async with Operator(operator_args):
         trainers = {
             "replicas": 4,
@@ -45,6 +48,8 @@ async def test_colocated_job_lifecycle(
         assert pod["initContainers"][0]["restartPolicy"] == "Always"
         for kind in ("StatefulSet", "NetworkPolicy"):
             assert await c.get(kind, "colo-server") is None
+        pol = await c.child("NetworkPolicy", "colo-trainers")  # guards the co-located pods
+        assert pol["spec"]["podSelector"]["matchLabels"]["distgnn.dev/role"] == "trainer"
 
         await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 0}}, "status")
         st = await c.phase("DistGNNJob", "colo", "Starting")
@@ -60,3 +65,34 @@ async def test_colocated_job_lifecycle(
         assert st["metrics"]["testAccuracy"] == metrics["test_accuracy"]
         assert await c.get("StatefulSet", "colo-server") is None
         await assert_settled(c)
+
+
+@pytest.mark.parametrize("minor", ["1.28", "1.26"])
+async def test_colocated_job_fails_before_sidecars(
+    cluster: Cluster,  # noqa: F811
+    operator_args: argparse.Namespace,  # noqa: F811
+    minor: str,
+) -> None:
+    c = cluster
+    c.k.server_version = minor
+    async with Operator(operator_args):
+        trainers = {"replicas": 2, "colocate": True, "app": {"name": "node-classification"}}
+        await c.create(job_manifest("colo", trainers=trainers))
+        st = await c.phase("DistGNNJob", "colo", "Failed")
+        failed = cond(st, "Failed")
+        assert failed["reason"] == "SidecarsUnsupported"
+        assert f"v{minor}" in failed["message"] and "1.29" in failed["message"]
+        assert cond(st, "Created")["status"] == "False"
+        ev = await c.event("colo", "SidecarsUnsupported")
+        assert ev["type"] == "Warning"
+        assert f"v{minor}" in ev["message"] and "without trainers.colocate" in ev["message"]
+        await assert_settled(c)
+        made = [
+            f"{kind}/{o['metadata']['name']}"
+            for kind in ("Secret", "Job", "Service", "StatefulSet", "NetworkPolicy")
+            for o in await c.items(kind)
+        ]
+        assert made == ["Secret/s3-creds"]  # the test's own credentials only
+        # a job without colocate runs on the same cluster
+        await c.create(job_manifest("tcp"))
+        await c.phase("DistGNNJob", "tcp", "Partitioning")

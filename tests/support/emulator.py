@@ -94,7 +94,8 @@ class Write:
 
 class StampingEmulator(kmock.KubernetesEmulator):
     """Adds what a real API server stamps (uid, resourceVersion, generation, timestamps) and
-    rewrites (:func:`server_rewrites`); records writes; answers 403 for ``forbidden``
+    rewrites (:func:`server_rewrites`); answers ``/version`` with :attr:`server_version`;
+    records writes; answers 403 for ``forbidden``
     resources (RBAC) and 404 for ``unserved`` ones (CRD not installed)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -105,6 +106,18 @@ class StampingEmulator(kmock.KubernetesEmulator):
         self.unserved: set[str] = {"podgroups"}
         """plurals answered with 404, as for a CRD that is not installed (kmock itself would
         store any kind; by default the cluster has no scheduler-plugins PodGroup CRD)"""
+
+    server_version = "1.29"
+    """What ``GET /version`` answers (``major.minor``; kmock's own answer is a fixed 1.26)."""
+
+    async def _serve_server_version(self, request: Any) -> dict[str, str]:
+        major, minor = self.server_version.split(".")
+        return {
+            "major": major,
+            "minor": minor,
+            "gitVersion": f"v{self.server_version}.0",
+            "platform": "linux/amd64",
+        }
 
     def writes_since(self, n: int, plural: str | None = None) -> list[Write]:
         return [w for w in self.writes[n:] if plural is None or w.plural == plural]

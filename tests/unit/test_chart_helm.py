@@ -656,3 +656,15 @@ def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> No
     for name in env:
         if name.startswith("DISTGNN_"):
             assert f'"{name}"' in sources, f"{name} is read by nobody"
+
+
+def test_operator_pods_carry_the_labels_trainer_policies_admit() -> None:
+    """Co-located trainer pods admit ``/progress`` reads from pods with
+    ``OPERATOR_POD_LABELS`` (``distgnn_operator.monitoring``): the chart's operator pods
+    carry them, also under another release and name."""
+    from distgnn_operator.monitoring import OPERATOR_POD_LABELS
+
+    for values in ({}, {"nameOverride": "gnn", "fullnameOverride": "x-op"}):
+        dep = one(render(values), "Deployment")
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert OPERATOR_POD_LABELS.items() <= labels.items(), labels

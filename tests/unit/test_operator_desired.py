@@ -15,6 +15,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from tests.support.netpol import Peer, admits, selects
 from tests.support.pod_security import violations
 
 from distgnn import contract
@@ -26,6 +27,7 @@ from distgnn_operator.desired import (
     desired_graphserver_children,
     desired_job_children,
 )
+from distgnn_operator.monitoring import OPERATOR_POD_LABELS
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DISTGNN_UPDATE_GOLDEN") == "1"
@@ -243,7 +245,7 @@ def test_colocated_job_runs_each_server_beside_its_partitions_trainers() -> None
     objs = desired_job_children(parse_job(colocated_job()), CTX, token="t")
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
     # no server StatefulSet, Service or NetworkPolicy: the servers are pod sidecars
-    assert not any(k in ("StatefulSet", "NetworkPolicy") for k, _ in kinds)
+    assert not any(k == "StatefulSet" or n == "cora-server" for k, n in kinds)
     job = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "cora-trainers")
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2  # one pod per part
     pod = job["spec"]["template"]["spec"]
@@ -282,3 +284,40 @@ def test_rank_of_a_colocated_trainer_container() -> None:
     assert contract.TrainerEnv.from_env(env).rank == 3
     assert contract.TrainerEnv.from_env({"JOB_COMPLETION_INDEX": "1"}).rank == 1
     assert contract.TrainerEnv.from_env({**env, "RANK": "0"}).rank == 0
+
+
+def test_colocated_pods_admit_only_their_job_the_operator_and_scrapers() -> None:
+    """The co-located pods' NetworkPolicy: the other partitions' trainers of the job reach
+    the server's rpc port, rank 0's rendezvous and the DDP peers' ephemeral ports; the
+    operator only ``progress``; scrapers only the metrics ports; nobody else anything."""
+    objs = desired_job_children(parse_job(colocated_job()), CTX, token="t")
+    (pol,) = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    assert pol["metadata"]["name"] == "cora-trainers"
+    job = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "cora-trainers")
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert selects(pol, pod_labels)
+    peer = Peer(pod_labels, "ml")  # another partition's pod of the job (same template)
+    for port in (contract.SERVER_PORT, contract.RENDEZVOUS_PORT, 41234):
+        assert admits(pol, peer, port), port
+    others = [
+        Peer({**pod_labels, contract.LABEL_JOB: "other"}, "ml"),  # another job's trainers
+        Peer(pod_labels, "elsewhere"),  # the same labels in another namespace
+        Peer({"app": "x"}, "ml"),
+    ]
+    operator = Peer(dict(OPERATOR_POD_LABELS), "distgnn-system", {"team": "platform"})
+    for port in (contract.SERVER_PORT, contract.SERVER_HEALTH_PORT, contract.RENDEZVOUS_PORT):
+        assert not any(admits(pol, p, port) for p in [*others, operator]), port
+    assert admits(pol, operator, contract.TRAINER_PROGRESS_PORT)
+    assert not any(admits(pol, p, contract.TRAINER_PROGRESS_PORT) for p in others)
+    # metrics on (FULL_JOB): each trainer container's metrics port, from anywhere
+    for port in (contract.TRAINER_METRICS_PORT, contract.TRAINER_METRICS_PORT + 1):
+        assert all(admits(pol, p, port) for p in others), port
+    assert not admits(pol, others[2], contract.TRAINER_METRICS_PORT + 2)
+    off = colocated_job()
+    off["spec"]["monitoring"]["metrics"] = False
+    (pol_off,) = [
+        o
+        for o in desired_job_children(parse_job(off), CTX, token="t")
+        if o["kind"] == "NetworkPolicy"
+    ]
+    assert not admits(pol_off, others[2], contract.TRAINER_METRICS_PORT)

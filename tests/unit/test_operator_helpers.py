@@ -13,7 +13,7 @@ import pytest
 from distgnn_operator.__main__ import build_parser, namespaces, setup
 from distgnn_operator.desired import DesiredContext
 from distgnn_operator.handlers import HandlerSettings, make_settings
-from distgnn_operator.kube import ApiError, Credentials, KubeApi
+from distgnn_operator.kube import ApiError, Credentials, KubeApi, ServerVersion
 from distgnn_operator.reconcile import job_state, owned_by, parse_metrics, ready_replicas, subset
 
 
@@ -238,3 +238,22 @@ async def test_scheduler_keeps_the_earliest_due_pass_per_resource() -> None:
     await asyncio.sleep(0.1)
     assert ran == [key]
     await sched.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        ({"major": "1", "minor": "29", "gitVersion": "v1.29.3"}, (1, 29)),
+        ({"major": "1", "minor": "28+", "gitVersion": "v1.28.9-eks-036c24b"}, (1, 28)),
+        ({"major": "", "minor": "", "gitVersion": "v1.30.1+k3s1"}, (1, 30)),
+    ],
+)
+def test_server_version_parse(body: dict, want: tuple[int, int]) -> None:
+    v = ServerVersion.parse(body)
+    assert (v.major, v.minor) == want and str(v) == body["gitVersion"]
+    assert v.at_least(1, 28) and v.at_least(*want) and not v.at_least(want[0], want[1] + 1)
+
+
+def test_server_version_unreadable() -> None:
+    with pytest.raises(ValueError, match="no Kubernetes version"):
+        ServerVersion.parse({"major": "one"})

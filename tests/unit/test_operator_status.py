@@ -34,6 +34,7 @@ def obs(**kw: object) -> JobObservation:
 TABLE = [
     (obs(), "Running", Reason.TRAINERS_RUNNING),
     (obs(invalid="spec.x: bad"), "Failed", Reason.INVALID),
+    (obs(unsupported="needs 1.29", trainer_job="absent"), "Failed", Reason.SIDECARS_UNSUPPORTED),
     (obs(partition="running", trainer_job="absent"), "Partitioning", Reason.PARTITIONING),
     (obs(partition="absent", trainer_job="absent"), "Partitioning", Reason.PARTITIONING),
     (obs(partition="failed", partition_message="no such file"), "Failed", Reason.PARTITION_FAILED),

@@ -388,7 +388,8 @@ class Trainers:
         doc="Run each partition's trainers beside its graph server (same pod; local mode: "
         "same machine), reading that partition's rows from the server's shared memory and "
         "the others over TCP. replicas must be a multiple of partitioning.numParts; not "
-        "with graph.graphServer. Kubernetes >= 1.29 (native sidecar).",
+        "with graph.graphServer. Kubernetes >= 1.29 (native sidecar; on an older API "
+        "server the job fails with reason SidecarsUnsupported, creating nothing).",
     )
 
     RULES: ClassVar[tuple[Rule, ...]] = (
