@@ -11,6 +11,11 @@ its negated start time in microseconds unless ``--peering-priority`` /
 ``DISTGNN_PEERING_PRIORITY`` gives one: the longest-running replica is active, a new or
 restarted one stands by (never preempts it). A standby takes over when the active replica's
 peering record goes: at once on a clean shutdown, ``--peering-lifetime`` seconds after a crash.
+
+Shutdown: after SIGTERM kopf stops its watches, runs the clean-up handlers and exits;
+should any step hang, ``--exit-timeout`` (``DISTGNN_EXIT_TIMEOUT``, default 20 s; kopf's
+own default is 10 minutes) after the signal the process kills itself. The chart keeps it
+below the pod's ``terminationGracePeriodSeconds``.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from distgnn_operator.handlers import HandlerSettings, make_settings, register
 from distgnn_operator.kube import KubeApi
 from distgnn_operator.logs import compact_kopf_records, settings_summary
 from distgnn_operator.metrics import OperatorMetrics
-from distgnn_operator.reconcile import OperatorContext
+from distgnn_operator.reconcile import GRAPHSERVER_WAIT_SECONDS, OperatorContext
 
 ENV_NAMESPACES = "DISTGNN_WATCH_NAMESPACES"
 ENV_RUNTIME_IMAGE = "DISTGNN_RUNTIME_IMAGE"
@@ -41,6 +46,10 @@ ENV_RESYNC = "DISTGNN_RESYNC_SECONDS"
 ENV_PROGRESS = "DISTGNN_PROGRESS_SECONDS"
 ENV_PEERING_PRIORITY = "DISTGNN_PEERING_PRIORITY"
 ENV_PEERING_LIFETIME = "DISTGNN_PEERING_LIFETIME"
+ENV_EXIT_TIMEOUT = "DISTGNN_EXIT_TIMEOUT"
+ENV_GRAPHSERVER_WAIT = "DISTGNN_GRAPHSERVER_WAIT_SECONDS"
+EXIT_TIMEOUT_SECONDS = 20.0
+"""Default ``--exit-timeout``: under Kubernetes' default 30 s grace period."""
 
 
 def start_priority() -> int:
@@ -54,6 +63,25 @@ def _env_int(name: str) -> int | None:
         return int(raw) if raw else None
     except ValueError:
         raise SystemExit(f"distgnn-operator: {name}: must be an integer (got {raw!r})") from None
+
+
+def _seconds(raw: str) -> float:
+    """argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds (got {raw!r})")
+    return value
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return _seconds(raw) if raw else default
+    except argparse.ArgumentTypeError as e:
+        raise SystemExit(f"distgnn-operator: {name}: {e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often running jobs' rank-0 progress is read (default 5)",
     )
     p.add_argument(
+        "--exit-timeout",
+        type=_seconds,
+        default=_env_seconds(ENV_EXIT_TIMEOUT, EXIT_TIMEOUT_SECONDS),
+        help="seconds after SIGTERM/SIGINT after which a shutdown that has not finished is "
+        f"ended by SIGKILL (env {ENV_EXIT_TIMEOUT}; default {EXIT_TIMEOUT_SECONDS:g}; "
+        "keep it below the pod's terminationGracePeriodSeconds)",
+    )
+    p.add_argument(
+        "--graphserver-wait-seconds",
+        type=_seconds,
+        default=_env_seconds(ENV_GRAPHSERVER_WAIT, GRAPHSERVER_WAIT_SECONDS),
+        help="how long a job referencing a GraphServer that does not exist waits (Pending) "
+        f"before it fails (env {ENV_GRAPHSERVER_WAIT}; default {GRAPHSERVER_WAIT_SECONDS:g})",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=_metrics_port(),
@@ -142,6 +185,7 @@ def setup(
             runtime_image=args.runtime_image, partitions_url=args.partitions_url
         ),
         metrics=metrics,
+        graphserver_wait_seconds=args.graphserver_wait_seconds,
     )
     registry = kopf.OperatorRegistry()
     register(registry, octx, hs)
@@ -149,6 +193,7 @@ def setup(
     prio = args.peering_priority
     settings.peering.priority = start_priority() if prio is None else prio
     settings.peering.lifetime = args.peering_lifetime
+    settings.process.ultimate_exiting_timeout = args.exit_timeout
     return registry, settings, octx
 
 
@@ -170,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runtime_image=args.runtime_image,
                 partitions_url=args.partitions_url,
                 metrics_port=args.metrics_port,
+                graphserver_wait_s=args.graphserver_wait_seconds,
             )
         },
     )

@@ -54,6 +54,7 @@ def settings_summary(settings: kopf.OperatorSettings, **extra: Any) -> dict[str,
         "watch_server_timeout_s": settings.watching.server_timeout,
         "watch_client_timeout_s": settings.watching.client_timeout,
         "request_timeout_s": settings.networking.request_timeout,
+        "exit_timeout_s": settings.process.ultimate_exiting_timeout,
         "finalizer": settings.persistence.finalizer,
         **extra,
     }

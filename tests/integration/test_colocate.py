@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from servers import Servers, partition_cora, running_servers
 
 from distgnn.distributed import DistGraph, DistTensor, initialize
 from distgnn.distributed.context import DistContext
+from distgnn.train.graph import TrainGraph
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,11 @@ def test_local_rows_come_from_shared_memory_not_the_network(srv: Servers) -> Non
     with initialize(servers=srv.addrs, token=srv.token) as tcp, _colocated(srv, 0, parent) as co:
         assert co.local_reader is not None and tcp.local_reader is None
         assert co.local_reader.root == srv.ready[0]["shm_dir"]
+        # what the trainer's metrics report as local rows (distgnn_trainer_local_rows_total)
+        assert TrainGraph(DistGraph(ctx=co), cast(Any, None)).local_stats() is (
+            co.local_reader.stats
+        )
+        assert TrainGraph(DistGraph(ctx=tcp), cast(Any, None)).local_stats() is None
         f_tcp = DistGraph("cora", ctx=tcp).ndata["feat"]
         f_co = DistGraph("cora", ctx=co).ndata["feat"]
         off = f_co.policy.offsets

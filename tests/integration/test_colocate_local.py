@@ -29,7 +29,7 @@ def test_colocated_job_trains_cora_reading_local_rows_from_shared_memory(
     for rank in (0, 1):
         line = re.search(rf"trainer-{rank} \| .*local reads from shared memory.*", res.stderr)
         assert line is not None, res.stderr[-5000:]
-        assert f"part={rank}" in line.group(0)
+        assert f"partition={rank}" in line.group(0)
         rows = re.search(r"rows=(\d+)", line.group(0))
         assert rows is not None and int(rows.group(1)) > 1000, line.group(0)
     assert_clean(res)

@@ -153,7 +153,7 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         yield c
 
 
-def make_args(resync: float) -> argparse.Namespace:
+def make_args(resync: float, *extra: str) -> argparse.Namespace:
     return build_parser().parse_args(
         [
             "--resync-seconds",
@@ -164,6 +164,7 @@ def make_args(resync: float) -> argparse.Namespace:
             "example.org/distgnn:test",
             "--partitions-url",
             "s3://parts",
+            *extra,
         ]
     )
 
@@ -740,11 +741,9 @@ async def test_waiting_job_starts_when_graphserver_becomes_ready(
         await c.until("attachedJobs after delete", detached, timeout=15)
 
 
-async def test_missing_graphserver_fails_after_the_wait(
-    cluster: Cluster, slow_resync: argparse.Namespace
-) -> None:
+async def test_missing_graphserver_fails_after_the_wait(cluster: Cluster) -> None:
     c = cluster
-    async with Operator(slow_resync, graphserver_wait_seconds=3):
+    async with Operator(make_args(300, "--graphserver-wait-seconds", "3")):
         await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
         st = await c.phase("DistGNNJob", "orphan", "Failed", timeout=20)
         failed = cond(st, "Failed")

@@ -216,3 +216,14 @@ def test_non_persistent_tensor_released_on_close(srv: Servers) -> None:
     with initialize(servers=srv.addrs, token=srv.token) as ctx3:
         assert "tmp" not in DistGraph(ctx=ctx3).ndata
     assert t1.name == "tmp"
+
+
+def test_server_log_lines_name_their_partition_once(srv: Servers) -> None:
+    """Every JSON line of a server (parent and workers) carries ``partition``, and none a
+    second spelling (``part``) of the same field."""
+    for i in range(2):
+        recs = [json.loads(x) for x in srv.log_text(i).splitlines() if x.startswith("{")]
+        msgs = {r["msg"] for r in recs}
+        assert {"graph server starting", "load partition: started", "worker ready"} <= msgs, msgs
+        assert [r for r in recs if "part" in r] == []
+        assert {r.get("partition") for r in recs} == {i}

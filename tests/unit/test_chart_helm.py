@@ -208,6 +208,8 @@ def test_rendered_built_in_kinds_validate_strict(scenario: str, kube: str, tmp_p
         ({"ha": {"enabled": True, "replicas": "two"}}, "replicas"),
         ({"ha": {"replicas": 1}}, "replicas"),
         ({"logLevel": "LOUD"}, "logLevel"),
+        ({"terminationGracePeriodSeconds": 5}, "terminationGracePeriodSeconds"),
+        ({"graphServerWaitSeconds": 0}, "graphServerWaitSeconds"),
         ({"health": {"port": "8080"}}, "port"),
         ({"watchNamespaces": "team-a"}, "watchNamespaces"),
         ({"crds": {"enabled": "yes"}}, "enabled"),
@@ -260,7 +262,12 @@ def test_default_deployment() -> None:
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "DISTGNN_PARTITIONS_URL" not in env
     assert "DISTGNN_PEERING_LIFETIME" not in env  # standalone
-    assert c["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]  # no --peering: standalone
+    assert c["args"] == [  # no --peering: standalone
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--exit-timeout=25",
+        "--graphserver-wait-seconds=300",
+    ]
+    assert pod["terminationGracePeriodSeconds"] == 30
     assert c["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert pod["serviceAccountName"] == f"{RELEASE}-distgnn"
@@ -277,7 +284,7 @@ def test_health_service_and_test_hook_reach_the_operator() -> None:
     dep = one(objs, "Deployment")
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     assert c["ports"][0]["containerPort"] == 9090
-    assert c["args"] == ["--liveness=http://0.0.0.0:9090/healthz"]
+    assert c["args"][0] == "--liveness=http://0.0.0.0:9090/healthz"
     svc = one(objs, "Service")
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert svc["spec"]["ports"] == [
@@ -315,7 +322,10 @@ def test_non_default_values_reach_the_deployment() -> None:
     assert env["DISTGNN_LOG_FORMAT"] == "text"
     assert env["DISTGNN_LOG_LEVEL"] == "DEBUG"
     assert env["DISTGNN_PARTITIONS_URL"] == "s3://distgnn-data/partitions"
-    assert c["args"] == ["--liveness=http://0.0.0.0:9090/healthz", f"--peering={RELEASE}-distgnn"]
+    assert c["args"][:2] == [
+        "--liveness=http://0.0.0.0:9090/healthz",
+        f"--peering={RELEASE}-distgnn",
+    ]
     assert env["DISTGNN_PEERING_LIFETIME"] == "20"
     assert env["EXTRA_LITERAL"] == "on"
     assert env["EXTRA_FROM_SECRET"] == {"secretKeyRef": {"name": "extra", "key": "value"}}
@@ -668,3 +678,17 @@ def test_operator_pods_carry_the_labels_trainer_policies_admit() -> None:
         dep = one(render(values), "Deployment")
         labels = dep["spec"]["template"]["metadata"]["labels"]
         assert OPERATOR_POD_LABELS.items() <= labels.items(), labels
+
+
+def test_shutdown_and_graphserver_wait_values_reach_the_operator() -> None:
+    """The rendered arguments, parsed by the operator itself: kopf's exit timeout stays 5 s
+    under the pod's grace period, and the GraphServer wait is the value given."""
+    from distgnn_operator.__main__ import build_parser, setup
+
+    values = {"terminationGracePeriodSeconds": 90, "graphServerWaitSeconds": 1200}
+    dep = one(render(values), "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 90
+    _, settings, octx = setup(build_parser().parse_args(pod["containers"][0]["args"]))
+    assert settings.process.ultimate_exiting_timeout == 85
+    assert octx.graphserver_wait_seconds == 1200

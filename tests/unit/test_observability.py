@@ -212,6 +212,42 @@ def test_client_stats_count_pulled_rows_and_bytes() -> None:
     assert st.bytes_pulled == 5 * 32 + 2 * 64
 
 
+def test_local_reads_are_counted_next_to_pulled_rows(tmp_path: Path) -> None:
+    """A co-located trainer's rows read from shared memory show as ``local_rows`` /
+    ``local_bytes`` beside the pulled ones (which stay at what went over TCP)."""
+    from distgnn.distributed.localread import LocalReader
+    from distgnn.train.telemetry import Telemetry, TrainerMetrics
+
+    store = tmp_path / "store-0"
+    store.mkdir()
+    (store / "info.json").write_text(json.dumps({"part_id": 0}))
+    feat = np.arange(40, dtype=np.float32).reshape(10, 4)
+    np.save(store / (b"feat".hex() + ".npy"), feat)
+    reader = LocalReader.open(str(tmp_path), 0, "store-0", lambda: "store-0")
+    out = [np.empty((2, 4), np.float32), np.empty((1, 4), np.float32)]
+    assert reader.gather("feat", np.array([7, 1, 3]), out, rows=10)
+    np.testing.assert_array_equal(np.concatenate(out), feat[[7, 1, 3]])
+
+    tcp = ClientStats()
+    tcp.record(MsgType.PULL, [np.arange(2)], Frame(MsgType.PULL, 1, {}, [np.zeros((2, 4))]))
+    tel = Telemetry(metrics=TrainerMetrics())
+    tel.attach(tcp, reader.stats)
+    assert reader.gather("feat", np.array([0, 9]), [np.empty((2, 4), np.float32)], rows=10)
+
+    assert tel.metrics is not None
+    got = {
+        s.name: s.value
+        for fam in text_string_to_metric_families(generate_latest(tel.metrics.registry).decode())
+        for s in fam.samples
+    }
+    assert got["distgnn_trainer_local_rows_total"] == 5  # read at scrape time: both gathers
+    assert got["distgnn_trainer_local_bytes_total"] == 5 * 4 * 4
+    assert got["distgnn_trainer_pulled_rows_total"] == 2
+    tel.attach(tcp)  # not co-located: zero, still exported
+    text = generate_latest(tel.metrics.registry).decode()
+    assert "distgnn_trainer_local_rows_total 0.0" in text
+
+
 # --- operator -------------------------------------------------------------------------------
 
 JOB: dict[str, Any] = {

@@ -109,3 +109,25 @@ def test_settings_summary_is_one_short_line(captured: io.StringIO) -> None:
     obj = json.loads(line)
     assert obj["peering"] == "p" and obj["peering_priority"] == settings.peering.priority
     assert obj["finalizer"] == "distgnn.dev/finalizer" and len(line) < 600
+
+
+def test_exit_timeout_and_graphserver_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own exit timeout is 10 minutes: the operator sets 20 s (under Kubernetes'
+    default 30 s grace period) unless told otherwise; the GraphServer wait is a flag too."""
+    _, st, octx = setup(build_parser().parse_args([]))
+    assert st.process.ultimate_exiting_timeout == 20
+    assert octx.graphserver_wait_seconds == 300
+    args = ["--exit-timeout", "7.5", "--graphserver-wait-seconds", "45"]
+    _, st, octx = setup(build_parser().parse_args(args))
+    assert st.process.ultimate_exiting_timeout == 7.5 and octx.graphserver_wait_seconds == 45
+    monkeypatch.setenv("DISTGNN_EXIT_TIMEOUT", "12")
+    monkeypatch.setenv("DISTGNN_GRAPHSERVER_WAIT_SECONDS", "600")
+    _, st, octx = setup(build_parser().parse_args([]))
+    assert st.process.ultimate_exiting_timeout == 12 and octx.graphserver_wait_seconds == 600
+    for bad in ("0", "-1", "inf", "soon"):
+        monkeypatch.setenv("DISTGNN_EXIT_TIMEOUT", bad)
+        with pytest.raises(SystemExit, match="DISTGNN_EXIT_TIMEOUT: must be a positive number"):
+            build_parser()
+    monkeypatch.delenv("DISTGNN_EXIT_TIMEOUT")
+    with pytest.raises(SystemExit):  # argparse: one line on stderr, exit 2
+        build_parser().parse_args(["--graphserver-wait-seconds", "0"])

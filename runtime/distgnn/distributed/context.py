@@ -87,6 +87,20 @@ class LocalBackend:
         self.stores.clear()
 
 
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request to a server may carry, as its HELLO answer announced
+    (``DISTGNN_SERVER_MAX_REQUEST_BYTES``, ``DISTGNN_SERVER_MAX_IDS``)."""
+
+    max_bytes: int
+    """buffer bytes of one request (the frame's metadata is counted apart)"""
+    max_ids: int
+
+    def rows(self, row_bytes: int, id_bytes: int = 8) -> int:
+        """Rows of ``row_bytes`` (plus an ID each) one request can carry (0: not even one)."""
+        return min(self.max_ids, self.max_bytes // max(1, row_bytes + id_bytes))
+
+
 def trainer_partition(rank: int, world_size: int, num_parts: int) -> int:
     """The partition a trainer belongs to (DGL: ranks of one machine are contiguous)."""
     if world_size >= num_parts and world_size % num_parts == 0:
@@ -162,6 +176,19 @@ class DistContext:
         if self.pending_deletes:
             self._flush_deletes()
         return self.backend.call_many(calls)
+
+    def request_limits(self, part: int) -> RequestLimits | None:
+        """The request limits partition ``part``'s server announced (None: in-process, or
+        a server that announced none). Read per call: a restarted server may differ."""
+        if not isinstance(self.backend, ServerPool):
+            return None
+        lim = self.backend.conns[part].server_info.get("limits")
+        if not isinstance(lim, dict):
+            return None
+        nbytes, nids = lim.get("max_request_bytes"), lim.get("max_ids")
+        if not isinstance(nbytes, int) or not isinstance(nids, int) or nbytes <= 0 or nids <= 0:
+            return None
+        return RequestLimits(nbytes, nids)
 
     def broadcast(self, mtype: MsgType, meta: dict[str, Any]) -> dict[int, Frame]:
         """Send the same request to every partition at once."""
@@ -436,7 +463,7 @@ def open_local_reader(pool: ServerPool, e: Mapping[str, str]) -> LocalReader | N
         log.warning("co-located store not usable: reading over TCP", extra=kv(error=str(err)))
         return None
     log.info("co-located trainer: local rows from shared memory",
-             extra=kv(part=part, store=reader.root))  # fmt: skip
+             extra=kv(partition=part, store=reader.root))  # fmt: skip
     return reader
 
 

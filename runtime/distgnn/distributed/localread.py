@@ -208,7 +208,7 @@ class LocalReader:
         s = self.stats
         log.info(
             "local reads from shared memory",
-            extra=kv(part=self.part, rows=s.rows, bytes=s.bytes, reads=s.reads,
+            extra=kv(partition=self.part, rows=s.rows, bytes=s.bytes, reads=s.reads,
                      fallbacks=s.fallbacks),
         )  # fmt: skip
         self._maps.clear()

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from distgnn.distributed.context import DistContext, resolve_ctx
+from distgnn import contract
+from distgnn.distributed.context import DistContext, RequestLimits, resolve_ctx
 from distgnn.distributed.localread import LocalReader
 from distgnn.distributed.partition_book import PartitionPolicy
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
-from distgnn.rpc.protocol import Into, MsgType, Segments
+from distgnn.rpc.protocol import Frame, Into, MsgType, Segments
 from distgnn.rpc.values import cast_checked
 
 _TORCH2NP = {
@@ -296,9 +297,41 @@ class DistTensor:
                     f"init_func returned shape {list(arr.shape)} for a partition of "
                     f"{[sizes[p], *self.shape[1:]]}"
                 )
-            call = self._init_call(p, sizes[p], {"kind": "data"}, {}, (arr,))
-            res[p] = self.ctx.call(p, call)
+            res[p] = self._init_data(p, arr)
         return all(f.meta.get("persistent", self.persistent) for f in res.values())
+
+    def _init_data(self, p: int, arr: np.ndarray) -> Frame:
+        """Create partition ``p``'s slice with the values ``arr``: in one INIT_TENSOR when
+        it fits the server's request limit, else created as zeros and written in PUSH
+        requests that each fit (rows are visible to others as they arrive)."""
+        lim = self.ctx.request_limits(p)
+        if lim is None or arr.nbytes <= lim.max_bytes:
+            return self.ctx.call(p, self._init_call(p, len(arr), {"kind": "data"}, {}, (arr,)))
+        step = self._rows_per_request(lim)
+        f = self.ctx.call(p, self._init_call(p, len(arr), {"kind": "zeros"}, {}))
+        if f.meta.get("created", True):  # another trainer created it first: keep its data
+            for i in range(0, len(arr), step):
+                ids = np.arange(i, min(i + step, len(arr)), dtype=np.int64)
+                self.ctx.call(p, self._push_call(ids, arr[i : i + len(ids)], "set"))
+        return f
+
+    def _rows_per_request(self, lim: RequestLimits) -> int:
+        row = self.np_dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        n = lim.rows(row)
+        if n < 1:
+            raise ConfigError(
+                f"DistTensor {self.name!r}: one row is {row} bytes, more than a request to "
+                f"the graph servers may carry ({lim.max_bytes} bytes: "
+                f"{contract.ENV_SERVER_MAX_REQUEST_BYTES})"
+            )
+        return n
+
+    def _push_call(self, local: np.ndarray, values: np.ndarray, op: str) -> Call:
+        return Call(
+            MsgType.PUSH,
+            {"name": self.key, "op": op},
+            [local, np.ascontiguousarray(values)],
+        )
 
     def release(self) -> None:
         """Drop this handle's reference on the servers now (what ``del`` does later)."""
@@ -444,16 +477,22 @@ class DistTensor:
             return
         parts, local = self.policy.locate(idx)
         order, b = group(parts, len(self.policy.offsets) - 1)
-        calls = {}
+        # one request per partition, several where a partition's rows exceed what the
+        # server accepts in one; each round sends at most one request to every server
+        batches: dict[int, list[np.ndarray]] = {}
         for p in range(len(b) - 1):
             if b[p + 1] > b[p]:
                 sel = order[b[p] : b[p + 1]]
-                calls[p] = Call(
-                    MsgType.PUSH,
-                    {"name": self.key, "op": op},
-                    [local[sel], np.ascontiguousarray(vals[sel])],
-                )
-        self.ctx.call_many(calls)
+                lim = self.ctx.request_limits(p)
+                step = len(sel) if lim is None else self._rows_per_request(lim)
+                batches[p] = [sel[i : i + step] for i in range(0, len(sel), step)]
+        for r in range(max((len(v) for v in batches.values()), default=0)):
+            calls = {
+                p: self._push_call(local[sels[r]], vals[sels[r]], op)
+                for p, sels in batches.items()
+                if r < len(sels)
+            }
+            self.ctx.call_many(calls)
 
     def __setitem__(self, ids: Any, values: Any) -> None:
         self._push(ids, values, "set")

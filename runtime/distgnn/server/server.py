@@ -155,7 +155,7 @@ class GraphServer:
             "graph server starting",
             extra=kv(
                 manifest=storage.redact(cfg.manifest),
-                part=cfg.part_id,
+                partition=cfg.part_id,
                 bind=cfg.bind,
                 port=cfg.port,
                 health_port=cfg.health_port,
@@ -196,7 +196,7 @@ class GraphServer:
             store = ShmStore.create(cfg.shm_dir, prefix=f"distgnn-p{cfg.part_id}-")
             self.stats.shm_root = store.root
             t_load = time.monotonic()
-            with dlog.step("load partition", log, part=cfg.part_id):
+            with dlog.step("load partition", log, partition=cfg.part_id):
                 try:  # SIGTERM stays live: the loader polls the stop event between reads
                     info = load_into_store(
                         cfg.manifest, cfg.part_id, store, cfg.storage_options, self.stop.is_set

@@ -133,7 +133,7 @@ class Worker:
         listener.settimeout(POLL_S)
         os.write(self.cfg.ready_fd, b"R")
         os.close(self.cfg.ready_fd)
-        log.info("worker ready", extra=kv(part=self.graph.part_id, pid=os.getpid()))
+        log.info("worker ready", extra=kv(partition=self.graph.part_id, pid=os.getpid()))
         try:
             while not self.stop.is_set():
                 if os.getppid() != self.parent:

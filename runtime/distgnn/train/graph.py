@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from distgnn import contract
+from distgnn.distributed.localread import LocalReader, LocalStats
 from distgnn.errors import ConfigError
 from distgnn.rpc.stats import ClientStats
 from distgnn.sampling.local import LocalGraph
@@ -75,6 +76,11 @@ class TrainGraph:
         backend = getattr(getattr(self.g, "ctx", None), "backend", None)
         stats = getattr(backend, "stats", None)
         return stats if isinstance(stats, ClientStats) else None
+
+    def local_stats(self) -> LocalStats | None:
+        """Rows read from a co-located server's shared memory (None: not co-located)."""
+        reader = getattr(getattr(self.g, "ctx", None), "local_reader", None)
+        return reader.stats if isinstance(reader, LocalReader) else None
 
     def close(self) -> None:
         self.source.close()

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
@@ -35,6 +35,9 @@ from distgnn import contract
 from distgnn.log import kv
 from distgnn.metrics_http import MetricsEndpoint, serve
 from distgnn.rpc.stats import ClientStats
+
+if TYPE_CHECKING:  # the distributed package imports torch; the collector needs no import
+    from distgnn.distributed.localread import LocalStats
 
 log = logging.getLogger("distgnn.train")
 
@@ -81,19 +84,26 @@ class ProgressServer:
 
 
 class _ClientCollector(Collector):
-    """The connection pool's counters as ``distgnn_trainer_*`` counters."""
+    """The connection pool's counters, and a co-located trainer's shared-memory reads, as
+    ``distgnn_trainer_*`` counters."""
 
     def __init__(self) -> None:
         self.stats: ClientStats | None = None
+        self.local: LocalStats | None = None
 
     def collect(self) -> Iterator[Any]:
         s = self.stats or ClientStats()
+        loc = self.local
         for short, doc, value in (
             ("server_requests", "Requests answered by the graph servers.", s.requests),
             ("pull_requests", "PULL requests answered.", s.pull_requests),
             ("pulled_rows", "Feature rows pulled from the graph servers.", s.rows_pulled),
             ("pulled_bytes", "Feature bytes pulled from the graph servers.", s.bytes_pulled),
-        ):
+            ("local_rows", "Feature rows read from the co-located server's shared memory.",
+             loc.rows if loc else 0),
+            ("local_bytes", "Feature bytes read from the co-located server's shared memory.",
+             loc.bytes if loc else 0),
+        ):  # fmt: skip
             yield CounterMetricFamily(f"distgnn_trainer_{short}", doc, value=float(value))
 
 
@@ -195,10 +205,12 @@ class Telemetry:
         )
         return tel
 
-    def attach(self, stats: ClientStats | None) -> None:
-        """Report this pool's counters (the graph-server connections) as pulled rows/bytes."""
+    def attach(self, stats: ClientStats | None, local: LocalStats | None = None) -> None:
+        """Report this pool's counters (the graph-server connections) as pulled rows/bytes,
+        and a co-located trainer's shared-memory reads (``local``) as local rows/bytes."""
         if self.metrics is not None:
             self.metrics.client.stats = stats
+            self.metrics.client.local = local
 
     def begin(self, epochs: int, start_epoch: int) -> None:
         if self.progress is not None:
