@@ -75,7 +75,6 @@ def _child(mode: str, graph: str, out: str) -> None:
     for key, name in [
         ("read_s", "read graph"),
         ("fingerprint_s", "fingerprint"),
-        ("sort_s", "sort edges"),
         ("symmetrise_s", "symmetrise"),
         ("metis_s", "metis"),
         ("relabel_s", "relabel"),
@@ -137,7 +136,6 @@ def main() -> None:
         ("read graph (s)", f"{med('read_s'):.2f}", "", ""),
         ("fingerprint (s, overlapped)", f"{med('fingerprint_s'):.2f}", "", ""),
         ("build METIS input (s)", f"{med('symmetrise_s'):.2f}", "", ""),
-        ("sort edges (s, overlapped)", f"{med('sort_s'):.2f}", "", ""),
         ("METIS call (s)", f"{med('metis_s'):.2f}", f"{base['metis_s']:.2f} (pymetis)", ""),
         ("relabel (s)", f"{med('relabel_s'):.2f}", "", ""),
         ("local CSC + write (s)", f"{med('write_s'):.2f}", "", ""),

@@ -147,7 +147,10 @@ def child_partition(graph: str, out: str) -> None:
     from distgnn.partition.partitioner import partition_graph
 
     t0 = time.perf_counter()
-    partition_graph(graph, 2, out, "bench", method="metis", progress=False)
+    # the same work as dgl_side.py: training nodes and in-edges balanced (DGL:
+    # balance_ntypes=train_mask, balance_edges=True); --balance-train is also the CLI default
+    partition_graph(graph, 2, out, "bench", method="metis", balance_train=True,
+                    balance_edges=True, progress=False)  # fmt: skip
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     manifest = f"{out}/bench.json"

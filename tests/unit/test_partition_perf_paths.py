@@ -11,7 +11,7 @@ from distgnn.graph.data import fingerprint_arrays, release_pages
 from distgnn.graph.generate import GenerateOptions, generate_graph, write_graph_dir
 from distgnn.graph.io import load_graph, read_arrays
 from distgnn.partition import local
-from distgnn.partition.assign import symmetric_csr
+from distgnn.partition.assign import symmetric_csr, weighted_symmetric_csr
 from distgnn.partition.loader import load_partition
 from distgnn.partition.partitioner import partition_graph, stable_order
 
@@ -66,16 +66,19 @@ def test_dense_and_sparse_local_ids_agree(
     assert part.halo_nid.shape[0] > 0 and part.indptr[-1] == part.indices.shape[0]
 
 
-def test_symmetric_csr_parallel_sort_path() -> None:
-    """Above 1M keys the sort splits at a pivot and runs in two threads."""
+def test_symmetric_csr_int32_and_int64_agree() -> None:
+    """The same adjacency as np.unique's, as int64 and as int32."""
     rng = np.random.default_rng(2)
-    n = 50_000
-    src, dst = rng.integers(0, n, 600_000), rng.integers(0, n, 600_000)
+    n = 5_000
+    src, dst = rng.integers(0, n, 60_000), rng.integers(0, n, 60_000)
     xadj, adj = symmetric_csr(src, dst, n)
     keep = src != dst
     keys = np.unique(np.concatenate([src[keep] * n + dst[keep], dst[keep] * n + src[keep]]))
     assert np.array_equal(adj, keys % n)
     assert np.array_equal(xadj, np.searchsorted(keys, np.arange(n + 1) * n))
+    xadj32, adj32 = symmetric_csr(src, dst, n, np.int32)
+    assert xadj32.dtype == np.int32 and adj32.dtype == np.int32
+    assert np.array_equal(xadj32, xadj) and np.array_equal(adj32, adj)
 
 
 def test_kway_through_ctypes_matches_pymetis(cora_path: Path) -> None:
@@ -92,15 +95,26 @@ def test_kway_through_ctypes_matches_pymetis(cora_path: Path) -> None:
     )
     assert np.array_equal(ours, np.asarray(ref.vertex_part))
     vw = np.arange(1, g.num_nodes + 1, dtype=np.int64) % 3 + 1
-    ours_w = _kway(xadj, adj, 2, vw, seed=1)
+    ew = np.arange(adj.shape[0], dtype=np.int64) % 2 + 1
+    ew = np.minimum(ew, ew[_reverse_entries(xadj, adj)])  # METIS needs symmetric weights
+    ours_w = _kway(xadj, adj, 2, vw, 1, None, ew)
     ref_w = pymetis.part_graph(
         2,
         pymetis.CSRAdjacency(xadj, adj),
         vweights=vw,
+        eweights=ew,
         options=pymetis.Options(seed=1),
         recursive=False,
     )
     assert np.array_equal(ours_w, np.asarray(ref_w.vertex_part))
+
+
+def _reverse_entries(xadj: np.ndarray, adj: np.ndarray) -> np.ndarray:
+    """Position of the entry (v, u) for every adjacency entry (u, v)."""
+    n = xadj.shape[0] - 1
+    rows = np.repeat(np.arange(n), np.diff(xadj))
+    keys = rows * n + adj
+    return np.searchsorted(keys, adj * n + rows)
 
 
 def test_kway_error_status_is_a_clear_error(capfd: pytest.CaptureFixture[str]) -> None:
@@ -110,3 +124,105 @@ def test_kway_error_status_is_a_clear_error(capfd: pytest.CaptureFixture[str]) -
     with pytest.raises(GraphFormatError, match="rejected the graph"):
         _kway(np.array([0, 1, 2]), np.array([1, 0]), 0, None, seed=0)
     capfd.readouterr()  # METIS prints its own "Input Error" line
+
+
+def test_weighted_symmetric_csr_counts_input_edges() -> None:
+    """Each undirected pair weighs as many input edges as join it (either direction);
+    self-loops are dropped; int32 and int64 builds agree."""
+    src = np.array([0, 1, 1, 2, 2, 2, 3, 3, 0])
+    dst = np.array([1, 0, 2, 1, 1, 2, 0, 0, 3])
+    xadj, adj, w = weighted_symmetric_csr(src, dst, 4)
+    rows = np.repeat(np.arange(4), np.diff(xadj))
+    got = {(int(u), int(v)): int(c) for u, v, c in zip(rows, adj, w, strict=True)}
+    # 0-1 both ways, 1-2 three times (one way twice, the other once), 3-0 twice + 0-3 once
+    assert got == {(0, 1): 2, (1, 0): 2, (1, 2): 3, (2, 1): 3, (0, 3): 3, (3, 0): 3}
+    rng = np.random.default_rng(3)
+    s2, d2 = rng.integers(0, 200, 5000), rng.integers(0, 200, 5000)
+    x64, a64, w64 = weighted_symmetric_csr(s2, d2, 200)
+    x32, a32, w32 = weighted_symmetric_csr(s2, d2, 200, np.int32)
+    assert w32 is not None and w64 is not None and w32.dtype == np.int32
+    assert np.array_equal(x32, x64) and np.array_equal(a32, a64) and np.array_equal(w32, w64)
+    keep = s2 != d2
+    keys = np.concatenate([s2[keep] * 200 + d2[keep], d2[keep] * 200 + s2[keep]])
+    _, ref_counts = np.unique(keys, return_counts=True)
+    assert np.array_equal(w64, ref_counts)
+    assert int(w64.sum()) == 2 * int(keep.sum())
+
+
+def test_edge_weights_minimise_the_reported_edge_cut() -> None:
+    """Weighting a pair by its input edges makes METIS minimise cut input edges (the
+    manifest's edge_cut): where many pairs are linked both ways, the weighted partition
+    cuts fewer input edges than the unweighted one."""
+    from distgnn.partition.assign import _kway
+
+    rng = np.random.default_rng(4)
+    n = 4000
+    u, v = rng.integers(0, n, 20000), rng.integers(0, n, 20000)
+    both = rng.random(20000) < 0.5  # half the pairs also appear reversed
+    src = np.concatenate([u, v[both]])
+    dst = np.concatenate([v, u[both]])
+
+    def cut(weighted: bool) -> int:
+        xadj, adj, w = weighted_symmetric_csr(src, dst, n)
+        parts = _kway(xadj, adj, 2, None, 0, None, w if weighted else None)
+        return int(np.count_nonzero(parts[src] != parts[dst]))
+
+    assert cut(True) < cut(False)
+
+
+@pytest.mark.parametrize("block_bytes", [64, 1 << 20])
+def test_write_rows_writes_the_bytes_of_write(tmp_path: Path, block_bytes: int) -> None:
+    """Streaming a gather in blocks gives byte for byte the file (and sha256) of writing
+    the whole gather: 2-D float, 1-D int and bool, memory-mapped or not, empty rows."""
+    from distgnn.partition.writer import PartWriter
+
+    rng = np.random.default_rng(5)
+    arrays = {
+        "feat": rng.random((3000, 7), dtype=np.float32),
+        "label": rng.integers(0, 9, 3000),
+        "mask": rng.random(3000) < 0.3,
+    }
+    for k, a in arrays.items():
+        np.save(tmp_path / f"{k}.npy", a)
+    mapped = {k: np.load(tmp_path / f"{k}.npy", mmap_mode="r") for k in arrays}
+    rows = np.sort(rng.choice(3000, 1700, replace=False))
+    for name, src in [*arrays.items(), *((f"m-{k}", v) for k, v in mapped.items())]:
+        for r in (rows, rows[:0], rng.permutation(rows)):
+            whole = PartWriter(str(tmp_path / "out"), "whole")
+            streamed = PartWriter(str(tmp_path / "out"), "streamed")
+            a = whole.write(f"{name}.npy", np.take(src, r, axis=0))
+            b = streamed.write_rows(f"{name}.npy", src, r, block_bytes=block_bytes)
+            assert a == b
+            assert (tmp_path / "out/whole" / f"{name}.npy").read_bytes() == (
+                tmp_path / "out/streamed" / f"{name}.npy"
+            ).read_bytes()
+
+
+def _mapped_rss_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's header line
+            inside = len(head) >= 6 and head[5] == str(path)
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs /proc/self/smaps")
+def test_write_rows_does_not_keep_the_mapped_input_resident(tmp_path: Path) -> None:
+    """Writing a partition's rows of a memory-mapped feature file releases the file's
+    pages block by block: the mapping ends with far fewer resident pages than the rows
+    it read (a whole gather leaves the whole 32 MiB resident)."""
+    from distgnn.partition.writer import PartWriter
+
+    path = tmp_path / "feat.npy"
+    np.save(path, np.ones((32768, 256), dtype=np.float32))  # 32 MiB
+    feat = np.load(path, mmap_mode="r")
+    rows = np.arange(0, 32768, 2)
+    w = PartWriter(str(tmp_path / "out"), "p")
+    w.write_rows("feat.npy", feat, rows, block_bytes=1 << 20)
+    assert _mapped_rss_kib(path) <= 4096
+    np.take(feat, rows, axis=0)  # the whole gather, for contrast: every page resident
+    assert _mapped_rss_kib(path) >= 30000

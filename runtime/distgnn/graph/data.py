@@ -134,6 +134,24 @@ def release_pages(*arrays: np.ndarray) -> None:
                 base.madvise(mmap.MADV_DONTNEED)
 
 
+def release_rows(a: np.ndarray, lo: int, hi: int) -> None:
+    """Drop the resident pages holding rows ``[lo, hi)`` of a whole-file memory map
+    (whole pages around them: a neighbouring row touched later is just re-read from the
+    page cache). Other arrays: no-op."""
+    if _file_region(a) is None or not hasattr(mmap, "MADV_DONTNEED") or hi <= lo:
+        return
+    base = a.base
+    assert isinstance(base, mmap.mmap)
+    row = int(a.strides[0]) if a.ndim else int(a.itemsize)
+    start_addr = int(np.frombuffer(base, dtype=np.uint8).ctypes.data)
+    first = int(a.ctypes.data) - start_addr + lo * row
+    last = min(int(a.ctypes.data) - start_addr + hi * row, len(base))
+    page = mmap.PAGESIZE
+    first -= first % page
+    with contextlib.suppress(OSError, ValueError):  # best effort
+        base.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
 def fingerprint_arrays(arrays: dict[str, np.ndarray], chunk: int = 1 << 24) -> str:
     """sha256 over sorted keys, each with dtype, shape and raw bytes (streamed in chunks).
 

@@ -1,28 +1,46 @@
-"""Node -> partition assignment: METIS (pymetis) or seeded random."""
+"""Node -> partition assignment: METIS (a 32-bit system build or pymetis') or seeded random."""
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from distgnn.errors import GraphFormatError
 from distgnn.graph.data import drop_repeats, release_pages
 from distgnn.log import step
+from distgnn.partition.metislib import ENV, NOPTIONS, MetisLib, find_metis
 
 log = logging.getLogger("distgnn.partition")
 
 
-def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Undirected, self-loop-free, de-duplicated adjacency (xadj, adjncy) as int64 for METIS.
+def symmetric_csr(
+    src: np.ndarray, dst: np.ndarray, n: int, dtype: type[np.signedinteger] = np.int64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Undirected, self-loop-free, de-duplicated adjacency (xadj, adjncy) for METIS."""
+    xadj, adjncy, _ = weighted_symmetric_csr(src, dst, n, dtype, counts=False)
+    return xadj, adjncy
+
+
+def weighted_symmetric_csr(
+    src: np.ndarray,
+    dst: np.ndarray,
+    n: int,
+    dtype: type[np.signedinteger] = np.int64,
+    counts: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(xadj, adjncy, adjwgt): the undirected, self-loop-free, de-duplicated adjacency,
+    each entry weighted by how many input edges join the pair (either direction).
+
+    With these weights METIS minimises the number of cut *input* edges (a pair linked
+    both ways counts twice), the edge cut the manifest reports. They cost no memory at
+    the peak: METIS allocates unit weights itself when given none.
 
     One sort of packed ``u * n + v`` keys (both directions) does the symmetrising,
-    de-duplication and row grouping; the key buffer is then reused for the columns.
-    int64 is pymetis' zero-copy index type (``pymetis.zero_copy_dtype()``), so METIS
-    gets these buffers without a conversion copy.
+    de-duplication and row grouping. ``dtype`` is the METIS library's ``idx_t``: for
+    int64 the key buffer is reused for the columns; for int32 the columns are written
+    into a new half-size array and the keys are freed.
     """
     e = int(src.shape[0])
     keep = np.not_equal(src, dst)
@@ -35,32 +53,37 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray,
     np.add(keys[:e], dst, out=keys[:e])
     np.multiply(dst, n, out=keys[e:])
     np.add(keys[e:], src, out=keys[e:])
-    keys = drop_repeats(_parallel_sort(keys, (n // 2) * n))
-    # keys are sorted: row starts by binary search, then reuse the buffer for columns
-    xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
-    np.remainder(keys, n, out=keys)
-    return xadj, keys
+    release_pages(src, dst)  # a memory-mapped input is not needed any more
+    del src, dst
+    keys.sort()  # a value sort (SIMD quicksort): far faster than an argsort, in place
+    weights = _repeat_counts(keys, dtype) if counts else None
+    keys = drop_repeats(keys)
+    # keys are sorted: row starts by binary search, then the columns
+    xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n).astype(dtype)
+    if np.dtype(dtype) == np.int64:
+        np.remainder(keys, n, out=keys)
+        return xadj, keys, weights
+    adjncy = np.empty(keys.shape[0], dtype=dtype)
+    np.remainder(keys, n, out=adjncy, casting="unsafe")  # < n, so it fits
+    return xadj, adjncy, weights
 
 
-def _parallel_sort(keys: np.ndarray, pivot: int) -> np.ndarray:
-    """Sort ``keys`` by splitting at ``pivot`` and sorting both sides in two threads.
-
-    NumPy's sort releases the GIL; the split is one pass, so two cores nearly halve
-    the time of the largest step before METIS.
-    """
-    if keys.shape[0] < 1 << 20 or (os.cpu_count() or 1) < 2:
-        keys.sort()  # value sort (SIMD quicksort), much faster than an argsort
-        return keys
-    low = keys < pivot
-    c = int(np.count_nonzero(low))
-    out = np.empty_like(keys)
-    np.compress(low, keys, out=out[:c])
-    np.logical_not(low, out=low)
-    np.compress(low, keys, out=out[c:])
-    del keys, low
-    with ThreadPoolExecutor(2, thread_name_prefix="sort") as pool:
-        list(pool.map(np.ndarray.sort, (out[:c], out[c:])))
-    return out
+def _repeat_counts(sorted_keys: np.ndarray, dtype: type[np.signedinteger]) -> np.ndarray:
+    """How often each distinct value of a sorted array occurs, in order (``np.unique``'s
+    counts without its int64 index arrays: only the repeats are located)."""
+    m = int(sorted_keys.shape[0])
+    if m == 0:
+        return np.zeros(0, dtype=dtype)
+    repeat = np.empty(m, dtype=bool)
+    repeat[0] = False
+    np.equal(sorted_keys[1:], sorted_keys[:-1], out=repeat[1:])
+    pos = np.flatnonzero(repeat)
+    del repeat
+    weights = np.ones(m - pos.shape[0], dtype=dtype)
+    # the i-th repeat (0-based) at position j belongs to distinct value number j - i - 1
+    pos -= np.arange(1, pos.shape[0] + 1, dtype=pos.dtype)
+    np.add.at(weights, pos, 1)
+    return weights
 
 
 def metis_assign(
@@ -74,70 +97,93 @@ def metis_assign(
 ) -> np.ndarray:
     """METIS k-way partition of the symmetrised graph with optional vertex weights.
 
-    pymetis 2025.2 passes a single balance constraint to METIS (``ncon`` = 1), so
-    several balance goals are folded into ``vweights`` and refined by :func:`rebalance`.
+    One balance constraint (``ncon`` = 1): several balance goals are folded into
+    ``vweights`` and refined by :func:`rebalance` (multi-constraint METIS is slower and
+    needs more memory). The METIS library is :func:`~distgnn.partition.metislib.find_metis`'s
+    (a 32-bit-index build when available: half the memory).
     """
 
     if num_parts == 1 or n == 0:
         return np.zeros(n, dtype=np.int64)
+    lib = find_metis()
+    if lib is not None and not lib.fits(n, 2 * int(src.shape[0]), _total(vweights, n)):
+        lib = _pymetis_lib()  # too large for 32-bit indices
+    dtype = np.int64 if lib is None else lib.dtype
     with step("symmetrise", log, nodes=n, edges=int(src.shape[0])):
-        xadj, adjncy = symmetric_csr(src, dst, n)
-    # METIS is the memory peak: don't keep the input's mapped pages resident through it
-    release_pages(src, dst)
-    vw = None if vweights is None else np.ascontiguousarray(vweights, dtype=np.int64)
-    with step("metis", log, parts=num_parts, weighted=vw is not None):
-        parts = _kway(xadj, adjncy, num_parts, vw, seed)
-    del xadj, adjncy
+        xadj, adjncy, adjwgt = weighted_symmetric_csr(src, dst, n, dtype)
+    release_pages(src, dst)  # METIS is the memory peak: no mapped input pages through it
+    vw = None if vweights is None else np.ascontiguousarray(vweights, dtype=dtype)
+    with step(
+        "metis",
+        log,
+        parts=num_parts,
+        weighted=vw is not None,
+        idx_bits=64 if lib is None else lib.idx_bits,
+        library=lib.path if lib is not None else "pymetis.part_graph",
+    ):
+        parts = _kway(xadj, adjncy, num_parts, vw, seed, lib, adjwgt)
+    del xadj, adjncy, adjwgt
     return parts
+
+
+def _total(vweights: np.ndarray | None, n: int) -> int:
+    return n if vweights is None else int(np.asarray(vweights).sum(dtype=np.int64))
+
+
+def _pymetis_lib() -> MetisLib | None:
+    return find_metis({ENV: "pymetis"})
 
 
 _METIS_OK = 1
 _METIS_ERROR_MEMORY = -3
-_METIS_NOPTIONS = 40  # metis.h (5.1): size of the options array
 _METIS_OPTION_SEED = 8  # metis.h (5.1): index of METIS_OPTION_SEED
 
 
 def _kway(
-    xadj: np.ndarray, adjncy: np.ndarray, k: int, vw: np.ndarray | None, seed: int
+    xadj: np.ndarray,
+    adjncy: np.ndarray,
+    k: int,
+    vw: np.ndarray | None,
+    seed: int,
+    lib: MetisLib | None = None,
+    adjwgt: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``METIS_PartGraphKway`` from pymetis' own library, called through ctypes.
+    """``METIS_PartGraphKway`` of ``lib`` (default: pymetis' own library) through ctypes.
 
-    A ctypes foreign call releases the GIL, so other threads (the input fingerprint,
-    the edge sort for relabelling) run on the other cores while METIS works;
-    ``pymetis.part_graph`` holds the GIL for the whole call. Same library, same
-    inputs, same result; falls back to ``pymetis.part_graph`` if the symbols or the
-    64-bit index width are not there.
+    A ctypes foreign call releases the GIL, so other threads (the input fingerprint)
+    run on the other cores while METIS works; ``pymetis.part_graph`` holds the GIL for
+    the whole call. With pymetis' library: same inputs, same result as
+    ``pymetis.part_graph``, which is also the fallback when no library loads.
     """
     import pymetis
-    from pymetis import _internal
 
-    try:
-        if _internal._idx_type_width() != 64:
-            raise OSError("METIS is not built with 64-bit indices")
-        lib = ctypes.CDLL(_internal.__file__)
-        set_defaults, kway = lib.METIS_SetDefaultOptions, lib.METIS_PartGraphKway
-    except (OSError, AttributeError):
+    lib = lib if lib is not None else _pymetis_lib()
+    if lib is None:
         res = pymetis.part_graph(
             k,
-            pymetis.CSRAdjacency(xadj, adjncy),
+            pymetis.CSRAdjacency(xadj.astype(np.int64), adjncy.astype(np.int64)),
             vweights=vw,
+            eweights=adjwgt,
             options=pymetis.Options(seed=seed),
             recursive=False,
         )
         return np.asarray(res.vertex_part, dtype=np.int64)
-    i64 = ctypes.c_int64
-    options = (i64 * _METIS_NOPTIONS)()
-    set_defaults(options)
+    idx, dt = lib.ctype, lib.dtype
+    options = (idx * NOPTIONS)()
+    lib.lib.METIS_SetDefaultOptions(options)
     options[_METIS_OPTION_SEED] = seed
     n = xadj.shape[0] - 1
-    nvtxs, ncon, nparts, edgecut = i64(n), i64(1), i64(k), i64(0)
-    part = np.zeros(n, dtype=np.int64)
+    nvtxs, ncon, nparts, edgecut = idx(n), idx(1), idx(k), idx(0)
+    part = np.zeros(n, dtype=dt)
 
     def ptr(a: np.ndarray | None) -> ctypes.c_void_p | None:
         return None if a is None else ctypes.c_void_p(a.ctypes.data)
 
-    xadj = np.ascontiguousarray(xadj, dtype=np.int64)
-    adjncy = np.ascontiguousarray(adjncy, dtype=np.int64)
+    xadj = np.ascontiguousarray(xadj, dtype=dt)
+    adjncy = np.ascontiguousarray(adjncy, dtype=dt)
+    vw = None if vw is None else np.ascontiguousarray(vw, dtype=dt)
+    adjwgt = None if adjwgt is None else np.ascontiguousarray(adjwgt, dtype=dt)
+    kway = lib.lib.METIS_PartGraphKway
     kway.restype = ctypes.c_int
     status = kway(
         ctypes.byref(nvtxs),
@@ -146,7 +192,7 @@ def _kway(
         ptr(adjncy),
         ptr(vw),
         None,
-        None,
+        ptr(adjwgt),
         ctypes.byref(nparts),
         None,
         None,
@@ -158,7 +204,7 @@ def _kway(
         raise MemoryError("METIS ran out of memory partitioning the graph")
     if status != _METIS_OK:
         raise GraphFormatError(f"METIS_PartGraphKway rejected the graph (status {status})")
-    return part
+    return part.astype(np.int64, copy=False)
 
 
 def rebalance(

@@ -92,6 +92,15 @@ def build_local(r: Relabeled, p: int, halo_hops: int) -> LocalGraph:
         halo_levels.append(new)
         known = np.union1d(known, new)
     halo_nid = np.concatenate(halo_levels).astype(np.int64)
+    num_local = n_owned + halo_nid.shape[0]
+    if len(dst_parts) == 1 and r.etype is None:
+        # owned in-edges only, already sorted by new destination: no reordering, and the
+        # row starts come from a binary search (no local destination array)
+        gdst = dst_parts[0]
+        lsrc = _to_local(src_parts[0], a, b, halo_nid)
+        indptr = np.full(num_local + 1, gdst.shape[0], dtype=np.int64)
+        indptr[: n_owned + 1] = np.searchsorted(gdst, np.arange(a, b + 1, dtype=np.int64))
+        return LocalGraph(indptr, lsrc, eid_parts[0], None, halo_nid, n_owned)
     gsrc = np.concatenate(src_parts)
     gdst = np.concatenate(dst_parts)
     eid = np.concatenate(eid_parts)
@@ -104,7 +113,6 @@ def build_local(r: Relabeled, p: int, halo_hops: int) -> LocalGraph:
         lsrc, ldst, eid = lsrc[order], ldst[order], eid[order]
         if etype is not None:
             etype = etype[order]
-    num_local = n_owned + halo_nid.shape[0]
     indptr = np.zeros(num_local + 1, dtype=np.int64)
     np.cumsum(np.bincount(ldst, minlength=num_local), out=indptr[1:])
     return LocalGraph(indptr, lsrc, eid, etype, halo_nid, n_owned)

@@ -18,7 +18,7 @@ import numpy as np
 
 from distgnn import __version__, storage
 from distgnn.errors import ConfigError, GraphFormatError
-from distgnn.graph.data import GraphData, etype_str
+from distgnn.graph.data import GraphData, etype_str, release_pages
 from distgnn.graph.io import load_graph
 from distgnn.log import Progress, kv, step
 from distgnn.partition.assign import metis_assign, random_assign, rebalance
@@ -30,6 +30,7 @@ from distgnn.partition.manifest import (
     PartInfo,
     PartitionOptions,
 )
+from distgnn.partition.metislib import find_metis
 from distgnn.partition.writer import PartWriter
 
 log = logging.getLogger("distgnn.partition")
@@ -106,14 +107,8 @@ def stable_order(key: np.ndarray, bound: int) -> np.ndarray:
     return np.remainder(packed, m, out=packed)
 
 
-def relabel(
-    g: GraphData, parts: np.ndarray, num_parts: int, dst_order: np.ndarray | None = None
-) -> Relabeled:
-    """New node IDs (by partition, then type, then original ID) and new edge IDs.
-
-    ``dst_order`` is ``stable_order(g.dst, g.num_nodes)`` if already computed (it does not
-    depend on ``parts``, so :func:`partition_graph` sorts while METIS runs).
-    """
+def relabel(g: GraphData, parts: np.ndarray, num_parts: int) -> Relabeled:
+    """New node IDs (by partition, then type, then original ID) and new edge IDs."""
     n = g.num_nodes
     new2orig = stable_order(parts, num_parts)
     orig2new = np.empty(n, dtype=np.int64)
@@ -122,15 +117,11 @@ def relabel(
     etypes = None if len(g.edge_types) == 1 else g.edge_type_ids()
     edge_offsets: np.ndarray | None
     if etypes is None:
-        # New IDs keep the original order inside a partition, so edges sorted by new
-        # destination are the destination-sorted edges grouped (stably) by owner.
-        if dst_order is None:
-            dst_order = stable_order(np.asarray(g.dst), n)
-        # np.take: 2-3x faster than fancy indexing for these int64 gathers
-        small = parts.astype(np.int8 if num_parts <= 127 else np.int32)
-        owner = np.take(small, np.take(np.asarray(g.dst), dst_order))
-        eorder = np.take(dst_order, np.argsort(owner, kind="stable"))  # radix sort
-        del owner, dst_order
+        # edges sorted by new destination, ties by original edge ID (np.take: 2-3x
+        # faster than fancy indexing for these int64 gathers)
+        ndst_orig = np.take(orig2new, np.asarray(g.dst))
+        eorder = stable_order(ndst_orig, n)
+        del ndst_orig
         # sorted by new destination: each new ID repeated by its in-degree
         in_deg = np.bincount(np.asarray(g.dst), minlength=n)[new2orig]
         ndst = np.repeat(np.arange(n, dtype=np.int64), in_deg)
@@ -197,6 +188,8 @@ def partition_graph(
     """Partition a graph into ``num_parts`` parts under ``out_url``; returns the manifest."""
     opts = PartitionOptions(method, seed, halo_hops, balance_train, balance_edges, train_mask)
     check_options(num_parts, name, opts)
+    if method == "metis":
+        find_metis()  # a bad DISTGNN_METIS_LIBRARY fails before any work
     if isinstance(graph_or_url, GraphData):
         g = graph_or_url
     else:
@@ -208,22 +201,17 @@ def partition_graph(
             "no node type has the train mask; partitions are balanced without it",
             extra=kv(train_mask=train_mask, graph=g.source),
         )
-    # The input fingerprint (full sha256 of every input array) is computed from plain
-    # file reads in a background thread while the main thread symmetrises the graph for
-    # METIS (hashlib and NumPy's sort release the GIL).
-    # The edge sort by destination (independent of the assignment) follows in the same
-    # thread while METIS runs (called so that it releases the GIL).
+    # The input fingerprint (full sha256 of every input array, from plain file reads)
+    # is computed in a background thread while the main thread builds the METIS input
+    # and METIS runs (called so that it releases the GIL).
     with ThreadPoolExecutor(1, thread_name_prefix="fingerprint") as fp_pool:
         fp_future = fp_pool.submit(_timed_fingerprint, g)
-        homogeneous = len(g.edge_types) == 1
-        order_future = fp_pool.submit(_dst_order, g) if homogeneous else None
         with step("assign", log, method=method, parts=num_parts):
             parts = assign_parts(g, num_parts, opts, train)
         fingerprint = fp_future.result()
-        dst_order = order_future.result() if order_future else None
     with step("relabel", log):
-        r = relabel(g, parts, num_parts, dst_order)
-    del dst_order
+        r = relabel(g, parts, num_parts)
+    release_pages(g.src, g.dst)
     edge_cut = r.edge_cut()
     ntype_offsets = _typed_offsets(parts, g.ntype_offsets, g.node_types, num_parts)
     enames = [etype_str(e) for e in g.edge_types]
@@ -313,11 +301,6 @@ def partition_graph(
     return m
 
 
-def _dst_order(g: GraphData) -> np.ndarray:
-    with step("sort edges", log):
-        return stable_order(np.asarray(g.dst), g.num_nodes)
-
-
 def _timed_fingerprint(g: GraphData) -> str:
     with step("fingerprint", log):
         return g.fingerprint()
@@ -357,7 +340,7 @@ def _write_part(
         rows = r.new2orig[start : start + cnt] - noffs[t]
         start += cnt
         for dname, arr in sorted(g.node_data[ntype].items()):
-            w.write(f"node/{ntype}/{dname}.npy", np.take(arr, rows, axis=0))
+            w.write_rows(f"node/{ntype}/{dname}.npy", arr, rows)
     eoffs = g.etype_offsets
     start = ea
     for t, et in enumerate(g.edge_types):
@@ -366,7 +349,7 @@ def _write_part(
         rows = r.eorder[start : start + cnt] - eoffs[t]
         start += cnt
         for dname, arr in sorted(g.edge_data[ename].items()):
-            w.write(f"edge/{ename}/{dname}.npy", np.take(arr, rows, axis=0))
+            w.write_rows(f"edge/{ename}/{dname}.npy", arr, rows)
     return PartInfo(
         part_id=p,
         path=part_dir(name, p),

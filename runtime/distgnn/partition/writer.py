@@ -7,13 +7,14 @@ import hashlib
 import os
 import posixpath
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from distgnn import storage
+from distgnn.graph.data import release_rows
 from distgnn.partition.manifest import FileInfo
 
 
@@ -47,6 +48,39 @@ class PartWriter:
     def write(self, rel_name: str, arr: np.ndarray) -> FileInfo:
         """Write one ``.npy`` file. On a local file system it goes to a temporary name and
         is renamed when complete, so a reader never sees a partial file under its name."""
+        a = np.asanyarray(arr)
+        return self._write(
+            rel_name, lambda hf: np.lib.format.write_array(hf, a, allow_pickle=False)
+        )
+
+    def write_rows(
+        self, rel_name: str, src: np.ndarray, rows: np.ndarray, block_bytes: int = 16 << 20
+    ) -> FileInfo:
+        """Write ``src[rows]`` as one ``.npy`` file (the same bytes as ``write(rel_name,
+        np.take(src, rows, axis=0))``) without holding the whole gather: rows are gathered,
+        hashed and written in blocks of about ``block_bytes``, and a memory-mapped
+        ``src``'s pages are released after each block (see :func:`release_rows`)."""
+        if src.dtype.hasobject:
+            raise ValueError(f"{rel_name}: object arrays are not written")
+        shape = (int(rows.shape[0]), *src.shape[1:])
+        row_bytes = max(1, int(src.dtype.itemsize * int(np.prod(src.shape[1:], dtype=np.int64))))
+        step = int(min(max(block_bytes // row_bytes, 1024), 1 << 20))
+        header = {
+            "descr": np.lib.format.dtype_to_descr(src.dtype),
+            "fortran_order": False,
+            "shape": shape,
+        }
+
+        def body(hf: _HashingFile) -> None:
+            np.lib.format.write_array_header_1_0(hf, header)
+            for i in range(0, shape[0], step):
+                block = rows[i : i + step]
+                hf.write(np.ascontiguousarray(np.take(src, block, axis=0)))
+                release_rows(src, int(block.min()), int(block.max()) + 1)
+
+        return self._write(rel_name, body)
+
+    def _write(self, rel_name: str, body: Callable[[_HashingFile], None]) -> FileInfo:
         path = posixpath.join(self.root, rel_name)
         url = storage.redact(storage.join(self.base_url, self.rel_dir, rel_name))
         local = isinstance(self.fs, LocalFileSystem)
@@ -57,7 +91,7 @@ class PartWriter:
                     self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
                 with self.fs.open(target, "wb") as f:
                     hf = _HashingFile(f)
-                    np.lib.format.write_array(hf, np.asanyarray(arr), allow_pickle=False)
+                    body(hf)
                 if local:
                     os.replace(target, path)
             except BaseException:
