@@ -1,7 +1,7 @@
 """Training benchmark: GraphSAGE epoch time and distributed one-hop sampling throughput.
 
-Run: ``python bench/bench_training.py [--epochs 3 | --steps 20] [--trainers 2] [--no-prefetch]
-[--precision 32|bf16-mixed] [--colocate ROUNDS]``.
+Run: ``python bench/bench_training.py [--epochs 3 | --steps 20] [--trainers 2]
+[--prefetch auto|on|off] [--precision 32|bf16-mixed] [--colocate ROUNDS]``.
 
 The benchmark graph (``distgnn.graph.generate``: 1M nodes, ~12M edges, 100 float32
 features) is generated once and cached under /tmp/distgnn-bench, partitioned into 2
@@ -11,12 +11,14 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
   of random seeds from one client; seeds/s (median of ``--reps``).
 * GraphSAGE epochs (3 layers, fanouts 15,10,5 in DGL order, hidden 256, batch 1000,
   dropout 0.5) with ``--trainers`` DDP trainer processes (``distgnn.train.proc``: each
-  gets ``cpus // trainers`` torch threads and the tuned allocator), features prefetched
-  by a thread (``--no-prefetch`` to compare). Default: ``--epochs`` (3) full epochs after
-  2 warm-up steps, median epoch time; ``--steps N``: N timed steps, epoch EXTRAPOLATED
-  (median step x steps per epoch). Comparisons with DGL on the same work are
-  ``bench/compare_dgl.py``'s; this script prints DistGNN's own figures and the compute
-  floor (``--floor-steps``).
+  gets ``cpus // trainers`` torch threads and the tuned allocator), features pulled in
+  turn or by a prefetch thread (``--prefetch``; ``auto`` follows the trainers' own rule,
+  ``distgnn.train.proc.use_prefetch``: a thread only beside an idle CPU). Default:
+  ``--epochs`` (3) full epochs after 2 warm-up steps, median epoch time; ``--steps N``:
+  N timed steps, epoch EXTRAPOLATED (median step x steps per epoch). Comparisons with
+  DGL on the same work are ``bench/compare_dgl.py``'s; this script prints DistGNN's own
+  figures and the compute floor (``--floor-steps``: rank 0 alone, and every trainer at
+  once, which shows what the machine's cores give compute together).
   Per-step breakdown (rank 0 medians): waiting for the batch, sampling and feature pull
   (in the prefetch thread when on), forward, backward (DDP all-reduce inside), the
   all-reduce alone, optimizer; CPU seconds per step of a trainer and of both servers
@@ -207,6 +209,10 @@ def child_train(
         cpu = (time.process_time() - cpu0) / max(1, len(times))
     floor = compute_floor(model, opt, cfg, kept) if ctx.rank == 0 and kept else None
     barrier(ctx)
+    # the same, every trainer at once: what the machine's cores give compute together
+    # (2 vCPUs need not double it: they may share a physical core)
+    floor_all = compute_floor(model, opt, cfg, kept) if kept else None
+    barrier(ctx)
     tg.close()
     shutdown(ctx)
     if ctx.rank == 0:
@@ -222,7 +228,9 @@ def child_train(
                     "allreduce": statistics.median(ar[2:]),
                     "threads": threads,
                     "trainer_cpu": cpu,
+                    "prefetch": use_prefetch,
                     **({"floor_step_s": floor} if floor is not None else {}),
+                    **({"floor_all_step_s": floor_all} if floor_all is not None else {}),
                     **med,
                 }
             )
@@ -280,6 +288,7 @@ def bench_epoch(
             DISTGNN_NUM_SAMPLERS=str(samplers),
             DISTGNN_LOG_LEVEL="WARNING",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // trainers)),
+            LOCAL_WORLD_SIZE=str(trainers),
         )
         if stores:
             part = r // max(1, trainers // len(stores)) % len(stores)
@@ -323,7 +332,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3, help="full epochs timed (--steps 0)")
     ap.add_argument("--trainers", type=int, default=2)
     ap.add_argument("--num-samplers", type=int, default=0)
-    ap.add_argument("--no-prefetch", action="store_true", help="no feature-prefetch thread")
+    ap.add_argument("--prefetch", default="auto", choices=["auto", "on", "off"],
+                    help="feature-prefetch thread (auto: the trainers' rule, on with a CPU beyond "
+                    "the torch threads)")  # fmt: skip
+    ap.add_argument("--no-prefetch", action="store_true", help="same as --prefetch off")
     ap.add_argument("--reps", type=int, default=15, help="sampling repetitions")
     ap.add_argument("--method", default="metis", choices=["metis", "random"])
     ap.add_argument("--precision", default="32", choices=["32", "bf16-mixed"])
@@ -340,13 +352,20 @@ def main() -> None:
     ap.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_train:
-        child_train(a.steps, a.epochs, not a.no_prefetch, a.precision, a.floor_steps)
+        from distgnn.train.proc import use_prefetch
+
+        threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+        auto = a.prefetch == "auto" and not a.no_prefetch
+        pf = use_prefetch(threads) if auto else a.prefetch == "on" and not a.no_prefetch
+        child_train(a.steps, a.epochs, pf, a.precision, a.floor_steps)
         return
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     from servers import running_servers
 
     extra = ["--steps", str(a.steps), "--epochs", str(a.epochs)]
-    extra += ["--no-prefetch"] if a.no_prefetch else []
+    if a.no_prefetch:
+        a.prefetch = "off"
+    extra += ["--prefetch", a.prefetch]
     extra += ["--precision", a.precision, "--floor-steps", str(a.floor_steps)]
     manifest = ensure_parts(ensure_graph(a.nodes), a.nodes, a.method)
     if a.colocate:
@@ -369,11 +388,12 @@ def main() -> None:
     print(
         f"bench_training: {a.nodes} nodes, 2 partitions/servers, {a.trainers} trainers "
         f"({ep['threads']} torch thread(s) each), num_samplers={a.num_samplers}, "
-        f"prefetch={'off' if a.no_prefetch else 'on'}, precision {a.precision}; epoch: {how}"
+        f"prefetch={'on' if ep['prefetch'] else 'off'} ({a.prefetch}), precision {a.precision}; "
+        f"epoch: {how}"
     )
     if ep["epoch_times"]:
         print("epoch times (s): " + ", ".join(f"{t:.1f}" for t in ep["epoch_times"]))
-    hidden = "" if a.no_prefetch else " (prefetch thread, overlapped)"
+    hidden = " (prefetch thread, overlapped)" if ep["prefetch"] else ""
     print(f"{'metric':<44} {'distgnn':>12}")
     rows = [
         (label, f"{epoch_s:.1f}", "", "", ""),
@@ -395,6 +415,10 @@ def main() -> None:
         floor = ep["floor_step_s"] * ep["steps_per_epoch"]
         rows.append(("compute floor x steps per epoch (s)", f"{floor:.1f}", "", "", ""))
         rows.append(("epoch / floor", f"{epoch_s / floor:.2f}x", "", "", ""))
+    if "floor_all_step_s" in ep:
+        floor_all = ep["floor_all_step_s"] * ep["steps_per_epoch"]
+        rows.append(("floor, all trainers at once (s)", f"{floor_all:.1f}", "", "", ""))
+        rows.append(("epoch / floor all at once", f"{epoch_s / floor_all:.2f}x", "", "", ""))
     for batch, v in samp:
         rows.append((f"one-hop sampling, batch {batch} (seeds/s)", f"{v / 1e3:.0f}k", "", "", ""))
     for r in rows:

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from distgnn import contract
 from distgnn import log as dlog
+from distgnn.cpus import available_cpus
 from distgnn.errors import ConfigError, JobFailed
 from distgnn.local.plan import LocalPlan, distgnn_argv
 from distgnn.local.ports import LOOPBACK, PortAllocator
@@ -275,7 +276,7 @@ def trainer_specs(
 ) -> list[ProcessSpec]:
     """One ProcessSpec per trainer replica with the contract environment."""
     assert plan.trainer_argv is not None
-    threads = max(1, (os.cpu_count() or 1) // max(1, plan.replicas))
+    threads = max(1, available_cpus() // max(1, plan.replicas))
     specs = []
     for rank in range(plan.replicas):
         extra = {
@@ -284,6 +285,7 @@ def trainer_specs(
             contract.ENV_MANIFEST: servers.manifest_url,
             contract.ENV_RANK: str(rank),
             contract.ENV_LOCAL_RANK: str(rank),
+            contract.ENV_LOCAL_WORLD_SIZE: str(plan.replicas),
             contract.ENV_WORLD_SIZE: str(plan.replicas),
             contract.ENV_MASTER_ADDR: LOOPBACK,
             contract.ENV_MASTER_PORT: str(tports.master),

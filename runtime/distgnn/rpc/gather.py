@@ -11,31 +11,19 @@ is used because the rows are checked before they get here, and NumPy's clip loop
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from distgnn.cpus import available_cpus
+
 GATHER_TIMEOUT = 60.0
 """Seconds to wait for one slice (a gather never waits on the network)."""
 MIN_SLICE_BYTES = 256 << 10
 """Below this many bytes per thread, handing a slice to a thread costs more than it saves."""
 MAX_THREADS = 8
-
-
-def available_cpus() -> int:
-    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a pod limit)."""
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            n = min(n, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, n)
 
 
 def gather_threads() -> int:

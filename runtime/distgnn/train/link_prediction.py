@@ -25,6 +25,7 @@ from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwr
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import autocast, epoch_batches, eval_fanouts, resume, save_epoch
 from distgnn.train.metrics import mrr, random_mrr, roc_auc
+from distgnn.train.proc import use_prefetch
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
@@ -115,6 +116,7 @@ def run(
             ),
         )
         tel.begin(cfg.epochs, start)
+        prefetch = use_prefetch(torch.get_num_threads(), accelerator=ctx.device.type != "cpu")
 
         def load(batch: Any) -> tuple[torch.Tensor, PairGraph, PairGraph, Any]:
             inp, pos, neg, blocks = batch
@@ -124,7 +126,7 @@ def run(
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_n = n_edges = 0.0
-            with epoch_batches(loader, steps, load, tel) as batches:
+            with epoch_batches(loader, steps, load, tel, prefetch) as batches:
                 for (x_cpu, pos, neg, blocks), w in batches:
                     with autocast(cfg, ctx.device):
                         h = model(blocks, x_cpu.to(ctx.device)).float()

@@ -17,6 +17,7 @@ from distgnn.sampling.loader import prefetch
 from distgnn.train import checkpoint
 from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext, broadcast_int, unwrap
+from distgnn.train.proc import use_prefetch
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
@@ -53,13 +54,19 @@ def epoch_batches(
     steps: int,
     load: Callable[[Any], Any],
     telemetry: Telemetry | None = None,
+    prefetch_thread: bool | None = None,
 ) -> Iterator[Iterator[tuple[Any, float]]]:
-    """This epoch's ``steps`` ``(load(batch), weight)`` pairs (see :func:`padded`), each
-    loaded by a prefetch thread one batch ahead of training (the next batch's features
-    are pulled while this one trains); the thread stops when the block exits. With
-    ``telemetry`` the sample, pull and compute time of each step is measured."""
+    """This epoch's ``steps`` ``(load(batch), weight)`` pairs (see :func:`padded`). With
+    ``prefetch_thread`` each is loaded by a thread one batch ahead of training (the next
+    batch's features are pulled while this one trains; the thread stops when the block
+    exits), else in turn; None: :func:`distgnn.train.proc.use_prefetch` decides for
+    CPU compute (``DISTGNN_PREFETCH``). With ``telemetry`` the sample, pull and compute
+    time of each step is measured."""
     tel = telemetry or Telemetry()
-    batches = prefetch(tel.sampled(iter(loader)), tel.pulled(load))
+    if prefetch_thread is None:
+        prefetch_thread = use_prefetch(torch.get_num_threads())
+    src, fn = tel.sampled(iter(loader)), tel.pulled(load)
+    batches = prefetch(src, fn) if prefetch_thread else (fn(b) for b in src)
     with contextlib.closing(batches):
         yield tel.computed(padded(batches, steps))
 

@@ -25,6 +25,7 @@ from distgnn.train.loop import (
     resume,
     save_epoch,
 )
+from distgnn.train.proc import use_prefetch
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
@@ -98,6 +99,7 @@ def run(
             ),
         )
         tel.begin(cfg.epochs, start)
+        prefetch = use_prefetch(torch.get_num_threads(), accelerator=device.type != "cpu")
 
         def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
             inp, out, blocks = batch
@@ -107,7 +109,7 @@ def run(
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_correct = tot_n = 0.0
-            with epoch_batches(loader, steps, load, tel) as batches:
+            with epoch_batches(loader, steps, load, tel, prefetch) as batches:
                 for (x_cpu, y_cpu, blocks), w in batches:
                     x, y = x_cpu.to(device), y_cpu.to(device)
                     with autocast(cfg, device):
