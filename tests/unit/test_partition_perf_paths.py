@@ -226,3 +226,36 @@ def test_write_rows_does_not_keep_the_mapped_input_resident(tmp_path: Path) -> N
     assert _mapped_rss_kib(path) <= 4096
     np.take(feat, rows, axis=0)  # the whole gather, for contrast: every page resident
     assert _mapped_rss_kib(path) >= 30000
+
+
+def test_gather_twice_matches_fancy_indexing() -> None:
+    from distgnn.partition.partitioner import gather_twice
+
+    rng = np.random.default_rng(6)
+    table = rng.integers(0, 1 << 40, 5000)
+    values = rng.integers(0, 5000, 300_000)
+    for m in (0, 1000, 300_000):  # below and above the two-thread threshold
+        index = rng.integers(0, values.shape[0], m)
+        assert np.array_equal(gather_twice(table, values, index), table[values[index]])
+
+
+def test_metis_start_hook_runs_once_before_metis() -> None:
+    """partition_graph starts the input fingerprint when METIS starts (the hook); with
+    nothing to partition METIS never starts and the hook is not called."""
+    from distgnn.partition.assign import metis_assign
+
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(0, 500, 4000), rng.integers(0, 500, 4000)
+    calls: list[int] = []
+    parts = metis_assign(src, dst, 500, 2, on_start=lambda: calls.append(1))
+    assert calls == [1] and set(np.unique(parts)) == {0, 1}
+    metis_assign(src, dst, 500, 1, on_start=lambda: calls.append(2))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize(("method", "parts"), [("metis", 2), ("metis", 1), ("random", 2)])
+def test_fingerprint_recorded_whatever_the_path(tmp_path: Path, method: str, parts: int) -> None:
+    write_graph_dir(generate_graph(GenerateOptions(nodes=300, feat_dim=4)), str(tmp_path / "in"))
+    g = load_graph(str(tmp_path / "in"))
+    m = partition_graph(g, parts, str(tmp_path / "out"), "g", method=method, progress=False)
+    assert m.input_fingerprint == load_graph(str(tmp_path / "in")).fingerprint()

@@ -152,11 +152,13 @@ def release_rows(a: np.ndarray, lo: int, hi: int) -> None:
         base.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
-def fingerprint_arrays(arrays: dict[str, np.ndarray], chunk: int = 1 << 24) -> str:
+def fingerprint_arrays(arrays: dict[str, np.ndarray], chunk: int = 1 << 20) -> str:
     """sha256 over sorted keys, each with dtype, shape and raw bytes (streamed in chunks).
 
     Memory-mapped input files are read with plain reads into one reused buffer, so the
-    hashed bytes never become resident pages of this process.
+    hashed bytes never become resident pages of this process. The buffer is small (1 MiB:
+    the partitioner hashes while METIS is at its memory peak); the digest does not depend
+    on it.
     """
     h = hashlib.sha256()
     buf: bytearray | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
@@ -94,8 +95,12 @@ def metis_assign(
     *,
     vweights: np.ndarray | None = None,
     seed: int = 0,
+    on_start: Callable[[], object] | None = None,
 ) -> np.ndarray:
     """METIS k-way partition of the symmetrised graph with optional vertex weights.
+
+    ``on_start`` is called when METIS itself starts (it runs single-threaded with the GIL
+    released, so the caller can start work for another core then).
 
     One balance constraint (``ncon`` = 1): several balance goals are folded into
     ``vweights`` and refined by :func:`rebalance` (multi-constraint METIS is slower and
@@ -113,6 +118,8 @@ def metis_assign(
         xadj, adjncy, adjwgt = weighted_symmetric_csr(src, dst, n, dtype)
     release_pages(src, dst)  # METIS is the memory peak: no mapped input pages through it
     vw = None if vweights is None else np.ascontiguousarray(vweights, dtype=dtype)
+    if on_start is not None:
+        on_start()
     with step(
         "metis",
         log,
