@@ -98,10 +98,16 @@ def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     payload = np.ones(nbytes, dtype=np.uint8)
     rbuf = bytearray(req)
+    conn.settimeout(600)
     for _ in range(reps):
         view, got = memoryview(rbuf), 0
         while got < req:
-            got += conn.recv_into(view[got:])
+            n = conn.recv_into(view[got:])
+            if n == 0:  # the client is gone (it stopped early): do not spin
+                conn.close()
+                ls.close()
+                return
+            got += n
         conn.sendall(payload)
     conn.close()
     ls.close()
