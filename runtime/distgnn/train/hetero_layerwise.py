@@ -27,6 +27,7 @@ from distgnn.sampling.blocks import Block, BlockTypes
 from distgnn.sampling.loader import prefetch
 from distgnn.train.ddp import DDPContext, barrier
 from distgnn.train.graph import TrainGraph
+from distgnn.train.layerwise import ServerRows
 
 log = logging.getLogger("distgnn.train")
 
@@ -73,7 +74,7 @@ class TypeFeatureRows:
         return None
 
 
-class TypeDistRows:
+class TypeDistRows(ServerRows):
     """One layer's rows of one node type on the servers (named, reference-counted)."""
 
     def __init__(self, g: Any, ntype: str, name: str, dim: int) -> None:
@@ -82,15 +83,6 @@ class TypeDistRows:
         policy = g.get_node_partition_policy(ntype)
         shape = (g.num_nodes(ntype), dim)
         self.t = DistTensor(shape, torch.float32, name, part_policy=policy, ctx=g)
-
-    def read(self, ids: np.ndarray) -> torch.Tensor:
-        return self.t[ids]
-
-    def write(self, ids: np.ndarray, values: torch.Tensor) -> None:
-        self.t[ids] = values
-
-    def release(self) -> None:
-        self.t.release()
 
 
 class HomoView:

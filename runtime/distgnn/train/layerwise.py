@@ -127,9 +127,25 @@ class MemRows:
         self.a = np.zeros((0, self.a.shape[1]), dtype=np.float32)
 
 
-class DistRows:
-    """A layer held on the graph servers: a named, reference-counted ``DistTensor``
-    (every trainer attaches to the same name; released when no trainer holds it)."""
+class ServerRows:
+    """Rows held on the graph servers in ``self.t``, a named, reference-counted
+    ``DistTensor`` (every trainer attaches to the same name; released when no trainer
+    holds it)."""
+
+    t: Any
+
+    def read(self, ids: np.ndarray) -> torch.Tensor:
+        return self.t[ids]
+
+    def write(self, ids: np.ndarray, values: torch.Tensor) -> None:
+        self.t[ids] = values
+
+    def release(self) -> None:
+        self.t.release()
+
+
+class DistRows(ServerRows):
+    """A layer of a homogeneous graph held on the graph servers."""
 
     def __init__(self, g: Any, name: str, dim: int) -> None:
         from distgnn.distributed.tensor import DistTensor
@@ -141,15 +157,6 @@ class DistRows:
             )
         policy = g.get_node_partition_policy(g.ntypes[0])
         self.t = DistTensor((g.num_nodes(), dim), torch.float32, name, part_policy=policy, ctx=g)
-
-    def read(self, ids: np.ndarray) -> torch.Tensor:
-        return self.t[ids]
-
-    def write(self, ids: np.ndarray, values: torch.Tensor) -> None:
-        self.t[ids] = values
-
-    def release(self) -> None:
-        self.t.release()
 
 
 def owned_nodes(tg: TrainGraph, rank: int, world: int) -> np.ndarray:
