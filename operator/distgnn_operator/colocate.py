@@ -116,40 +116,15 @@ def colocated_trainer_children(
             ps.pod_name_env(),
             *ps.credential_env(spec.storage),
         ]
-        c = d._container(
-            "trainer" if j == 0 else f"trainer-{j}",
-            tr.image or ctx.runtime_image,
-            tr.image_pull_policy or ctx.image_pull_policy,
-            cmds.trainer_command(job),
-            envl,
-            [ps.token_mount()],
-            ps.resources(tr.resources, tr.gpus),
-        )
+        c = d.trainer_container(job, ctx, "trainer" if j == 0 else f"trainer-{j}", envl)
         if j == 0:
-            c["ports"] = [
-                {"name": "rendezvous", "containerPort": contract.RENDEZVOUS_PORT, "protocol": "TCP"}
-            ]
+            c["ports"] = d.rendezvous_ports()
             mon.trainer_endpoints(c, pmeta, spec.monitoring.metrics)
         containers.append(c)
     pod = d._pod(containers, [ps.token_volume(token_secret_name)], "Never", ctx)
     pod["initContainers"] = [server_sidecar(job, manifest, ctx)]
     pod["subdomain"] = n["trainers"]
-    d._scheduling(pod, pmeta, job, ctx)
-    ps.apply_template(pod, pmeta, tr.pod_template)
-    jmeta = d._meta(n["trainers"], ns, labels, owner)
-    jmeta["annotations"] = {d.ANN_RESTARTS: str(stage.restarts)}
-    tjob = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": jmeta,
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": num_parts,
-            "parallelism": num_parts,
-            "backoffLimit": 0,
-            "template": {"metadata": pmeta, "spec": pod},
-        },
-    }
+    tjob = d.trainer_job(job, ctx, stage, owner, labels, pod, pmeta, num_parts)
     netpol = network_policy(
         n["trainers"], ns, labels, owner, selector, spec.monitoring.metrics, per_pod
     )

@@ -373,18 +373,8 @@ def trainer_children(
     )
     envl = ps.env_list({"HOME": "/tmp", contract.ENV_LOG_FORMAT: "json", **env})
     envl = [*envl, ps.pod_name_env(), *ps.credential_env(spec.storage)]
-    c = _container(
-        "trainer",
-        tr.image or ctx.runtime_image,
-        tr.image_pull_policy or ctx.image_pull_policy,
-        cmds.trainer_command(job),
-        envl,
-        [ps.token_mount()],
-        ps.resources(tr.resources, tr.gpus),
-    )
-    c["ports"] = [
-        {"name": "rendezvous", "containerPort": contract.RENDEZVOUS_PORT, "protocol": "TCP"}
-    ]
+    c = trainer_container(job, ctx, "trainer", envl)
+    c["ports"] = rendezvous_ports()
     pod = _pod([c], [ps.token_volume(token_secret_name)], "Never", ctx)
     pod["subdomain"] = n["trainers"]
     plabels = dict(labels)
@@ -392,23 +382,58 @@ def trainer_children(
         plabels[contract.LABEL_GRAPHSERVER] = gs_name
     pmeta: dict[str, Any] = {"labels": plabels}
     mon.trainer_endpoints(c, pmeta, spec.monitoring.metrics)
+    return [svc, trainer_job(job, ctx, stage, owner, labels, pod, pmeta, tr.replicas)]
+
+
+def trainer_container(
+    job: t.DistGNNJob, ctx: DesiredContext, name: str, env: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A trainer container (image, command, token mount, resources) with ``env``."""
+    tr = job.spec.trainers
+    return _container(
+        name,
+        tr.image or ctx.runtime_image,
+        tr.image_pull_policy or ctx.image_pull_policy,
+        cmds.trainer_command(job),
+        env,
+        [ps.token_mount()],
+        ps.resources(tr.resources, tr.gpus),
+    )
+
+
+def rendezvous_ports() -> list[dict[str, Any]]:
+    """The ports of the container rank 0 runs in (torch.distributed's rendezvous)."""
+    return [{"name": "rendezvous", "containerPort": contract.RENDEZVOUS_PORT, "protocol": "TCP"}]
+
+
+def trainer_job(
+    job: t.DistGNNJob,
+    ctx: DesiredContext,
+    stage: Stage,
+    owner: dict[str, Any],
+    labels: dict[str, str],
+    pod: dict[str, Any],
+    pmeta: dict[str, Any],
+    completions: int,
+) -> dict[str, Any]:
+    """The Indexed trainer Job of ``completions`` pods, after the scheduling policy and
+    the user's pod template are applied to ``pod`` / ``pmeta``."""
     _scheduling(pod, pmeta, job, ctx)
-    ps.apply_template(pod, pmeta, tr.pod_template)
-    jmeta = _meta(n["trainers"], ns, labels, owner)
+    ps.apply_template(pod, pmeta, job.spec.trainers.pod_template)
+    jmeta = _meta(names(job.metadata.name)["trainers"], job.metadata.namespace, labels, owner)
     jmeta["annotations"] = {ANN_RESTARTS: str(stage.restarts)}
-    tjob = {
+    return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": jmeta,
         "spec": {
             "completionMode": "Indexed",
-            "completions": tr.replicas,
-            "parallelism": tr.replicas,
+            "completions": completions,
+            "parallelism": completions,
             "backoffLimit": 0,
             "template": {"metadata": pmeta, "spec": pod},
         },
     }
-    return [svc, tjob]
 
 
 def _scheduling(
