@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distgnn import npy
 from distgnn.errors import ConfigError
 from distgnn.log import kv
 from distgnn.rpc.gather import default_gatherer
@@ -62,13 +63,7 @@ def map_readonly(path: str) -> Mapped:
     fd = os.open(path, os.O_RDONLY)
     try:
         with os.fdopen(os.dup(fd), "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read(f)
+            shape, fortran, dtype = npy.read_header(f)
             offset = f.tell()
         if fortran or dtype.hasobject:
             raise ValueError(f"{path}: not a C-order plain array")

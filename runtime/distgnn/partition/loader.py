@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from distgnn import storage
+from distgnn import npy, storage
 from distgnn.errors import ConfigError, DistGNNError, PartitionDataError, StorageError
 from distgnn.partition.book import PartitionBook
 from distgnn.partition.manifest import FileInfo, Manifest
@@ -194,13 +194,7 @@ def _parse_npy(buf: np.ndarray, where: str) -> np.ndarray:
     """A view of the ``.npy`` array in ``buf``: header checked, no pickle, exact size."""
     head = io.BytesIO(buf[: 16 + 65536].tobytes())
     try:
-        version = np.lib.format.read_magic(head)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
-        else:
-            raise ValueError(f"unknown .npy version {version}")
+        shape, fortran, dtype = npy.read_header(head)
     except Exception as e:  # untrusted header text: ValueError, SyntaxError, TokenError...
         raise PartitionDataError(f"{where}: not a readable .npy file ({str(e)[:200]})") from e
     if dtype.hasobject:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from distgnn import npy
 from distgnn.errors import ConfigError, TensorError
 from distgnn.rpc.protocol import DTYPES
 from distgnn.server.limits import shm_free
@@ -438,13 +439,7 @@ class ShmStore:
             return e.array.dtype, e.array.shape
         try:
             with open(self._path(name, ".npy"), "rb") as f:
-                version = np.lib.format.read_magic(f)
-                read = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                shape, _, dtype = read(f)
+                shape, _, dtype = npy.read_header(f)
         except (OSError, ValueError):
             raise TensorError(f"unknown tensor {short(name)}") from None
         return dtype, shape
@@ -514,13 +509,7 @@ def map_npy(path: str) -> np.ndarray:
     """Map a ``.npy`` file read-write, shared, with its page tables populated up front
     (``MAP_POPULATE``), so the first random reads do not pay one page fault per row."""
     with open(path, "r+b") as f:
-        version = np.lib.format.read_magic(f)
-        read = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = read(f)
+        shape, fortran, dtype = npy.read_header(f)
         offset = f.tell()
         size = math.prod(shape) * dtype.itemsize
         if fortran or dtype.hasobject:
