@@ -173,3 +173,25 @@ def test_target_type_needs_the_typed_model() -> None:
         cfg(model="gat")
     with pytest.raises(ConfigError, match="--model rgcn: a node-classification model"):
         cfg(app="link-prediction")
+
+
+def test_a_type_without_the_feature_gets_a_learnt_embedding(
+    arrays: dict[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bare = {k: v for k, v in arrays.items() if k != "ndata/author/feat"}
+    partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
+                    progress=False)  # fmt: skip
+    manifest = str(tmp_path / "bare.json")
+    monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
+    with dd.DistGraph.standalone(manifest) as dg:
+        tg = as_train_graph(dg)
+        c = cfg(epochs=2, checkpoint_url=str(tmp_path / "ck"), output_url=str(tmp_path / "o"))
+        m = node_classification.run(c, tg, CTX)
+        assert m["test_accuracy"] > 0.4, m
+        s = inference.run(c, tg, CTX)
+    assert s["inference_node_types"] == ["author", "paper"]
+    authors = fmt.read_output(str(tmp_path / "o"), "author")
+    assert authors["embedding"].shape == (900, 7) and np.isfinite(authors["embedding"]).all()
+    ck = torch.load(tmp_path / "ck" / "ckpt-epoch-00001.pt", weights_only=True)
+    assert ck["extra"]["rgcn"]["num_nodes"] == {"author": 900}
+    assert ck["model"]["inputs.embed.author.weight"].shape == (900, 16)
