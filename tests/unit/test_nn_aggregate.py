@@ -138,3 +138,20 @@ def test_mean_adjacency_and_transpose_equal_the_stably_sorted_csr(layout: str) -
         np.testing.assert_array_equal(mat.crow_indices().numpy(), crow)
         np.testing.assert_array_equal(mat.col_indices().numpy(), col)
         np.testing.assert_array_equal(mat.values().numpy(), v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_keep_mask_is_the_boolean_draw(dtype: torch.dtype) -> None:
+    """The float mask (clamped integer arithmetic) keeps exactly what ``r >= thr`` keeps,
+    also in bfloat16, which cannot hold every 16-bit integer."""
+    from distgnn.nn.ops import _keep_mask, _keep_scale
+
+    x = torch.ones(70_000, dtype=dtype)
+    for p in (0.1, 0.5, 0.7, 0.999):
+        torch.manual_seed(7)
+        keep = _keep_mask(x, p)
+        torch.manual_seed(7)
+        m = _keep_scale(x, p)
+        assert m.dtype == dtype
+        want = keep.to(torch.float32) * (1.0 / (1.0 - p))
+        torch.testing.assert_close(m.float(), want.to(dtype).float(), rtol=0, atol=0)
