@@ -136,6 +136,52 @@ class _MeanAggregate(torch.autograd.Function):
         return _spmm(ctx.adj.transpose(), grad.contiguous()), None
 
 
+class _MeanAggregateWithPrefix(torch.autograd.Function):
+    """``(h[:n].clone(), adj.a @ h)`` with one gradient buffer for ``h``.
+
+    A block's destinations are the first rows of its sources, so ``h`` reaches the
+    layer twice (``h[:n]`` to the self term, all of it to the mean); autograd would
+    give the slice's gradient a zero-filled full-size buffer and add the two, two
+    extra passes over the ``(num_src, dim)`` gradient. Here the mean's gradient is
+    made first and the destinations' rows are added into it in place.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, h: torch.Tensor, adj: MeanAdjacency, n: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx.adj = adj
+        ctx.n = n
+        h = h.contiguous()
+        return h[:n].clone(), _spmm(adj.a, h)
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad_prefix: torch.Tensor | None, grad: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        adj: MeanAdjacency = ctx.adj
+        if grad is None:
+            out = grad_prefix.new_zeros((adj.num_src, *grad_prefix.shape[1:]))  # type: ignore[union-attr]
+        else:
+            out = _spmm(adj.transpose(), grad.contiguous())
+        if grad_prefix is not None:
+            out[: ctx.n] += grad_prefix.to(out.dtype)
+        return out, None, None
+
+
+def mean_aggregate_with_prefix(
+    adj: MeanAdjacency, h: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(h[:num_dst], mean_aggregate(adj, h))`` with the gradients of both summed into
+    one buffer (see :class:`_MeanAggregateWithPrefix`)."""
+    if h.dim() != 2:
+        raise ValueError("mean_aggregate: h must be 2-D")
+    out: tuple[torch.Tensor, torch.Tensor] = _MeanAggregateWithPrefix.apply(h, adj, adj.num_dst)
+    return out
+
+
 def mean_aggregate(adj: MeanAdjacency, h: torch.Tensor) -> torch.Tensor:
     """``adj.a @ h`` (fused sparse mean over in-edges), differentiable in ``h``.
 
