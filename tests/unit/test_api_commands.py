@@ -239,3 +239,29 @@ def test_infer_after_training_flags() -> None:
 def test_inference_fields_are_validated(app: dict[str, Any], checkpoint: bool, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         _app_job(app, checkpoint)
+
+
+def test_rgcn_app_passes_its_target_node_type() -> None:
+    app = {"name": "node-classification", "model": "rgcn", "targetNtype": "paper"}
+    flags = _flags(trainer_command(_app_job(app, True)))
+    assert flags["model"] == "rgcn" and flags["target-ntype"] == "paper"
+    plain = _flags(trainer_command(_app_job({"name": "node-classification"}, True)))
+    assert "target-ntype" not in plain
+
+
+@pytest.mark.parametrize(
+    ("app", "message"),
+    [
+        ({"name": "node-classification", "model": "rgcn"}, "rgcn needs targetNtype"),
+        ({"name": "node-classification", "targetNtype": "paper"}, "targetNtype is for model"),
+        (
+            {"name": "node-classification", "model": "gat", "targetNtype": "paper"},
+            "targetNtype is for model",
+        ),
+        ({"name": "link-prediction", "model": "rgcn"}, "rgcn is for node-classification"),
+        ({"name": "node-classification", "model": "rgcn", "targetNtype": ""}, "targetNtype"),
+    ],
+)
+def test_rgcn_fields_are_validated(app: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _app_job(app, True)

@@ -24,6 +24,7 @@ from distgnn.api.fields import HTTP_URL, IMAGE_REF, STORAGE_SCHEMES, url_pattern
 from distgnn.errors import ConfigError
 
 Obj = dict[str, Any]
+L2: Obj = {"numLayers": 2, "fanouts": [5, 10]}
 CRDS = {"DistGNNJob": schema.job_crd(), "GraphServer": schema.graphserver_crd()}
 
 
@@ -179,6 +180,12 @@ TWINS: list[tuple[type, str, list[Obj]]] = [
             {"name": "node-classification", "numLayers": 2, "fanouts": [5, 10]},
             {"name": "node-classification", "numLayers": 3, "fanouts": [5, 10]},
             {"name": "node-classification", "numLayers": 1, "fanouts": [5]},
+            {"name": "node-classification", "model": "rgcn", "targetNtype": "paper", **L2},
+            {"name": "node-classification", "model": "rgcn", **L2},
+            {"name": "node-classification", "targetNtype": "paper", **L2},
+            {"name": "node-classification", "model": "gat", "targetNtype": "paper", **L2},
+            {"name": "link-prediction", "model": "rgcn", **L2},
+            {"name": "inference", "model": "rgcn", "outputURL": "o", **L2},
         ],
     ),
 ]

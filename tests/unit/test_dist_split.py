@@ -75,6 +75,21 @@ def test_uniform_sampling_is_roughly_uniform() -> None:
     assert counts.min() > 250 and counts.max() < 550  # expectation 400 each
 
 
+def test_high_degree_draws_are_uniform_distinct_subsets() -> None:
+    """Degree > 2*fanout (Floyd's algorithm): every row a distinct, ascending subset and
+    every f-subset equally likely (not only every position)."""
+    rng = np.random.default_rng(4)
+    deg = np.full(30000, 5, dtype=np.int64)
+    picks = sampling._distinct_draws(deg, 2, rng)
+    assert (picks[:, 0] < picks[:, 1]).all() and picks.min() >= 0 and picks.max() < 5
+    pairs = np.bincount(picks[:, 0] * 5 + picks[:, 1], minlength=25)
+    pairs = pairs[[a * 5 + b for a in range(5) for b in range(a + 1, 5)]]
+    assert pairs.min() > 2700 and pairs.max() < 3300  # 10 pairs, expectation 3000 each
+    wide = sampling._distinct_draws(np.array([31, 40, 1000, 2**40]), 15, rng)
+    assert all(len(set(row)) == 15 for row in wide.tolist())
+    assert (wide < np.array([[31], [40], [1000], [2**40]])).all()
+
+
 def test_weighted_sampling_follows_weights() -> None:
     rng = np.random.default_rng(2)
     cand = np.arange(6)

@@ -107,3 +107,34 @@ def test_mean_aggregate_under_bf16_autocast_matches_float32() -> None:
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
     out.sum().backward()
     assert h.grad is not None and h.grad.dtype == torch.float32
+
+
+def _reference_csr(rows: np.ndarray, cols: np.ndarray, val: np.ndarray, n: int) -> tuple:
+    order = np.argsort(rows, kind="stable")
+    crow = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=crow[1:])
+    return crow, cols[order], val[order]
+
+
+@pytest.mark.parametrize("layout", ["random", "grouped", "sorted"])
+def test_mean_adjacency_and_transpose_equal_the_stably_sorted_csr(layout: str) -> None:
+    """Whichever way the rows are ordered (grouped per seed as sampled, sorted, random:
+    no sort, run merging, radix sort), the CSR is the stable row sort of the edges."""
+    rng = np.random.default_rng(5)
+    n_src, n_dst = 3000, 400
+    src, dst = _edges(n_src, n_dst, 20000, seed=6)
+    if layout != "random":
+        dst = np.sort(dst)
+        if layout == "grouped":  # one run per destination, runs shuffled
+            perm = rng.permutation(n_dst)
+            starts = np.searchsorted(dst, perm)
+            ends = np.searchsorted(dst, perm, side="right")
+            idx = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
+            src, dst = src[idx], dst[idx]
+    adj = MeanAdjacency(src, dst, n_src, n_dst)
+    val = (1.0 / np.maximum(np.bincount(dst, minlength=n_dst), 1)).astype(np.float32)[dst]
+    for mat, rows, cols, n in ((adj.a, dst, src, n_dst), (adj.transpose(), src, dst, n_src)):
+        crow, col, v = _reference_csr(rows, cols, val, n)
+        np.testing.assert_array_equal(mat.crow_indices().numpy(), crow)
+        np.testing.assert_array_equal(mat.col_indices().numpy(), col)
+        np.testing.assert_array_equal(mat.values().numpy(), v)

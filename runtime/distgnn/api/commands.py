@@ -138,6 +138,8 @@ def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
         "--seed",
         str(app.seed),
     ]
+    if app.target_ntype is not None:
+        cmd += ["--target-ntype", app.target_ntype]
     if app.name == "link-prediction":
         cmd += ["--num-negs", str(app.num_negs), "--exclude", app.exclude]
     if app.name == "inference" or app.infer_after_training:

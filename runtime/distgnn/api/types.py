@@ -29,6 +29,9 @@ from distgnn.api.fields import (
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 APPS = ("node-classification", "link-prediction", "inference")
 """The built-in apps of ``distgnn train``."""
+MODELS = ("sage", "gat", "rgcn")
+"""The built-in models: GraphSAGE and GAT (homogeneous graphs), R-GCN (graphs with node
+and edge types, classifying ``targetNtype``)."""
 PRECISIONS = ("32", "bf16-mixed")
 """``32``: float32 throughout. ``bf16-mixed``: the forward pass under bfloat16 autocast
 (matrix products in bfloat16, sparse aggregation in float32); parameters, gradients
@@ -264,7 +267,20 @@ class App:
         doc="Built-in app: a training app, or inference (every node's output from a checkpoint).",
         enum=APPS,
     )
-    model: str = fld("sage", doc="GNN model.", enum=("sage", "gat"))
+    model: str = fld(
+        "sage",
+        doc="GNN model: sage or gat (homogeneous graphs), rgcn (a graph with node and edge "
+        "types; classifies targetNtype's nodes).",
+        enum=MODELS,
+    )
+    target_ntype: str | None = fld(
+        None,
+        doc="The node type to classify (model rgcn, node-classification: required): its "
+        "feat, label and masks; every type's feat is an input (a type without it gets a "
+        "learnt embedding).",
+        min_length=1,
+        max_length=128,
+    )
     epochs: int = fld(10, doc="Training epochs.", minimum=1, maximum=100000)
     num_layers: int = fld(2, doc="GNN layers (one fanout each).", minimum=1, maximum=8)
     hidden: int = fld(128, doc="Hidden size.", minimum=1, maximum=65536)
@@ -344,6 +360,25 @@ class App:
                 (a.name != "inference" and not a.infer_after_training) or a.output_url is not None
             ),
             field="outputURL",
+        ),
+        Rule(
+            "self.name != 'node-classification' || !has(self.model) || self.model != 'rgcn' "
+            "|| has(self.targetNtype)",
+            "model rgcn needs targetNtype (the node type to classify)",
+            lambda a: a.name != "node-classification" or a.model != "rgcn" or bool(a.target_ntype),
+            field="targetNtype",
+        ),
+        Rule(
+            "!has(self.targetNtype) || (has(self.model) && self.model == 'rgcn')",
+            "targetNtype is for model rgcn (sage and gat are homogeneous)",
+            lambda a: a.target_ntype is None or a.model == "rgcn",
+            field="targetNtype",
+        ),
+        Rule(
+            "self.name != 'link-prediction' || !has(self.model) || self.model != 'rgcn'",
+            "model rgcn is for node-classification (link-prediction trains sage)",
+            lambda a: a.name != "link-prediction" or a.model != "rgcn",
+            field="model",
         ),
         Rule(
             "self.name != 'inference' || !has(self.inferAfterTraining) || !self.inferAfterTraining",

@@ -89,16 +89,26 @@ class LocalBackend:
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """What one request to a server may carry, as its HELLO answer announced
-    (``DISTGNN_SERVER_MAX_REQUEST_BYTES``, ``DISTGNN_SERVER_MAX_IDS``)."""
+    """What one request to a server may carry and one answer may hold, as its HELLO
+    answer announced (``DISTGNN_SERVER_MAX_REQUEST_BYTES``, ``DISTGNN_SERVER_MAX_IDS``,
+    ``DISTGNN_SERVER_MAX_REPLY_BYTES``; the answer also within what this client receives)."""
 
     max_bytes: int
     """buffer bytes of one request (the frame's metadata is counted apart)"""
     max_ids: int
+    max_reply_bytes: int = 1 << 62
+    """buffer bytes of one answer"""
 
     def rows(self, row_bytes: int, id_bytes: int = 8) -> int:
         """Rows of ``row_bytes`` (plus an ID each) one request can carry (0: not even one)."""
         return min(self.max_ids, self.max_bytes // max(1, row_bytes + id_bytes))
+
+    def pull_rows(self, row_bytes: int, id_bytes: int = 8) -> int:
+        """Rows of ``row_bytes`` one PULL can ask for (0: not even one): the IDs within
+        the request limits, the rows within the answer limit."""
+        return min(
+            self.max_ids, self.max_bytes // id_bytes, self.max_reply_bytes // max(1, row_bytes)
+        )
 
 
 def trainer_partition(rank: int, world_size: int, num_parts: int) -> int:
@@ -188,7 +198,12 @@ class DistContext:
         nbytes, nids = lim.get("max_request_bytes"), lim.get("max_ids")
         if not isinstance(nbytes, int) or not isinstance(nids, int) or nbytes <= 0 or nids <= 0:
             return None
-        return RequestLimits(nbytes, nids)
+        mine = self.backend.conns[part].limits
+        reply = min(mine.max_buf_bytes, mine.max_total_bytes)
+        server_reply = lim.get("max_reply_bytes")
+        if isinstance(server_reply, int) and server_reply > 0:
+            reply = min(reply, server_reply)
+        return RequestLimits(nbytes, nids, reply)
 
     def broadcast(self, mtype: MsgType, meta: dict[str, Any]) -> dict[int, Frame]:
         """Send the same request to every partition at once."""

@@ -6,8 +6,9 @@ gradients of this step are exchanged and each row is updated by the one trainer 
 owns it (DGL's rule: partition ``p`` of the row, then ``row % trainers_per_partition``),
 so a step is one update per row whatever the number of trainers. A row that appears
 several times (in one trainer or across trainers) gets the **mean** of its gradients,
-as DGL does. The owner sends one SPARSE_UPDATE per server; the server applies the
-update to the table and to the state tensors under its row locks.
+as DGL does. The owner sends one SPARSE_UPDATE per server (several when its rows exceed
+the server's request limits); the server applies the update to the table and to the
+state tensors under its row locks.
 
 State tensors are DistTensors named as in DGL: ``NAME_sum`` (Adagrad), ``NAME_step``,
 ``NAME_mem``, ``NAME_power`` (Adam). ``save(f)`` / ``load(f)`` write and read the rows
@@ -156,12 +157,22 @@ class SparseOptimizer:
         order, b = group(parts, len(t.policy.offsets) - 1)
         states = {s: st.key for s, st in zip(self.state_suffixes, self._states(emb), strict=True)}
         meta: dict[str, Any] = {"name": t.key, "opt": self.opt, "state": states, **self._hyper()}
-        calls = {}
+        # one request per server, several where its rows exceed what one request carries
+        # (the rows are unique, so each is still updated exactly once)
+        batches: dict[int, list[np.ndarray]] = {}
         for p in range(len(b) - 1):
             if b[p + 1] > b[p]:
                 sel = order[b[p] : b[p + 1]]
-                calls[p] = Call(MsgType.SPARSE_UPDATE, meta, [local[sel], g[sel]])
-        t.ctx.call_many(calls)
+                lim = t.ctx.request_limits(p)
+                step = len(sel) if lim is None else t.rows_per_request(lim)
+                batches[p] = [sel[i : i + step] for i in range(0, len(sel), step)]
+        for r in range(max((len(v) for v in batches.values()), default=0)):
+            calls = {
+                p: Call(MsgType.SPARSE_UPDATE, meta, [local[sels[r]], g[sels[r]]])
+                for p, sels in batches.items()
+                if r < len(sels)
+            }
+            t.ctx.call_many(calls)
 
     # --- checkpoints --------------------------------------------------------------
     def _owned_rows(self, emb: DistEmbedding, rank: int, world: int) -> np.ndarray:

@@ -12,6 +12,7 @@ New tensors are created on every server with an initialiser given by name (``zer
 
 from __future__ import annotations
 
+import math
 import weakref
 import zlib
 from collections.abc import Callable
@@ -112,6 +113,19 @@ def _segments_into(segs: Segments) -> Into:
         return segs
 
     return into
+
+
+def _in_place(sel: np.ndarray) -> bool:
+    """Whether ascending positions ``sel`` are consecutive (a slice of the output)."""
+    return int(sel[-1]) - int(sel[0]) + 1 == len(sel)
+
+
+def _dest(out: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """Where the rows for ascending positions ``sel`` of ``out`` are received: their
+    slice of ``out`` when consecutive, else a scratch array (scattered afterwards)."""
+    if _in_place(sel):
+        return out[int(sel[0]) : int(sel[-1]) + 1]
+    return np.empty((len(sel), *out.shape[1:]), dtype=out.dtype)
 
 
 MIN_DIRECT_RUN = 64
@@ -307,7 +321,7 @@ class DistTensor:
         lim = self.ctx.request_limits(p)
         if lim is None or arr.nbytes <= lim.max_bytes:
             return self.ctx.call(p, self._init_call(p, len(arr), {"kind": "data"}, {}, (arr,)))
-        step = self._rows_per_request(lim)
+        step = self.rows_per_request(lim)
         f = self.ctx.call(p, self._init_call(p, len(arr), {"kind": "zeros"}, {}))
         if f.meta.get("created", True):  # another trainer created it first: keep its data
             for i in range(0, len(arr), step):
@@ -315,7 +329,9 @@ class DistTensor:
                 self.ctx.call(p, self._push_call(ids, arr[i : i + len(ids)], "set"))
         return f
 
-    def _rows_per_request(self, lim: RequestLimits) -> int:
+    def rows_per_request(self, lim: RequestLimits) -> int:
+        """Rows (with their IDs) one write to a server with limits ``lim`` may carry;
+        ConfigError when not even one fits."""
         row = self.np_dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         n = lim.rows(row)
         if n < 1:
@@ -422,6 +438,16 @@ class DistTensor:
         if (parts == first).all():
             if first == lp and reader is not None and self._read_local(reader, local, [out]):
                 return out
+            cap = self._pull_cap(first)
+            if len(idx) > cap:  # beyond one request: consecutive slices of ``out``
+                for i in range(0, len(idx), cap):
+                    dest = out[i : i + cap]
+                    call = Call(MsgType.PULL, {"name": self.key}, [local[i : i + cap]])
+                    call.into = _into(dest)
+                    got = self.ctx.call(first, call).bufs[0]
+                    if got is not dest:  # in-process answer
+                        dest[...] = got
+                return out
             f = self.ctx.call(
                 first, Call(MsgType.PULL, {"name": self.key}, [local], into=_into(out))
             )
@@ -433,6 +459,10 @@ class DistTensor:
             out[...] = got
             return out
         order, b = group(parts, nparts)
+        caps = {p: self._pull_cap(p) for p in range(nparts) if b[p + 1] > b[p]}
+        if any(b[p + 1] - b[p] > cap for p, cap in caps.items()):
+            self._pull_split(local, order, b, out, caps)
+            return out
         segs, scatter_pos, scratch = _segment_plan(parts, order, b, out)
         if (
             reader is not None
@@ -459,6 +489,62 @@ class DistTensor:
             out[scatter_pos] = scratch
         return out
 
+    def _pull_cap(self, p: int) -> int:
+        """Rows one PULL to partition ``p``'s server may ask for (its announced limits)."""
+        lim = self.ctx.request_limits(p)
+        if lim is None:
+            return 1 << 62
+        row = self.np_dtype.itemsize * math.prod(self.shape[1:])
+        n = lim.pull_rows(row)
+        if n < 1:
+            raise ConfigError(
+                f"DistTensor {self.name!r}: one row is {row} bytes, more than an answer of "
+                f"the graph servers may carry ({lim.max_reply_bytes} bytes: "
+                f"{contract.ENV_SERVER_MAX_REPLY_BYTES})"
+            )
+        return n
+
+    def _pull_split(
+        self,
+        local: np.ndarray,
+        order: np.ndarray,
+        b: np.ndarray,
+        out: np.ndarray,
+        caps: dict[int, int],
+    ) -> None:
+        """A read larger than one request to some server: each server's rows in PULLs that
+        fit its limits, one request per server in flight per round. Rows at consecutive
+        positions of ``out`` (e.g. ``t[0:n]``) are received in place, others scattered.
+        A co-located server's partition is read from its shared memory at once."""
+        reader = self.ctx.local_reader
+        batches: dict[int, list[np.ndarray]] = {}
+        for p in range(len(b) - 1):
+            if b[p + 1] == b[p]:
+                continue
+            sel = order[b[p] : b[p + 1]]  # ascending positions (the sort is stable)
+            if reader is not None and p == reader.part:
+                dest = _dest(out, sel)
+                if self._read_local(reader, local[sel], [dest]):
+                    if not _in_place(sel):
+                        out[sel] = dest
+                    continue
+            step = caps[p]
+            batches[p] = [sel[i : i + step] for i in range(0, len(sel), step)]
+        for r in range(max((len(v) for v in batches.values()), default=0)):
+            dests = {
+                p: (sels[r], _dest(out, sels[r])) for p, sels in batches.items() if r < len(sels)
+            }
+            calls = {
+                p: Call(MsgType.PULL, {"name": self.key}, [local[sel]], into=_into(dest))
+                for p, (sel, dest) in dests.items()
+            }
+            for p, f in self.ctx.call_many(calls).items():
+                sel, dest = dests[p]
+                if f.bufs[0] is not dest:  # in-process answer
+                    dest[...] = f.bufs[0]
+                if not _in_place(sel):
+                    out[sel] = dest
+
     def _read_local(self, reader: LocalReader, ids: np.ndarray, dests: list[np.ndarray]) -> bool:
         """Co-located trainer: rows of the local partition from shared memory (False: TCP)."""
         return reader.gather(self.key, ids, dests, self.policy.part_sizes()[reader.part])
@@ -484,7 +570,7 @@ class DistTensor:
             if b[p + 1] > b[p]:
                 sel = order[b[p] : b[p + 1]]
                 lim = self.ctx.request_limits(p)
-                step = len(sel) if lim is None else self._rows_per_request(lim)
+                step = len(sel) if lim is None else self.rows_per_request(lim)
                 batches[p] = [sel[i : i + step] for i in range(0, len(sel), step)]
         for r in range(max((len(v) for v in batches.values()), default=0)):
             calls = {

@@ -5,11 +5,13 @@ from distgnn.nn.graphconv import GraphConv
 from distgnn.nn.hetero import HeteroGraphConv
 from distgnn.nn.pyg import to_pyg_edge_index
 from distgnn.nn.rgcn import RelGraphConv
+from distgnn.nn.rgcn_model import RGCN
 from distgnn.nn.sage import GraphSAGE, SAGEConv
 from distgnn.nn.utils import WeightBasis
 
 __all__ = [
     "GAT",
+    "RGCN",
     "GATConv",
     "GraphConv",
     "GraphSAGE",

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 
 def scatter_sum(src: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
@@ -21,24 +22,47 @@ def scatter_mean(src: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor
     return total / cnt.view(-1, *([1] * (src.dim() - 1)))
 
 
-def _csr(
-    rows: np.ndarray, cols: np.ndarray, val: np.ndarray, shape: tuple[int, int], device: Any
+# a key array with fewer descents than 1/RUNS_FACTOR of its length is sorted by
+# merging its runs (NumPy's timsort), else by a radix sort (torch, int32 keys)
+RUNS_FACTOR = 8
+
+
+def stable_order(keys: np.ndarray) -> np.ndarray | None:
+    """The stable ascending order of the non-negative ``keys``; ``None`` when sorted.
+
+    Sampled edges come grouped by destination (one run per seed): their runs are
+    merged in O(edges) steps; keys in random order (the transpose's) take a radix
+    sort, several times faster than a comparison sort there.
+    """
+    if keys.size < 2:
+        return None
+    descents = int(np.count_nonzero(keys[1:] < keys[:-1]))
+    if descents == 0:
+        return None
+    if descents * RUNS_FACTOR < keys.size or int(keys.max()) >= 2**31 - 1:
+        return np.argsort(keys, kind="stable")
+    k32 = torch.from_numpy(keys.astype(np.int32))
+    order: np.ndarray = torch.sort(k32, stable=True).indices.numpy()
+    return order
+
+
+def csr_tensor(
+    counts: np.ndarray, cols: np.ndarray, val: np.ndarray, shape: tuple[int, int], device: Any
 ) -> torch.Tensor:
-    """A sparse CSR matrix from COO ``(rows, cols, val)`` (rows grouped with a stable sort)."""
-    order = np.argsort(rows, kind="stable")
-    crow = np.zeros(shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
-    itype = np.int32 if max(shape[1], rows.size) < 2**31 - 1 else np.int64
+    """A sparse CSR matrix from per-row entry ``counts`` and the row-sorted ``cols``/``val``."""
+    itype = np.int32 if max(shape[1], cols.size) < 2**31 - 1 else np.int64
+    crow = np.zeros(shape[0] + 1, dtype=itype)
+    np.cumsum(counts, out=crow[1:], dtype=itype)
     with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
         warnings.filterwarnings(
             "ignore", message=".*[Ss]parse CSR tensor support", category=UserWarning
         )
         a = torch.sparse_csr_tensor(
-            torch.from_numpy(crow.astype(itype)),
-            torch.from_numpy(np.ascontiguousarray(cols[order], dtype=itype)),
-            torch.from_numpy(np.ascontiguousarray(val[order])),
+            torch.from_numpy(crow),
+            torch.from_numpy(np.ascontiguousarray(cols, dtype=itype)),
+            torch.from_numpy(np.ascontiguousarray(val)),
             shape,
-            check_invariants=False,  # built sorted and in range just above
+            check_invariants=False,  # rows sorted and counted by the caller
         )
     return a if device is None else a.to(device)
 
@@ -46,7 +70,9 @@ def _csr(
 class MeanAdjacency:
     """The row-normalised adjacency ``A[v, u] = 1 / in_deg(v)`` of a bipartite graph
     (edges ``src -> dst``) as a sparse CSR matrix, and lazily its transpose (for the
-    gradient). ``A @ h`` is the mean over in-edges (zeros for nodes without any)."""
+    gradient; the input layer's features need none, so it is never built there).
+    ``A @ h`` is the mean over in-edges (zeros for nodes without any). Each row's
+    entries keep the edges' order (a stable grouping, no sort when already grouped)."""
 
     def __init__(
         self, src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int, device: Any = None
@@ -54,28 +80,47 @@ class MeanAdjacency:
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         deg = np.bincount(dst, minlength=num_dst)
-        self.val = (1.0 / np.maximum(deg, 1)).astype(np.float32)[dst]
+        self.inv_deg = (1.0 / np.maximum(deg, 1)).astype(np.float32)
         self.src, self.dst, self.num_src, self.num_dst = src, dst, num_src, num_dst
         self.device = device
-        self.a = _csr(dst, src, self.val, (num_dst, num_src), device)
+        order = stable_order(dst)
+        cols = src if order is None else np.take(src, order)
+        self.a = csr_tensor(deg, cols, np.repeat(self.inv_deg, deg), (num_dst, num_src), device)
         self._t: torch.Tensor | None = None
 
     def transpose(self) -> torch.Tensor:
         if self._t is None:
-            self._t = _csr(self.src, self.dst, self.val, (self.num_src, self.num_dst), self.device)
+            order = stable_order(self.src)
+            rows = self.dst if order is None else np.take(self.dst, order)
+            self._t = csr_tensor(
+                np.bincount(self.src, minlength=self.num_src),
+                rows,
+                np.take(self.inv_deg, rows),
+                (self.num_src, self.num_dst),
+                self.device,
+            )
         return self._t
 
 
 def _spmm(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message=".*[Ss]parse CSR tensor support", category=UserWarning
+    """``a @ h`` for a CSR ``a``, as a weighted-sum embedding bag: one bag per row, its
+    column indices the rows of ``h`` gathered, its values the weights. Same result as
+    ``torch.sparse.mm`` (equal sums, same order) and on one CPU thread faster: the
+    input layer's mean 16 vs 27 ms, a 47.9k-edge transpose (the gradient) 5.4 vs 13 ms
+    (fbgemm's kernels, measured on the benchmark's blocks)."""
+    if h.dtype in (torch.bfloat16, torch.float16):
+        h = h.float()  # aggregate half-precision features in float32
+    vals = a.values()
+    vals = vals if vals.dtype == h.dtype else vals.to(h.dtype)
+    with torch.autocast(h.device.type, enabled=False):  # keep autocast off the sum
+        return F.embedding_bag(
+            a.col_indices(),
+            h,
+            a.crow_indices(),
+            mode="sum",
+            per_sample_weights=vals,
+            include_last_offset=True,
         )
-        if h.dtype in (torch.bfloat16, torch.float16):
-            h = h.float()  # no half-precision CSR kernels on CPU: aggregate in float32
-        a = a if a.dtype == h.dtype else a.to(h.dtype)
-        with torch.autocast(h.device.type, enabled=False):  # keep autocast off the spmm
-            return torch.sparse.mm(a, h)
 
 
 class _MeanAggregate(torch.autograd.Function):

@@ -388,7 +388,7 @@ def _relabel_dense(
     table[dst_nid] = np.arange(n_dst, dtype=np.int64)
     if n_dst > 1 and not np.array_equal(table[dst_nid], np.arange(n_dst)):
         raise ConfigError("seeds: destination node IDs must be unique")
-    edge_dst = table[dst]
+    edge_dst = np.take(table, dst)  # np.take: faster than fancy indexing for int64 gathers
     if edge_dst.size and int(edge_dst.min()) < 0:
         raise ConfigError("sampled edges: a destination is not among the seeds")
     seen = np.zeros(n, dtype=bool)
@@ -396,7 +396,7 @@ def _relabel_dense(
     seen[dst_nid] = False
     new = np.flatnonzero(seen)  # the other sources, ascending
     table[new] = np.arange(n_dst, n_dst + new.size, dtype=np.int64)
-    return np.concatenate([dst_nid, new]), table[src], edge_dst
+    return np.concatenate([dst_nid, new]), np.take(table, src), edge_dst
 
 
 def _relabel_sorted(

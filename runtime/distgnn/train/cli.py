@@ -9,7 +9,7 @@ import os
 import traceback
 
 from distgnn import contract
-from distgnn.api.types import APPS, PRECISIONS
+from distgnn.api.types import APPS, MODELS, PRECISIONS
 
 HELP = "train a GNN (node classification or link prediction) or run inference, as one DDP trainer"
 
@@ -21,9 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("app", choices=APPS, help="the built-in app")
     p.add_argument(
         "--model",
-        choices=["sage", "gat"],
+        choices=list(MODELS),
         default="sage",
-        help="GNN (default sage; link prediction uses sage)",
+        help="GNN (default sage; link prediction uses sage; rgcn: a graph with node types)",
+    )
+    p.add_argument(
+        "--target-ntype",
+        default=None,
+        help="the node type to classify (--model rgcn: required on a graph with node types)",
     )
     p.add_argument("--epochs", type=int, default=10, help="epochs (default 10)")
     p.add_argument("--num-layers", type=int, default=2, help="GNN layers (default 2)")
@@ -108,7 +113,8 @@ def _config(args: argparse.Namespace) -> object:
 
     return TrainConfig(
         app=args.app,
-        model="sage" if args.app == "link-prediction" else args.model,
+        model="sage" if args.app == "link-prediction" and args.model != "rgcn" else args.model,
+        target_ntype=args.target_ntype,
         epochs=args.epochs,
         num_layers=args.num_layers,
         hidden=args.hidden,

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distgnn import contract
-from distgnn.api.types import PRECISIONS
+from distgnn.api.types import MODELS, PRECISIONS
 from distgnn.errors import ConfigError
 
 
@@ -40,10 +40,18 @@ class TrainConfig:
     infer_after_training: bool = False
     embedding_layer: str = "last"
     infer_batch_size: int = 4096
+    target_ntype: str | None = None
 
     def validate(self) -> TrainConfig:
-        if self.model not in ("sage", "gat"):
-            raise ConfigError(f"--model: {self.model!r} is not sage or gat")
+        if self.model not in MODELS:
+            raise ConfigError(f"--model: {self.model!r} is not one of {', '.join(MODELS)}")
+        if self.target_ntype and self.model != "rgcn":
+            raise ConfigError(
+                "--target-ntype (trainers.app.targetNtype): the node type of the typed model; "
+                f"needs --model rgcn, not {self.model}"
+            )
+        if self.model == "rgcn" and self.app == "link-prediction":
+            raise ConfigError("--model rgcn: a node-classification model (link prediction: sage)")
         if len(self.fanouts) != self.num_layers:
             raise ConfigError(
                 f"--fanouts: {len(self.fanouts)} values for --num-layers {self.num_layers}"

@@ -10,6 +10,8 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+import torch
 from torch import nn
 
 from distgnn import contract, storage
@@ -85,10 +87,12 @@ def hetero_infer_to_storage(
         }
         fmt.write_index(opts.output_url, build_index(tg, opts, run, dim, meta, ntypes))
         fmt.remove_stale_runs(opts.output_url, run)
+    acc = _test_accuracy(tg, opts, final_t) if ctx.is_main else None
     barrier(ctx)
     for r in {id(x): x for x in (final, emb)}.values():
         r.release()
-    summary = {
+    summary: dict[str, Any] = {} if acc is None else {"inference_test_accuracy": acc}
+    summary |= {
         "output_url": opts.output_url,
         "inference_node_types": ntypes,
         "inference_seconds": round(time.monotonic() - t0, 3),
@@ -99,3 +103,20 @@ def hetero_infer_to_storage(
         extra=kv(rank=ctx.rank, rows_written=written, output=storage.redact(opts.output_url)),
     )
     return summary
+
+
+def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: hl.TypedRows) -> float | None:
+    """Accuracy of the predictions on ``opts.target_ntype``'s test mask (None without)."""
+    tt = opts.target_ntype
+    if not opts.classify or not opts.test_mask or not tt or tt not in final:
+        return None
+    data = tg.g.nodes[tt].data
+    if opts.test_mask not in data or opts.label not in data:
+        return None
+    n = int(tg.g.num_nodes(tt))
+    ids = np.flatnonzero(np.asarray(data[opts.test_mask][torch.arange(n)]).astype(bool))
+    if ids.size == 0:
+        return None
+    pred = final[tt].read(ids).argmax(1)
+    labels = data[opts.label][torch.from_numpy(ids)].long()
+    return round(float((pred == labels).float().mean().item()), 6)

@@ -60,6 +60,8 @@ class InferOptions:
     classify: bool = True
     test_mask: str | None = "test_mask"
     label: str = "label"
+    target_ntype: str | None = None
+    """typed graphs: the node type whose test accuracy is reported"""
 
     def validate(self) -> InferOptions:
         if not self.output_url:
@@ -108,6 +110,22 @@ def model_from_state(state: dict[str, Any]) -> nn.Module:
         model.load_state_dict(state)
     except RuntimeError as e:
         raise ConfigError(f"checkpoint: weights do not fit the model ({e})") from e
+    model.eval()
+    return model
+
+
+def rgcn_from_checkpoint(ck: checkpoint.Checkpoint) -> nn.Module:
+    """The built-in R-GCN a checkpoint's ``extra["rgcn"]`` describes, weights loaded."""
+    from distgnn.nn import RGCN
+
+    cfg = ck.extra.get("rgcn")
+    if not isinstance(cfg, dict):
+        raise ConfigError("checkpoint: model rgcn without its configuration (extra.rgcn)")
+    try:
+        model = RGCN.from_config(cfg)
+        model.load_state_dict(ck.model)
+    except (TypeError, RuntimeError) as e:
+        raise ConfigError(f"checkpoint: weights do not fit the R-GCN ({e})") from e
     model.eval()
     return model
 
@@ -421,10 +439,13 @@ def run(
     checkpoint_url: str | None = None,
     telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
-    """The app: load the checkpoint (a file, or a folder's latest), infer, write."""
+    """The app: load the checkpoint (a file, or a folder's latest), infer, write. A
+    checkpoint of the typed R-GCN runs :func:`~distgnn.train.hetero_inference.
+    hetero_infer_to_storage` (every node type's output)."""
     url = resolve_checkpoint(checkpoint_url or cfg.checkpoint_url)
     ck = checkpoint.load(url)
-    model = model_from_state(ck.model).to(ctx.device)
+    typed = ck.extra.get("model") == "rgcn"
+    model = (rgcn_from_checkpoint(ck) if typed else model_from_state(ck.model)).to(ctx.device)
     app = str(ck.extra.get("app") or "node-classification")
     opts = InferOptions(
         output_url=cfg.output_url or "",
@@ -434,12 +455,19 @@ def run(
         classify=app == "node-classification",
         test_mask=cfg.test_mask,
         label=cfg.label,
+        target_ntype=getattr(cfg, "target_ntype", None) or ck.extra.get("target_ntype"),
     )
-    info = {
+    info: dict[str, Any] = {
         "app": app,
-        "model": "sage" if isinstance(model, GraphSAGE) else "gat",
+        "model": "rgcn" if typed else "sage" if isinstance(model, GraphSAGE) else "gat",
         "checkpoint": storage.redact(url),
         "checkpoint_epoch": ck.epoch,
     }
-    out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)
+    if typed:
+        from distgnn.train.hetero_inference import hetero_infer_to_storage
+
+        info["target_ntype"] = opts.target_ntype
+        out = hetero_infer_to_storage(tg, model, ctx, opts, info)
+    else:
+        out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)
     return {"app": "inference", "checkpoint_epoch": ck.epoch} | out

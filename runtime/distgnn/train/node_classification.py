@@ -1,9 +1,13 @@
-"""The built-in node-classification app (GraphSAGE or GAT, DDP, sampled mini-batches)."""
+"""The built-in node-classification app (GraphSAGE or GAT, DDP, sampled mini-batches; the
+R-GCN on a heterogeneous graph's target node type, see
+:mod:`distgnn.train.hetero_node_classification`)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,6 +33,33 @@ from distgnn.train.proc import use_prefetch
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
+
+
+@dataclass
+class Task:
+    """What the homogeneous and the typed app do differently; the loop is shared."""
+
+    model: nn.Module
+    loader: Any
+    """the training batches: a context manager with ``len``, ``set_epoch`` and ``iter``"""
+    load: Callable[[Any], tuple[Any, torch.Tensor, Any]]
+    """a batch -> ``(inputs, labels, blocks)`` on the CPU"""
+    logits: Callable[[nn.Module, Any, Any], torch.Tensor]
+    """``(model, blocks, inputs on the device)`` -> the seeds' logits"""
+    evaluate: Callable[[nn.Module, str], float]
+    """rank 0: accuracy on the nodes of a mask (``cfg.val_mask`` or ``cfg.test_mask``)"""
+    train_nodes: int
+    info: dict[str, Any] = field(default_factory=dict)
+    """for the log and the metrics"""
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    """saved in every checkpoint's ``extra`` (what inference rebuilds the model from)"""
+
+
+def to_device(x: Any, device: torch.device) -> Any:
+    """A tensor, or a dict of them per node type, on ``device``."""
+    if isinstance(x, dict):
+        return {k: v.to(device) for k, v in x.items()}
+    return x.to(device)
 
 
 @torch.no_grad()
@@ -57,6 +88,41 @@ def evaluate(
     return correct / ids.size
 
 
+def homogeneous_task(
+    cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_ids: np.ndarray | None
+) -> Task:
+    """GraphSAGE or GAT on the graph's nodes."""
+    if train_ids is None:
+        train_ids = tg.split_nodes(cfg.train_mask, ctx)
+    probe = tg.read(cfg.feat, torch.tensor([0]))
+    in_feats = int(probe.shape[1])
+    labels_all = tg.read_all(cfg.label).astype(np.int64)
+    num_classes = int(all_reduce(ctx, [float(labels_all.max() + 1)], op="max")[0])
+    model = build_model(cfg, in_feats, num_classes)
+    sampler = NeighborSampler(cfg.fanouts)
+    batcher = NodeBatcher(train_ids, sampler, cfg.batch_size, seed=cfg.seed * 1000 + ctx.rank)
+
+    def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        inp, out, blocks = batch
+        return tg.read(cfg.feat, inp).float(), tg.read(cfg.label, out).long(), blocks
+
+    ids: dict[str, np.ndarray] = {}  # each mask read once
+
+    def accuracy(model: nn.Module, mask: str) -> float:
+        if mask not in ids:
+            ids[mask] = tg.mask_ids(mask)
+        return evaluate(model, tg, cfg, ids[mask], ctx.device)
+
+    return Task(
+        model=model,
+        loader=BatchLoader(tg.source, batcher, cfg.num_samplers),
+        load=load,
+        logits=lambda m, blocks, x: m(blocks, x),
+        evaluate=accuracy,
+        train_nodes=int(train_ids.size),
+    )
+
+
 def run(
     cfg: TrainConfig,
     tg: TrainGraph,
@@ -65,55 +131,50 @@ def run(
     telemetry: Telemetry | None = None,
 ) -> dict[str, Any]:
     """Train; returns the metrics (meaningful on rank 0)."""
+    from distgnn.train import hetero_node_classification as hetero
+
     tel = telemetry or Telemetry()
     torch.manual_seed(cfg.seed)
     device = ctx.device
-    if train_ids is None:
-        train_ids = tg.split_nodes(cfg.train_mask, ctx)
-    probe = tg.read(cfg.feat, torch.tensor([0]))
-    in_feats = int(probe.shape[1])
-    labels_all = tg.read_all(cfg.label).astype(np.int64)
-    num_classes = int(all_reduce(ctx, [float(labels_all.max() + 1)], op="max")[0])
-    model = wrap(ctx, build_model(cfg, in_feats, num_classes))
+    if hetero.check_graph(cfg, tg) is not None:
+        task = hetero.typed_task(cfg, tg, ctx, train_ids)
+    else:
+        task = homogeneous_task(cfg, tg, ctx, train_ids)
+    model = wrap(ctx, task.model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = resume(cfg, ctx, model, opt)
-    val_ids = tg.mask_ids(cfg.val_mask) if ctx.is_main else np.zeros(0, np.int64)
-    sampler = NeighborSampler(cfg.fanouts)
-    batcher = NodeBatcher(train_ids, sampler, cfg.batch_size, seed=cfg.seed * 1000 + ctx.rank)
+    info = task.info
     metrics: dict[str, Any] = {}
     t_train = 0.0
     val_acc = best_val = 0.0
     best_epoch = -1
     best_state: dict[str, torch.Tensor] | None = None
-    with BatchLoader(tg.source, batcher, cfg.num_samplers) as loader:
+    with task.loader as loader:
         steps = agree_steps(ctx, len(loader))
         log.info(
             "training",
             extra=kv(
                 app="node-classification",
                 rank=ctx.rank,
-                train_nodes=int(train_ids.size),
+                train_nodes=task.train_nodes,
                 steps_per_epoch=steps,
                 start_epoch=start,
                 **cfg.log_fields(),
+                **info,
             ),
         )
         tel.begin(cfg.epochs, start)
         prefetch = use_prefetch(torch.get_num_threads(), accelerator=device.type != "cpu")
 
-        def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
-            inp, out, blocks = batch
-            return tg.read(cfg.feat, inp).float(), tg.read(cfg.label, out).long(), blocks
-
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_correct = tot_n = 0.0
-            with epoch_batches(loader, steps, load, tel, prefetch) as batches:
+            with epoch_batches(loader, steps, task.load, tel, prefetch) as batches:
                 for (x_cpu, y_cpu, blocks), w in batches:
-                    x, y = x_cpu.to(device), y_cpu.to(device)
+                    x, y = to_device(x_cpu, device), y_cpu.to(device)
                     with autocast(cfg, device):
-                        logits = model(blocks, x).float()
+                        logits = task.logits(model, blocks, x).float()
                     loss = F.cross_entropy(logits, y) * w
                     opt.zero_grad()
                     loss.backward()
@@ -133,14 +194,14 @@ def run(
                 "seconds": round(dt, 3),
             }
             if ctx.is_main and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
-                val_acc = evaluate(model, tg, cfg, val_ids, device)
+                val_acc = task.evaluate(model, cfg.val_mask)
                 if val_acc > best_val:
                     best_val, best_epoch = val_acc, epoch
                     best_state = {
                         k: v.detach().clone() for k, v in unwrap(model).state_dict().items()
                     }
                 fields["val_acc"] = round(val_acc, 4)
-            save_epoch(cfg, ctx, epoch, model, opt)
+            save_epoch(cfg, ctx, epoch, model, opt, lambda: task.checkpoint)
             tel.epoch_end(
                 epoch,
                 cfg.epochs,
@@ -154,15 +215,15 @@ def run(
                 log.info("epoch", extra=kv(**fields))
             barrier(ctx)
         if ctx.is_main:
-            test_ids = tg.mask_ids(cfg.test_mask)
-            final_test = evaluate(model, tg, cfg, test_ids, device)
+            final_test = task.evaluate(model, cfg.test_mask)
             test_acc, sel_val = final_test, val_acc
             if best_state is not None:  # model selection on the validation set
                 unwrap(model).load_state_dict(best_state)
-                test_acc, sel_val = evaluate(model, tg, cfg, test_ids, device), best_val
+                test_acc, sel_val = task.evaluate(model, cfg.test_mask), best_val
             metrics = {
                 "app": "node-classification",
                 "model": cfg.model,
+                **info,
                 # test and val accuracy of the same (selected) model
                 "test_accuracy": round(test_acc, 4),
                 "val_accuracy": round(sel_val, 4),

@@ -1,0 +1,175 @@
+"""Node classification on a heterogeneous graph (``--model rgcn --target-ntype NTYPE``):
+the built-in :class:`~distgnn.nn.RGCN` trained on the target node type's masks and
+labels, with the library's typed loader (:class:`~distgnn.dataloading.DistNodeDataLoader`
+seeded per node type: typed blocks, inputs per node type). The training loop is the
+homogeneous app's (:func:`distgnn.train.node_classification.run`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from distgnn.dataloading.dist_loader import DistNodeDataLoader
+from distgnn.dataloading.types import GraphTyping, graph_typing
+from distgnn.errors import ConfigError
+from distgnn.nn import RGCN
+from distgnn.sampling import NeighborSampler
+from distgnn.sampling.local import LocalGraph
+from distgnn.train.config import TrainConfig
+from distgnn.train.ddp import DDPContext, all_reduce, unwrap
+from distgnn.train.graph import TrainGraph
+from distgnn.train.loop import eval_fanouts
+
+TARGET = "--target-ntype (trainers.app.targetNtype)"
+MODEL = "--model (trainers.app.model)"
+
+
+def typing_of(tg: TrainGraph) -> GraphTyping | None:
+    """The node and edge types of the graph (None: homogeneous)."""
+    return None if isinstance(tg.g, LocalGraph) else graph_typing(tg.g)
+
+
+def check_graph(cfg: TrainConfig, tg: TrainGraph) -> GraphTyping | None:
+    """The graph's typing when the model is the typed one; ConfigError naming the field
+    when the model, the target node type and the graph do not fit."""
+    typing = typing_of(tg)
+    if cfg.model != "rgcn":
+        if typing is not None:
+            raise ConfigError(
+                f"{MODEL}: {cfg.model} is homogeneous, but the graph has node types "
+                f"{typing.ntypes}; use rgcn with {TARGET}"
+            )
+        return None
+    if typing is None:
+        raise ConfigError(
+            f"{MODEL}: rgcn needs a graph with node types; this one has one (sage, gat)"
+        )
+    tt = cfg.target_ntype
+    if not tt:
+        raise ConfigError(f"{TARGET}: required on a graph with node types {typing.ntypes}")
+    if tt not in typing.ntypes:
+        raise ConfigError(f"{TARGET}: {tt!r} is not a node type of the graph {typing.ntypes}")
+    data = tg.g.nodes[tt].data
+    for flag, name in (
+        ("--label", cfg.label),
+        ("--train-mask", cfg.train_mask),
+        ("--val-mask", cfg.val_mask),
+        ("--test-mask", cfg.test_mask),
+    ):
+        if name not in data:
+            raise ConfigError(
+                f"{flag}: node type {tt!r} has no field {name!r} (it has {sorted(data)})"
+            )
+    if not any(cfg.feat in tg.g.nodes[t].data for t in typing.ntypes):
+        raise ConfigError(f"--feat: no node type has the field {cfg.feat!r}")
+    return typing
+
+
+def build_rgcn(cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping, num_classes: int) -> RGCN:
+    g = tg.g
+    in_feats = {
+        t: int(g.nodes[t].data[cfg.feat].shape[1])
+        for t in typing.ntypes
+        if cfg.feat in g.nodes[t].data
+    }
+    return RGCN(
+        typing.ntypes,
+        typing.types.canonical_etypes,
+        in_feats,
+        {t: int(g.num_nodes(t)) for t in typing.ntypes},
+        cfg.hidden,
+        num_classes,
+        cfg.num_layers,
+        cfg.dropout,
+    )
+
+
+def read_all(g: Any, ntype: str, name: str) -> np.ndarray:
+    """Every row of a (small) field of node type ``ntype``, read in chunks."""
+    t = g.nodes[ntype].data[name]
+    n, step = int(g.num_nodes(ntype)), 1 << 18
+    parts = [np.asarray(t[torch.arange(i, min(i + step, n))]) for i in range(0, n, step)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def mask_ids(g: Any, ntype: str, name: str) -> np.ndarray:
+    """Type-wise IDs of the nodes of ``ntype`` in mask ``name``."""
+    return np.flatnonzero(read_all(g, ntype, name).astype(bool)).astype(np.int64)
+
+
+def typed_task(
+    cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_ids: np.ndarray | None = None
+) -> Any:
+    """The R-GCN, its typed loader and evaluation on ``cfg.target_ntype``."""
+    from distgnn.distributed.split import node_split
+    from distgnn.train.node_classification import Task
+
+    typing = check_graph(cfg, tg)
+    assert typing is not None and cfg.target_ntype
+    g, tt = tg.g, cfg.target_ntype
+    labels = g.nodes[tt].data[cfg.label]
+    if train_ids is None:
+        if ctx.world_size > 1:
+            mask = torch.from_numpy(read_all(g, tt, cfg.train_mask).astype(bool))
+            book = g.get_partition_book()
+            split = node_split(mask, book, ntype=tt, rank=ctx.rank, world_size=ctx.world_size)
+            train_ids = np.asarray(split, dtype=np.int64)
+        else:
+            train_ids = mask_ids(g, tt, cfg.train_mask)
+    top = int(read_all(g, tt, cfg.label).max(initial=0))
+    num_classes = int(all_reduce(ctx, [float(top + 1)], op="max")[0])
+    model = build_rgcn(cfg, tg, typing, num_classes)
+    loader = DistNodeDataLoader(
+        g,
+        {tt: torch.from_numpy(train_ids)},
+        NeighborSampler(cfg.fanouts),
+        batch_size=cfg.batch_size,
+        shuffle=True,
+        num_samplers=cfg.num_samplers,
+        seed=cfg.seed * 1000 + ctx.rank,
+    )
+    feat_types = [t for t in typing.ntypes if cfg.feat in g.nodes[t].data]
+
+    def inputs(input_nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {t: g.nodes[t].data[cfg.feat][input_nodes[t]].float() for t in feat_types}
+
+    def load(batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
+        input_nodes, seeds, blocks = batch
+        return inputs(input_nodes), labels[seeds[tt]].long(), blocks
+
+    ids: dict[str, np.ndarray] = {}  # each mask read once
+
+    @torch.no_grad()
+    def accuracy(model: nn.Module, mask: str) -> float:
+        if mask not in ids:
+            ids[mask] = mask_ids(g, tt, mask)
+        if ids[mask].size == 0:
+            return 0.0
+        m = unwrap(model)
+        m.eval()
+        fanouts = eval_fanouts(cfg, int(tg.num_nodes()))
+        seeds = {tt: torch.from_numpy(ids[mask])}
+        sampler = NeighborSampler(fanouts)
+        loader = DistNodeDataLoader(g, seeds, sampler, batch_size=4096, num_samplers=0, seed=0)
+        correct = 0
+        with loader:
+            for input_nodes, out_nodes, blocks in loader:
+                x = {t: v.to(ctx.device) for t, v in inputs(input_nodes).items()}
+                y = labels[out_nodes[tt]].long().to(ctx.device)
+                correct += int((m(blocks, x)[tt].argmax(1) == y).sum().item())
+        m.train()
+        return correct / ids[mask].size
+
+    return Task(
+        model=model,
+        loader=loader,
+        load=load,
+        logits=lambda m, blocks, x: m(blocks, x)[tt],
+        evaluate=accuracy,
+        train_nodes=int(train_ids.size),
+        info={"target_ntype": tt},
+        checkpoint={"rgcn": model.config(), "target_ntype": tt},
+    )

@@ -1,0 +1,197 @@
+"""The built-in app on a heterogeneous graph, in one process: the R-GCN trains on the
+target node type of the typed Cora (examples/dgl/prepare_data.py), checkpoints, and the
+inference app writes every node type's output from the checkpoint; mistakes in the
+model / target type / graph combination are ConfigErrors naming the field."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import distgnn.distributed as dd
+from distgnn.errors import ConfigError
+from distgnn.graph.io import graph_from_arrays
+from distgnn.nn import RGCN
+from distgnn.partition.partitioner import partition_graph
+from distgnn.sampling import LocalGraph
+from distgnn.sampling.source import LocalSource
+from distgnn.train import infer_output as fmt
+from distgnn.train import inference, node_classification
+from distgnn.train.config import TrainConfig
+from distgnn.train.ddp import DDPContext
+from distgnn.train.graph import TrainGraph
+from distgnn.train.hetero_node_classification import check_graph
+from distgnn.train.layerwise import as_train_graph
+
+CTX = DDPContext(0, 1, torch.device("cpu"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def typed_cora(cora_path: Path) -> dict[str, np.ndarray]:
+    """The R-GCN example's graph: Cora's papers plus synthetic authors."""
+    spec = importlib.util.spec_from_file_location("prep", ROOT / "examples/dgl/prepare_data.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with np.load(cora_path, allow_pickle=False) as z:
+        arrays: dict[str, np.ndarray] = mod.heterogeneous({k: z[k] for k in z.files})
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def arrays(cora_path: Path) -> dict[str, np.ndarray]:
+    return typed_cora(cora_path)
+
+
+@pytest.fixture(scope="module")
+def graph(
+    arrays: dict[str, np.ndarray], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TrainGraph]:
+    out = tmp_path_factory.mktemp("cora-hetero")
+    g = graph_from_arrays(arrays, "cora-hetero")
+    partition_graph(g, 2, str(out), "cora-hetero", method="random", progress=False)
+    with dd.DistGraph.standalone(str(out / "cora-hetero.json")) as dg:
+        tg = as_train_graph(dg)
+        tg.owner = str(out / "cora-hetero.json")  # the manifest (inference maps IDs with it)
+        yield tg
+
+
+def cfg(**kw: Any) -> TrainConfig:
+    base: dict[str, Any] = {
+        "model": "rgcn",
+        "target_ntype": "paper",
+        "label": "labels",
+        "epochs": 3,
+        "hidden": 16,
+        "fanouts": [5, 5],
+        "batch_size": 32,
+        "lr": 0.02,
+        "dropout": 0.0,
+    }
+    return TrainConfig(**(base | kw)).validate()
+
+
+def test_rgcn_trains_on_the_target_type_and_infers_every_type(
+    graph: TrainGraph,
+    arrays: dict[str, np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DISTGNN_MANIFEST", str(graph.owner))
+    c = cfg(checkpoint_url=str(tmp_path / "ckpt"), output_url=str(tmp_path / "out"))
+    m = node_classification.run(c, graph, CTX)
+    assert m["model"] == "rgcn" and m["target_ntype"] == "paper"
+    # 7 classes: an untrained or miswired model is near 1/7 (or the majority class, 0.32)
+    assert m["test_accuracy"] > 0.5, m
+    ck = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert ck[-1] == "ckpt-epoch-00002.pt"
+
+    s = inference.run(c, graph, CTX)
+    assert s["inference_node_types"] == ["author", "paper"]
+    # the layer-wise pass over all neighbours is the final model's full-neighbour evaluation
+    assert abs(s["inference_test_accuracy"] - m["final_test_accuracy"]) <= 0.01, (s, m)
+    idx = fmt.read_index(c.output_url or "")
+    assert idx["model"] == "rgcn" and idx["target_ntype"] == "paper"
+    for t, n in (("paper", 2708), ("author", 900)):
+        got = fmt.read_output(c.output_url or "", t)
+        assert np.array_equal(np.sort(got["orig_id"]), np.arange(n)), t
+        assert got["embedding"].shape == (n, 7) and got["pred"].shape == (n,)
+    # predictions keyed by the original paper IDs: right on the test papers
+    paper = fmt.read_output(c.output_url or "", "paper")
+    pred = np.empty(2708, np.int64)
+    pred[paper["orig_id"]] = paper["pred"]
+    test = arrays["ndata/paper/test_mask"].astype(bool)
+    acc = float((pred[test] == arrays["ndata/paper/labels"][test]).mean())
+    assert abs(acc - s["inference_test_accuracy"]) < 1e-6
+
+
+def test_rgcn_layer_wise_steps_equal_its_forward(graph: TrainGraph) -> None:
+    """The steps inference runs are the model's layers (the input layer inside the first)."""
+    c = cfg()
+    from distgnn.train.hetero_node_classification import build_rgcn
+
+    typing = check_graph(c, graph)
+    assert typing is not None
+    torch.manual_seed(0)
+    model = build_rgcn(c, graph, typing, 7).eval()
+    again = RGCN.from_config(model.config())
+    again.load_state_dict(model.state_dict())
+    loader = dd.DistNodeDataLoader(
+        graph.g, {"paper": torch.arange(50)}, dd_sampler([-1, -1]), batch_size=50, num_samplers=0
+    )
+    with loader:
+        inp, _out, blocks = next(iter(loader))
+    x = {t: graph.g.nodes[t].data["feat"][inp[t]].float() for t in ("author", "paper")}
+    with torch.no_grad():
+        want = model(blocks, x)
+        h: Any = x
+        for step, b in zip(again.layerwise().steps, blocks, strict=True):
+            h = step(b, h)
+    assert set(want) == {"author", "paper"} and want["paper"].shape == (50, 7)
+    torch.testing.assert_close(h["paper"], want["paper"])
+
+
+def dd_sampler(fanouts: list[int]) -> Any:
+    from distgnn.dataloading import MultiLayerNeighborSampler
+
+    return MultiLayerNeighborSampler(fanouts)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"target_ntype": None}, r"--target-ntype \(trainers.app.targetNtype\): required"),
+        ({"target_ntype": "venue"}, "'venue' is not a node type"),
+        ({"model": "sage", "target_ntype": None}, r"--model \(trainers.app.model\): sage is"),
+        ({"label": "label"}, "--label: node type 'paper' has no field 'label'"),
+        ({"train_mask": "nope"}, "--train-mask: node type 'paper' has no field 'nope'"),
+        ({"feat": "x"}, "--feat: no node type has the field 'x'"),
+    ],
+)
+def test_typed_graph_mistakes_name_the_field(graph: TrainGraph, kw: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        node_classification.run(cfg(**kw), graph, CTX)
+
+
+def test_rgcn_on_a_homogeneous_graph_is_refused() -> None:
+    n = 20
+    src = np.arange(n)
+    g = LocalGraph(src, (src + 1) % n, n, {"feat": np.ones((n, 2), np.float32),
+                                          "labels": np.zeros(n, np.int64)})  # fmt: skip
+    with pytest.raises(ConfigError, match="rgcn needs a graph with node types"):
+        check_graph(cfg(), TrainGraph(g, LocalSource(g)))
+
+
+def test_target_type_needs_the_typed_model() -> None:
+    with pytest.raises(ConfigError, match=r"--target-ntype.*needs --model rgcn"):
+        cfg(model="gat")
+    with pytest.raises(ConfigError, match="--model rgcn: a node-classification model"):
+        cfg(app="link-prediction")
+
+
+def test_a_type_without_the_feature_gets_a_learnt_embedding(
+    arrays: dict[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bare = {k: v for k, v in arrays.items() if k != "ndata/author/feat"}
+    partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
+                    progress=False)  # fmt: skip
+    manifest = str(tmp_path / "bare.json")
+    monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
+    with dd.DistGraph.standalone(manifest) as dg:
+        tg = as_train_graph(dg)
+        c = cfg(epochs=2, checkpoint_url=str(tmp_path / "ck"), output_url=str(tmp_path / "o"))
+        m = node_classification.run(c, tg, CTX)
+        assert m["test_accuracy"] > 0.4, m
+        s = inference.run(c, tg, CTX)
+    assert s["inference_node_types"] == ["author", "paper"]
+    authors = fmt.read_output(str(tmp_path / "o"), "author")
+    assert authors["embedding"].shape == (900, 7) and np.isfinite(authors["embedding"]).all()
+    ck = torch.load(tmp_path / "ck" / "ckpt-epoch-00001.pt", weights_only=True)
+    assert ck["extra"]["rgcn"]["num_nodes"] == {"author": 900}
+    assert ck["model"]["inputs.embed.author.weight"].shape == (900, 16)
