@@ -75,8 +75,10 @@ def _child(mode: str, graph: str, out: str) -> None:
     for key, name in [
         ("read_s", "read graph"),
         ("fingerprint_s", "fingerprint"),
+        ("sample_s", "sample edges"),
         ("symmetrise_s", "symmetrise"),
         ("metis_s", "metis"),
+        ("refine_s", "refine"),
         ("relabel_s", "relabel"),
     ]:
         res[key] = d.get(name, (0.0, 0.0))[0]
@@ -135,8 +137,10 @@ def main() -> None:
     rows = [
         ("read graph (s)", f"{med('read_s'):.2f}", "", ""),
         ("fingerprint (s, overlapped)", f"{med('fingerprint_s'):.2f}", "", ""),
+        ("sample edges (s)", f"{med('sample_s'):.2f}", "", ""),
         ("build METIS input (s)", f"{med('symmetrise_s'):.2f}", "", ""),
         ("METIS call (s)", f"{med('metis_s'):.2f}", f"{base['metis_s']:.2f} (pymetis)", ""),
+        ("refine on all edges (s)", f"{med('refine_s'):.2f}", "", ""),
         ("relabel (s)", f"{med('relabel_s'):.2f}", "", ""),
         ("local CSC + write (s)", f"{med('write_s'):.2f}", "", ""),
         ("partition time (s)", f"{t:.2f}", f"{base['time_s']:.2f} (pymetis)", ""),

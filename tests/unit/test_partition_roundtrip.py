@@ -66,7 +66,7 @@ def reassemble(url: str) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("method", ["metis", "random"])
+@pytest.mark.parametrize("method", ["metis", "metis-full", "random"])
 def test_homogeneous_roundtrip(cora_path: Path, tmp_path: Path, method: str) -> None:
     g = load_graph(str(cora_path))
     partition_graph(g, 3, str(tmp_path), "cora", method=method, progress=False)

@@ -122,7 +122,12 @@ class Partitioning:
         2, doc="Number of partitions, one graph server each.", minimum=1, maximum=1024
     )
     method: str = fld(
-        "metis", doc="Node assignment: METIS (min edge cut) or random.", enum=("metis", "random")
+        "metis",
+        doc=(
+            "Node assignment: METIS (min edge cut; on dense graphs on an edge sample, then "
+            "refined on the full graph), metis-full (METIS on every edge) or random."
+        ),
+        enum=("metis", "metis-full", "random"),
     )
     balance_train: bool = fld(
         True, doc="Balance training nodes (the job app's trainMask, else train_mask) across parts."

@@ -12,6 +12,7 @@ from distgnn.errors import GraphFormatError
 from distgnn.graph.data import drop_repeats, release_pages
 from distgnn.log import step
 from distgnn.partition.metislib import ENV, NOPTIONS, MetisLib, find_metis
+from distgnn.partition.sparsify import sample_edges
 
 log = logging.getLogger("distgnn.partition")
 
@@ -96,8 +97,12 @@ def metis_assign(
     vweights: np.ndarray | None = None,
     seed: int = 0,
     on_start: Callable[[], object] | None = None,
+    keep: float = 1.0,
 ) -> np.ndarray:
     """METIS k-way partition of the symmetrised graph with optional vertex weights.
+
+    ``keep`` < 1: METIS gets a seeded random sample of that fraction of the edges
+    (:mod:`distgnn.partition.sparsify`; refine the result on the full graph).
 
     ``on_start`` is called when METIS itself starts (it runs single-threaded with the GIL
     released, so the caller can start work for another core then).
@@ -114,6 +119,12 @@ def metis_assign(
     if lib is not None and not lib.fits(n, 2 * int(src.shape[0]), _total(vweights, n)):
         lib = _pymetis_lib()  # too large for 32-bit indices
     dtype = np.int64 if lib is None else lib.dtype
+    if keep < 1.0:
+        with step("sample edges", log, keep=round(keep, 4), edges=int(src.shape[0])):
+            sampled = sample_edges(src, dst, keep, seed)
+        release_pages(src, dst)
+        src, dst = sampled
+        del sampled
     with step("symmetrise", log, nodes=n, edges=int(src.shape[0])):
         xadj, adjncy, adjwgt = weighted_symmetric_csr(src, dst, n, dtype)
     release_pages(src, dst)  # METIS is the memory peak: no mapped input pages through it

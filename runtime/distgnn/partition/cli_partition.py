@@ -15,9 +15,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", required=True, help="graph name: writes OUT/NAME.json + OUT/NAME/")
     p.add_argument(
         "--method",
-        choices=["metis", "random"],
+        choices=["metis", "metis-full", "random"],
         default="metis",
-        help="node assignment: metis (min edge cut, default) or random",
+        help="node assignment: metis (min edge cut, default; dense graphs: on an edge sample, "
+        "refined on all edges), metis-full (METIS on every edge) or random",
     )
     p.add_argument(
         "--balance-train",

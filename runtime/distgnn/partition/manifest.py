@@ -23,7 +23,7 @@ MAX_JSON_DEPTH = 32
 """Deepest nesting of a manifest's JSON (the format needs 5)."""
 FORMAT = "distgnn-partitions"
 VERSION = 1
-METHODS = ("metis", "random")
+METHODS = ("metis", "metis-full", "random")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from distgnn.partition.manifest import (
     PartitionOptions,
 )
 from distgnn.partition.metislib import find_metis
+from distgnn.partition.refine import refine_boundary
+from distgnn.partition.sparsify import keep_fraction
 from distgnn.partition.writer import PartWriter
 
 log = logging.getLogger("distgnn.partition")
@@ -89,9 +91,15 @@ def assign_parts(
         vw = 1 + np.bincount(g.dst, minlength=n).astype(np.int64)
     if opts.balance_train:
         vw = (np.ones(n, np.int64) if vw is None else vw) + train
+    # "metis" on a dense graph: METIS on an edge sample, refined on the full graph
+    keep = keep_fraction(n, g.num_edges) if opts.method == "metis" else 1.0
     parts = metis_assign(
-        g.src, g.dst, n, num_parts, vweights=vw, seed=opts.seed, on_start=on_metis_start
+        g.src, g.dst, n, num_parts, vweights=vw, seed=opts.seed, on_start=on_metis_start, keep=keep
     )
+    if keep < 1.0 and num_parts > 1:
+        group = train if opts.balance_train else None
+        with step("refine", log, parts=num_parts):
+            parts = refine_boundary(parts, g.src, g.dst, num_parts, vw, group, seed=opts.seed).parts
     if opts.balance_train:
         parts = rebalance(parts, train, num_parts, g.src, g.dst)
     return parts
@@ -210,7 +218,7 @@ def partition_graph(
     """Partition a graph into ``num_parts`` parts under ``out_url``; returns the manifest."""
     opts = PartitionOptions(method, seed, halo_hops, balance_train, balance_edges, train_mask)
     check_options(num_parts, name, opts)
-    if method == "metis":
+    if method != "random":
         find_metis()  # a bad DISTGNN_METIS_LIBRARY fails before any work
     if isinstance(graph_or_url, GraphData):
         g = graph_or_url
@@ -234,7 +242,7 @@ def partition_graph(
             if fp_future is None:
                 fp_future = fp_pool.submit(_timed_fingerprint, g)
 
-        if method != "metis":
+        if method == "random":
             start_fingerprint()
         with step("assign", log, method=method, parts=num_parts):
             parts = assign_parts(g, num_parts, opts, train, start_fingerprint)
