@@ -185,3 +185,20 @@ def test_sage_prefix_path_equals_separate_self_and_mean() -> None:
     assert torch.autograd.gradcheck(
         lambda x: conv(block, x * 1.0), (leaf.detach().clone().requires_grad_(True),)
     )
+
+
+@pytest.mark.parametrize(("d_in", "d_out"), [(16, 8), (8, 16)])
+def test_sage_fused_mean_applies_the_bias_once(d_in: int, d_out: int) -> None:
+    """The fused mean (bias folded into the self term) equals the per-edge path (taken
+    with unit edge weights) for a non-zero bias, projecting first or not."""
+    from distgnn.nn import SAGEConv
+
+    rng = np.random.default_rng(9)
+    src, dst = rng.integers(0, 200, 700), rng.integers(0, 40, 700)
+    block = to_block(np.arange(40), src, dst, np.arange(700))
+    conv = SAGEConv(d_in, d_out, "mean").double()
+    with torch.no_grad():
+        conv.bias.normal_()  # type: ignore[union-attr]
+    h = torch.randn(block.num_src_nodes(), d_in, dtype=torch.float64)
+    ref = conv(block, h, edge_weight=torch.ones(700, dtype=torch.float64))
+    torch.testing.assert_close(conv(block, h), ref)
