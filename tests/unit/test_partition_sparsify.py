@@ -14,6 +14,7 @@ from distgnn.partition import sparsify
 from distgnn.partition.loader import load_manifest
 from distgnn.partition.partitioner import partition_graph
 from distgnn.partition.refine import GROUP_SLACK, IMBALANCE, refine_boundary
+from distgnn.partition.sampled import OVERFIT, representative
 from distgnn.partition.sparsify import keep_fraction, sample_edges
 
 
@@ -160,3 +161,29 @@ def test_cli_method_metis_full(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:  # argparse: usage line, exit 2
         cli_main([*args, "--name", "x", "--method", "metis-sampled"])
     assert exc.value.code == 2
+
+
+def test_representative_compares_the_cut_fractions() -> None:
+    # the sample cut 10 % of its 1000 edges; all edges: 12 % passes, 2x that does not
+    assert representative(1200, 10_000, 100, 1000)
+    assert not representative(int(10_000 * 0.1 * OVERFIT) + 10, 10_000, 100, 1000)
+    assert representative(5, 10_000, 0, 1000)  # a tiny cut passes whatever the ratio
+    assert not representative(500, 10_000, 0, 1000)
+    assert representative(0, 0, 0, 0)
+
+
+def test_a_sample_too_sparse_for_the_structure_falls_back_to_every_edge(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 16 communities keeping only 30 % of a 160-degree graph's edges: at 8 edge ends per
+    # node the sample hides them (METIS on it + refinement: 1.2x the cut)
+    n = 16000
+    src, dst = community_graph(n, 16, 160, 0.3, seed=2)
+    g = graph_from_arrays({"src": src, "dst": dst, "num_nodes": np.int64(n)})
+    with caplog.at_level("INFO", logger="distgnn.partition"):
+        m = partition_graph(g, 4, str(tmp_path / "s"), "g", progress=False)
+    assert any("every edge" in r.getMessage() for r in caplog.records)
+    steps = {getattr(r, "fields", {}).get("step") for r in caplog.records}
+    assert "sample edges" in steps and "refine" not in steps
+    full = partition_graph(g, 4, str(tmp_path / "f"), "g", method="metis-full", progress=False)
+    assert m.edge_cut == full.edge_cut and m.node_offsets == full.node_offsets
