@@ -112,9 +112,9 @@ def test_refine_counts_pairs_linked_both_ways_and_ignores_self_loops() -> None:
     assert res.parts.tolist() == [0, 0, 1, 1] and res.gain == 1 and res.cut_before == 2
 
 
-@pytest.mark.parametrize("balance", [False, True])
+@pytest.mark.parametrize(("balance", "k"), [(False, 4), (True, 2), (True, 4)])
 def test_dense_graph_metis_on_a_sample_cuts_like_full_metis(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, balance: bool
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, balance: bool, k: int
 ) -> None:
     n = 16000
     src, dst = community_graph(n, 16, 40, 0.8, seed=7)
@@ -123,12 +123,15 @@ def test_dense_graph_metis_on_a_sample_cuts_like_full_metis(
     g = graph_from_arrays({"src": src, "dst": dst, "num_nodes": np.int64(n), "train_mask": train})
     kw = {"balance_train": balance, "balance_edges": balance, "progress": False}
     with caplog.at_level("INFO", logger="distgnn.partition"):
-        sampled = partition_graph(g, 4, str(tmp_path / "s"), "g", **kw)  # type: ignore[arg-type]
+        sampled = partition_graph(g, k, str(tmp_path / "s"), "g", **kw)  # type: ignore[arg-type]
     steps = {getattr(r, "fields", {}).get("step") for r in caplog.records}
     assert "sample edges" in steps and "refine" in steps
+    # two parts: METIS bisects the sample
+    routines = {r.fields.get("routine") for r in caplog.records if hasattr(r, "fields")}
+    assert routines - {None} == {"recursive" if k == 2 else "kway"}
     caplog.clear()
     with caplog.at_level("INFO", logger="distgnn.partition"):
-        full = partition_graph(g, 4, str(tmp_path / "f"), "g", method="metis-full", **kw)  # type: ignore[arg-type]
+        full = partition_graph(g, k, str(tmp_path / "f"), "g", method="metis-full", **kw)  # type: ignore[arg-type]
     steps = {getattr(r, "fields", {}).get("step") for r in caplog.records}
     assert "sample edges" not in steps and "refine" not in steps
     assert full.options.method == "metis-full" and sampled.options.method == "metis"
@@ -141,11 +144,11 @@ def test_dense_graph_metis_on_a_sample_cuts_like_full_metis(
     owned = [p.owned_nodes for p in sampled.parts]
     if balance:
         counts = [p.train_nodes for p in sampled.parts]
-        assert max(counts) <= np.ceil(train.sum() / 4 * 1.02)
+        assert max(counts) <= np.ceil(train.sum() / k * 1.02)
         edges = [p.edges for p in sampled.parts]
-        assert max(edges) <= 1.04 * src.shape[0] / 4
+        assert max(edges) <= 1.04 * src.shape[0] / k
     else:
-        assert max(owned) <= (1 + IMBALANCE) * n / 4 + 1
+        assert max(owned) <= (1 + IMBALANCE) * n / k + 1
 
 
 def test_cli_method_metis_full(tmp_path: Path) -> None:

@@ -125,11 +125,13 @@ def metis_run(
     seed: int = 0,
     on_start: Callable[[], object] | None = None,
     keep: float = 1.0,
+    recursive: bool = False,
 ) -> MetisRun:
     """METIS k-way partition of the symmetrised graph with optional vertex weights.
 
     ``keep`` < 1: METIS gets a seeded random sample of that fraction of the edges
     (:mod:`distgnn.partition.sparsify`; see :mod:`distgnn.partition.sampled`).
+    ``recursive``: ``METIS_PartGraphRecursive`` instead of ``METIS_PartGraphKway``.
 
     ``on_start`` is called when METIS itself starts (it runs single-threaded with the GIL
     released, so the caller can start work for another core then).
@@ -166,8 +168,9 @@ def metis_run(
         weighted=vw is not None,
         idx_bits=64 if lib is None else lib.idx_bits,
         library=lib.path if lib is not None else "pymetis.part_graph",
+        routine="recursive" if recursive else "kway",
     ):
-        parts, cut = _kway_cut(xadj, adjncy, num_parts, vw, seed, lib, adjwgt)
+        parts, cut = _kway_cut(xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive)
     del xadj, adjncy, adjwgt
     return MetisRun(parts, cut, edges)
 
@@ -206,8 +209,11 @@ def _kway_cut(
     seed: int,
     lib: MetisLib | None = None,
     adjwgt: np.ndarray | None = None,
+    recursive: bool = False,
 ) -> tuple[np.ndarray, int]:
-    """``METIS_PartGraphKway`` of ``lib`` (default: pymetis' own library) through ctypes.
+    """(partition, METIS's edge cut): ``METIS_PartGraphKway`` (``recursive``:
+    ``METIS_PartGraphRecursive``, same arguments) of ``lib`` (default: pymetis' own
+    library) through ctypes.
 
     A ctypes foreign call releases the GIL, so other threads (the input fingerprint)
     run on the other cores while METIS works; ``pymetis.part_graph`` holds the GIL for
@@ -224,7 +230,7 @@ def _kway_cut(
             vweights=vw,
             eweights=adjwgt,
             options=pymetis.Options(seed=seed),
-            recursive=False,
+            recursive=recursive,
         )
         return np.asarray(res.vertex_part, dtype=np.int64), int(res.edge_cuts)
     idx, dt = lib.ctype, lib.dtype
@@ -242,7 +248,7 @@ def _kway_cut(
     adjncy = np.ascontiguousarray(adjncy, dtype=dt)
     vw = None if vw is None else np.ascontiguousarray(vw, dtype=dt)
     adjwgt = None if adjwgt is None else np.ascontiguousarray(adjwgt, dtype=dt)
-    kway = lib.lib.METIS_PartGraphKway
+    kway = lib.lib.METIS_PartGraphRecursive if recursive else lib.lib.METIS_PartGraphKway
     kway.restype = ctypes.c_int
     status = kway(
         ctypes.byref(nvtxs),
@@ -262,7 +268,8 @@ def _kway_cut(
     if status == _METIS_ERROR_MEMORY:
         raise MemoryError("METIS ran out of memory partitioning the graph")
     if status != _METIS_OK:
-        raise GraphFormatError(f"METIS_PartGraphKway rejected the graph (status {status})")
+        name = "METIS_PartGraphRecursive" if recursive else "METIS_PartGraphKway"
+        raise GraphFormatError(f"{name} rejected the graph (status {status})")
     return part.astype(np.int64, copy=False), int(edgecut.value)
 
 
