@@ -138,3 +138,50 @@ def test_mean_adjacency_and_transpose_equal_the_stably_sorted_csr(layout: str) -
         np.testing.assert_array_equal(mat.crow_indices().numpy(), crow)
         np.testing.assert_array_equal(mat.col_indices().numpy(), col)
         np.testing.assert_array_equal(mat.values().numpy(), v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_keep_mask_is_the_boolean_draw(dtype: torch.dtype) -> None:
+    """The float mask (clamped integer arithmetic) keeps exactly what ``r >= thr`` keeps,
+    also in bfloat16, which cannot hold every 16-bit integer."""
+    from distgnn.nn.ops import _keep_mask, _keep_scale
+
+    x = torch.ones(70_000, dtype=dtype)
+    for p in (0.1, 0.5, 0.7, 0.999):
+        torch.manual_seed(7)
+        keep = _keep_mask(x, p)
+        torch.manual_seed(7)
+        m = _keep_scale(x, p)
+        assert m.dtype == dtype
+        want = keep.to(torch.float32) * (1.0 / (1.0 - p))
+        torch.testing.assert_close(m.float(), want.to(dtype).float(), rtol=0, atol=0)
+
+
+def test_sage_prefix_path_equals_separate_self_and_mean() -> None:
+    """A block's destinations are the first rows of its sources: the fused path (one
+    gradient buffer for both uses) gives the same output and gradients as the
+    self term on a copy of those rows plus the mean over all of them."""
+    from distgnn.nn import SAGEConv
+
+    rng = np.random.default_rng(8)
+    seeds = np.arange(30)
+    src, dst = rng.integers(0, 300, 500), rng.integers(0, 30, 500)
+    block = to_block(seeds, src, dst, np.arange(500))
+    conv = SAGEConv(16, 16, "mean").double()
+    leaf = torch.randn(block.num_src_nodes(), 16, dtype=torch.float64, requires_grad=True)
+    h = leaf * 1.0
+    out = conv(block, h)
+    g = torch.randn_like(out)
+    out.backward(g)
+    fused_grad, fused_w = leaf.grad, conv.fc_self.weight.grad
+    assert fused_grad is not None and fused_w is not None
+    leaf.grad, conv.fc_self.weight.grad, conv.fc_neigh.weight.grad = None, None, None
+    h2 = leaf * 1.0
+    ref = conv(block, (h2, h2[: block.num_dst_nodes()].clone()))
+    ref.backward(g)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(fused_grad, leaf.grad)
+    torch.testing.assert_close(fused_w, conv.fc_self.weight.grad)
+    assert torch.autograd.gradcheck(
+        lambda x: conv(block, x * 1.0), (leaf.detach().clone().requires_grad_(True),)
+    )

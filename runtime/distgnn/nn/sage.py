@@ -11,7 +11,7 @@ from torch import nn
 
 from distgnn.errors import ConfigError
 from distgnn.nn import ops
-from distgnn.nn.ops import MeanAdjacency, mean_aggregate
+from distgnn.nn.ops import MeanAdjacency, mean_aggregate, mean_aggregate_with_prefix
 from distgnn.nn.utils import edges_of, expand_as_pair, pair, sum_into_dst
 from distgnn.sampling.blocks import Block
 
@@ -112,10 +112,14 @@ class SAGEConv(nn.Module):
         adj = mean_adjacency(block, h_src.device)
         # project first when it shrinks the messages (as DGL does); the mean is one
         # fused sparse (CSR) matmul, no per-edge copy of the features
-        h_self = self.fc_self(h_dst)
         if self._in_src_feats > self._out_feats:
-            return h_self + mean_aggregate(adj, self.fc_neigh(h_src))
-        return torch.addmm(h_self, mean_aggregate(adj, h_src), self.fc_neigh.weight.t())
+            return self.fc_self(h_dst) + mean_aggregate(adj, self.fc_neigh(h_src))
+        if h_src.requires_grad and _is_prefix(h_dst, h_src, block.num_dst_nodes()):
+            # one gradient buffer for both uses of h_src (see mean_aggregate_with_prefix)
+            h_dst, agg = mean_aggregate_with_prefix(adj, h_src)
+        else:
+            agg = mean_aggregate(adj, h_src)
+        return torch.addmm(self.fc_self(h_dst), agg, self.fc_neigh.weight.t())
 
     def _mean(
         self,
@@ -162,6 +166,19 @@ class SAGEConv(nn.Module):
             _, (h_n, _) = self.lstm(seq)
             out = out.index_copy(0, nodes, h_n[-1])
         return out
+
+
+def _is_prefix(h_dst: torch.Tensor, h_src: torch.Tensor, n: int) -> bool:
+    """Whether ``h_dst`` is exactly ``h_src[:n]`` (a view of its first rows)."""
+    return (
+        h_dst.shape[0] == n
+        and h_dst.shape[1:] == h_src.shape[1:]
+        and h_dst.dtype == h_src.dtype
+        and h_dst.stride() == h_src.stride()
+        and h_dst.data_ptr() == h_src.data_ptr()
+        and h_dst._base is not None
+        and (h_dst._base is h_src or h_dst._base is h_src._base)
+    )
 
 
 def _scatter_max(msg: torch.Tensor, dst: torch.Tensor, n: int) -> torch.Tensor:
