@@ -14,6 +14,7 @@ from distgnn.partition import sparsify
 from distgnn.partition.loader import load_manifest
 from distgnn.partition.partitioner import partition_graph
 from distgnn.partition.refine import GROUP_SLACK, IMBALANCE, refine_boundary
+from distgnn.partition.sampled import OVERFIT, representative
 from distgnn.partition.sparsify import keep_fraction, sample_edges
 
 
@@ -111,9 +112,9 @@ def test_refine_counts_pairs_linked_both_ways_and_ignores_self_loops() -> None:
     assert res.parts.tolist() == [0, 0, 1, 1] and res.gain == 1 and res.cut_before == 2
 
 
-@pytest.mark.parametrize("balance", [False, True])
+@pytest.mark.parametrize(("balance", "k"), [(False, 4), (True, 2), (True, 4)])
 def test_dense_graph_metis_on_a_sample_cuts_like_full_metis(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, balance: bool
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, balance: bool, k: int
 ) -> None:
     n = 16000
     src, dst = community_graph(n, 16, 40, 0.8, seed=7)
@@ -122,12 +123,15 @@ def test_dense_graph_metis_on_a_sample_cuts_like_full_metis(
     g = graph_from_arrays({"src": src, "dst": dst, "num_nodes": np.int64(n), "train_mask": train})
     kw = {"balance_train": balance, "balance_edges": balance, "progress": False}
     with caplog.at_level("INFO", logger="distgnn.partition"):
-        sampled = partition_graph(g, 4, str(tmp_path / "s"), "g", **kw)  # type: ignore[arg-type]
+        sampled = partition_graph(g, k, str(tmp_path / "s"), "g", **kw)  # type: ignore[arg-type]
     steps = {getattr(r, "fields", {}).get("step") for r in caplog.records}
     assert "sample edges" in steps and "refine" in steps
+    # two parts: METIS bisects the sample
+    routines = {r.fields.get("routine") for r in caplog.records if hasattr(r, "fields")}
+    assert routines - {None} == {"recursive" if k == 2 else "kway"}
     caplog.clear()
     with caplog.at_level("INFO", logger="distgnn.partition"):
-        full = partition_graph(g, 4, str(tmp_path / "f"), "g", method="metis-full", **kw)  # type: ignore[arg-type]
+        full = partition_graph(g, k, str(tmp_path / "f"), "g", method="metis-full", **kw)  # type: ignore[arg-type]
     steps = {getattr(r, "fields", {}).get("step") for r in caplog.records}
     assert "sample edges" not in steps and "refine" not in steps
     assert full.options.method == "metis-full" and sampled.options.method == "metis"
@@ -140,11 +144,11 @@ def test_dense_graph_metis_on_a_sample_cuts_like_full_metis(
     owned = [p.owned_nodes for p in sampled.parts]
     if balance:
         counts = [p.train_nodes for p in sampled.parts]
-        assert max(counts) <= np.ceil(train.sum() / 4 * 1.02)
+        assert max(counts) <= np.ceil(train.sum() / k * 1.02)
         edges = [p.edges for p in sampled.parts]
-        assert max(edges) <= 1.04 * src.shape[0] / 4
+        assert max(edges) <= 1.04 * src.shape[0] / k
     else:
-        assert max(owned) <= (1 + IMBALANCE) * n / 4 + 1
+        assert max(owned) <= (1 + IMBALANCE) * n / k + 1
 
 
 def test_cli_method_metis_full(tmp_path: Path) -> None:
@@ -160,3 +164,29 @@ def test_cli_method_metis_full(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:  # argparse: usage line, exit 2
         cli_main([*args, "--name", "x", "--method", "metis-sampled"])
     assert exc.value.code == 2
+
+
+def test_representative_compares_the_cut_fractions() -> None:
+    # the sample cut 10 % of its 1000 edges; all edges: 12 % passes, 2x that does not
+    assert representative(1200, 10_000, 100, 1000)
+    assert not representative(int(10_000 * 0.1 * OVERFIT) + 10, 10_000, 100, 1000)
+    assert representative(5, 10_000, 0, 1000)  # a tiny cut passes whatever the ratio
+    assert not representative(500, 10_000, 0, 1000)
+    assert representative(0, 0, 0, 0)
+
+
+def test_a_sample_too_sparse_for_the_structure_falls_back_to_every_edge(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 16 communities keeping only 30 % of a 160-degree graph's edges: at 8 edge ends per
+    # node the sample hides them (METIS on it + refinement: 1.2x the cut)
+    n = 16000
+    src, dst = community_graph(n, 16, 160, 0.3, seed=2)
+    g = graph_from_arrays({"src": src, "dst": dst, "num_nodes": np.int64(n)})
+    with caplog.at_level("INFO", logger="distgnn.partition"):
+        m = partition_graph(g, 4, str(tmp_path / "s"), "g", progress=False)
+    assert any("every edge" in r.getMessage() for r in caplog.records)
+    steps = {getattr(r, "fields", {}).get("step") for r in caplog.records}
+    assert "sample edges" in steps and "refine" not in steps
+    full = partition_graph(g, 4, str(tmp_path / "f"), "g", method="metis-full", progress=False)
+    assert m.edge_cut == full.edge_cut and m.node_offsets == full.node_offsets

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -88,6 +89,15 @@ def _repeat_counts(sorted_keys: np.ndarray, dtype: type[np.signedinteger]) -> np
     return weights
 
 
+@dataclass(frozen=True)
+class MetisRun:
+    """A METIS partition and the edge cut METIS reports for its own input."""
+
+    parts: np.ndarray
+    cut: int  # input edges METIS was given whose ends it put in different parts
+    edges: int  # input edges METIS was given (all, or the sample)
+
+
 def metis_assign(
     src: np.ndarray,
     dst: np.ndarray,
@@ -99,10 +109,29 @@ def metis_assign(
     on_start: Callable[[], object] | None = None,
     keep: float = 1.0,
 ) -> np.ndarray:
+    """:func:`metis_run`'s partition."""
+    return metis_run(
+        src, dst, n, num_parts, vweights=vweights, seed=seed, on_start=on_start, keep=keep
+    ).parts
+
+
+def metis_run(
+    src: np.ndarray,
+    dst: np.ndarray,
+    n: int,
+    num_parts: int,
+    *,
+    vweights: np.ndarray | None = None,
+    seed: int = 0,
+    on_start: Callable[[], object] | None = None,
+    keep: float = 1.0,
+    recursive: bool = False,
+) -> MetisRun:
     """METIS k-way partition of the symmetrised graph with optional vertex weights.
 
     ``keep`` < 1: METIS gets a seeded random sample of that fraction of the edges
-    (:mod:`distgnn.partition.sparsify`; refine the result on the full graph).
+    (:mod:`distgnn.partition.sparsify`; see :mod:`distgnn.partition.sampled`).
+    ``recursive``: ``METIS_PartGraphRecursive`` instead of ``METIS_PartGraphKway``.
 
     ``on_start`` is called when METIS itself starts (it runs single-threaded with the GIL
     released, so the caller can start work for another core then).
@@ -114,7 +143,7 @@ def metis_assign(
     """
 
     if num_parts == 1 or n == 0:
-        return np.zeros(n, dtype=np.int64)
+        return MetisRun(np.zeros(n, dtype=np.int64), 0, int(src.shape[0]))
     lib = find_metis()
     if lib is not None and not lib.fits(n, 2 * int(src.shape[0]), _total(vweights, n)):
         lib = _pymetis_lib()  # too large for 32-bit indices
@@ -125,6 +154,7 @@ def metis_assign(
         release_pages(src, dst)
         src, dst = sampled
         del sampled
+    edges = int(src.shape[0])
     with step("symmetrise", log, nodes=n, edges=int(src.shape[0])):
         xadj, adjncy, adjwgt = weighted_symmetric_csr(src, dst, n, dtype)
     release_pages(src, dst)  # METIS is the memory peak: no mapped input pages through it
@@ -138,10 +168,11 @@ def metis_assign(
         weighted=vw is not None,
         idx_bits=64 if lib is None else lib.idx_bits,
         library=lib.path if lib is not None else "pymetis.part_graph",
+        routine="recursive" if recursive else "kway",
     ):
-        parts = _kway(xadj, adjncy, num_parts, vw, seed, lib, adjwgt)
+        parts, cut = _kway_cut(xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive)
     del xadj, adjncy, adjwgt
-    return parts
+    return MetisRun(parts, cut, edges)
 
 
 def _total(vweights: np.ndarray | None, n: int) -> int:
@@ -166,7 +197,23 @@ def _kway(
     lib: MetisLib | None = None,
     adjwgt: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``METIS_PartGraphKway`` of ``lib`` (default: pymetis' own library) through ctypes.
+    """:func:`_kway_cut`'s partition."""
+    return _kway_cut(xadj, adjncy, k, vw, seed, lib, adjwgt)[0]
+
+
+def _kway_cut(
+    xadj: np.ndarray,
+    adjncy: np.ndarray,
+    k: int,
+    vw: np.ndarray | None,
+    seed: int,
+    lib: MetisLib | None = None,
+    adjwgt: np.ndarray | None = None,
+    recursive: bool = False,
+) -> tuple[np.ndarray, int]:
+    """(partition, METIS's edge cut): ``METIS_PartGraphKway`` (``recursive``:
+    ``METIS_PartGraphRecursive``, same arguments) of ``lib`` (default: pymetis' own
+    library) through ctypes.
 
     A ctypes foreign call releases the GIL, so other threads (the input fingerprint)
     run on the other cores while METIS works; ``pymetis.part_graph`` holds the GIL for
@@ -183,9 +230,9 @@ def _kway(
             vweights=vw,
             eweights=adjwgt,
             options=pymetis.Options(seed=seed),
-            recursive=False,
+            recursive=recursive,
         )
-        return np.asarray(res.vertex_part, dtype=np.int64)
+        return np.asarray(res.vertex_part, dtype=np.int64), int(res.edge_cuts)
     idx, dt = lib.ctype, lib.dtype
     options = (idx * NOPTIONS)()
     lib.lib.METIS_SetDefaultOptions(options)
@@ -201,7 +248,7 @@ def _kway(
     adjncy = np.ascontiguousarray(adjncy, dtype=dt)
     vw = None if vw is None else np.ascontiguousarray(vw, dtype=dt)
     adjwgt = None if adjwgt is None else np.ascontiguousarray(adjwgt, dtype=dt)
-    kway = lib.lib.METIS_PartGraphKway
+    kway = lib.lib.METIS_PartGraphRecursive if recursive else lib.lib.METIS_PartGraphKway
     kway.restype = ctypes.c_int
     status = kway(
         ctypes.byref(nvtxs),
@@ -221,8 +268,9 @@ def _kway(
     if status == _METIS_ERROR_MEMORY:
         raise MemoryError("METIS ran out of memory partitioning the graph")
     if status != _METIS_OK:
-        raise GraphFormatError(f"METIS_PartGraphKway rejected the graph (status {status})")
-    return part.astype(np.int64, copy=False)
+        name = "METIS_PartGraphRecursive" if recursive else "METIS_PartGraphKway"
+        raise GraphFormatError(f"{name} rejected the graph (status {status})")
+    return part.astype(np.int64, copy=False), int(edgecut.value)
 
 
 def rebalance(

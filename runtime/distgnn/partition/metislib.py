@@ -69,6 +69,7 @@ def _load(path: str) -> MetisLib | None:
         lib = ctypes.CDLL(path)
         lib.METIS_SetDefaultOptions  # noqa: B018 (symbol check)
         lib.METIS_PartGraphKway  # noqa: B018
+        lib.METIS_PartGraphRecursive  # noqa: B018
     except (OSError, AttributeError):
         return None
     bits = probe_idx_bits(lib)

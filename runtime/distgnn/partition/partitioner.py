@@ -31,8 +31,7 @@ from distgnn.partition.manifest import (
     PartitionOptions,
 )
 from distgnn.partition.metislib import find_metis
-from distgnn.partition.refine import refine_boundary
-from distgnn.partition.sparsify import keep_fraction
+from distgnn.partition.sampled import sampled_metis
 from distgnn.partition.writer import PartWriter
 
 log = logging.getLogger("distgnn.partition")
@@ -91,15 +90,15 @@ def assign_parts(
         vw = 1 + np.bincount(g.dst, minlength=n).astype(np.int64)
     if opts.balance_train:
         vw = (np.ones(n, np.int64) if vw is None else vw) + train
-    # "metis" on a dense graph: METIS on an edge sample, refined on the full graph
-    keep = keep_fraction(n, g.num_edges) if opts.method == "metis" else 1.0
-    parts = metis_assign(
-        g.src, g.dst, n, num_parts, vweights=vw, seed=opts.seed, on_start=on_metis_start, keep=keep
-    )
-    if keep < 1.0 and num_parts > 1:
+    if opts.method == "metis":  # on a dense graph: an edge sample, refined on every edge
         group = train if opts.balance_train else None
-        with step("refine", log, parts=num_parts):
-            parts = refine_boundary(parts, g.src, g.dst, num_parts, vw, group, seed=opts.seed).parts
+        parts = sampled_metis(
+            g.src, g.dst, n, num_parts, vw, group, seed=opts.seed, on_start=on_metis_start
+        )
+    else:
+        parts = metis_assign(
+            g.src, g.dst, n, num_parts, vweights=vw, seed=opts.seed, on_start=on_metis_start
+        )
     if opts.balance_train:
         parts = rebalance(parts, train, num_parts, g.src, g.dst)
     return parts
