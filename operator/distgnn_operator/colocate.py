@@ -11,7 +11,8 @@ and ``LOCAL_RANK``). Server and trainers mount the pod's memory-backed ``/dev/sh
 volume: the trainers map the server's store read-only (``DISTGNN_LOCAL_STORE``) and read
 the other partitions from the other pods' servers over TCP, through the trainer Service
 (its ``rpc`` port). No server StatefulSet, Service or NetworkPolicy is created; the
-NetworkPolicy ``NAME-trainers`` guards the co-located pods instead (:func:`network_policy`).
+trainers' NetworkPolicy ``NAME-trainers`` (:func:`~distgnn_operator.desired.trainer_network_policy`,
+as for any job) also admits the other pods' trainers to the server's ``rpc`` port.
 On an API server older than 1.29 the reconciler fails the job (``SidecarsUnsupported``).
 """
 
@@ -76,7 +77,7 @@ def colocated_trainer_children(
     n = d.names(meta.name)
     ns = meta.namespace
     labels = d._labels(contract.LABEL_JOB, meta.name, contract.ROLE_TRAINER, ctx)
-    selector = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
+    selector = d.trainer_selector(meta.name)
     svc = d.headless_service(
         n["trainers"],
         ns,
@@ -125,40 +126,7 @@ def colocated_trainer_children(
     pod["initContainers"] = [server_sidecar(job, manifest, ctx)]
     pod["subdomain"] = n["trainers"]
     tjob = d.trainer_job(job, ctx, stage, owner, labels, pod, pmeta, num_parts)
-    netpol = network_policy(
-        n["trainers"], ns, labels, owner, selector, spec.monitoring.metrics, per_pod
+    netpol = d.trainer_network_policy(
+        meta.name, ns, labels, owner, spec.monitoring.metrics, per_pod
     )
     return [svc, tjob, netpol]
-
-
-def network_policy(
-    name: str,
-    ns: str,
-    labels: dict[str, str],
-    owner: dict[str, Any],
-    selector: dict[str, str],
-    metrics: bool,
-    per_pod: int,
-) -> dict[str, Any]:
-    """Ingress of the co-located pods (each holds a graph server and its trainers).
-
-    From this job's other co-located pods, every port: the graph server's ``rpc`` port
-    (other partitions' trainers pull from it), rank 0's rendezvous port, and the ports
-    the DDP backend's peers connect to (gloo and NCCL listen on ephemeral ports, so no
-    port list can be given). From the operator's pods, only ``progress``; with metrics,
-    the trainers' metrics ports from anywhere. Nothing else: the health port needs only
-    the kubelet (always allowed), and the containers of a pod talk over loopback.
-    """
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": d._meta(name, ns, labels, owner),
-        "spec": {
-            "podSelector": {"matchLabels": selector},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": {"matchLabels": dict(selector)}}]},
-                *mon.trainer_ingress(metrics, per_pod),
-            ],
-        },
-    }

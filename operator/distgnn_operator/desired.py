@@ -346,13 +346,13 @@ def trainer_children(
     stage: Stage,
     gs_name: str | None,
 ) -> list[dict[str, Any]]:
-    """Headless trainer Service and the Indexed trainer Job."""
+    """Headless trainer Service, the Indexed trainer Job and the trainers' NetworkPolicy."""
     meta, spec = job.metadata, job.spec
     tr = spec.trainers
     n = names(meta.name)
     ns = meta.namespace
     labels = _labels(contract.LABEL_JOB, meta.name, contract.ROLE_TRAINER, ctx)
-    selector = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
+    selector = trainer_selector(meta.name)
     svc = headless_service(
         n["trainers"], ns, labels, owner, selector, {"rendezvous": contract.RENDEZVOUS_PORT}
     )
@@ -382,7 +382,51 @@ def trainer_children(
         plabels[contract.LABEL_GRAPHSERVER] = gs_name
     pmeta: dict[str, Any] = {"labels": plabels}
     mon.trainer_endpoints(c, pmeta, spec.monitoring.metrics)
-    return [svc, trainer_job(job, ctx, stage, owner, labels, pod, pmeta, tr.replicas)]
+    tjob = trainer_job(job, ctx, stage, owner, labels, pod, pmeta, tr.replicas)
+    netpol = trainer_network_policy(meta.name, ns, labels, owner, spec.monitoring.metrics, 1)
+    return [svc, tjob, netpol]
+
+
+def trainer_selector(job_name: str) -> dict[str, str]:
+    """Labels every trainer pod of job ``job_name`` carries, and no other pod: server and
+    partitioner pods have another role, other jobs' pods another job label, and a
+    GraphServer's pods no job label of ours (our labels win over a pod template's)."""
+    return {contract.LABEL_JOB: job_name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
+
+
+def trainer_network_policy(
+    job_name: str,
+    ns: str,
+    labels: dict[str, str],
+    owner: dict[str, Any],
+    metrics: bool,
+    metrics_ports: int,
+) -> dict[str, Any]:
+    """NetworkPolicy ``NAME-trainers``: ingress of the job's trainer pods (with
+    ``trainers.colocate`` each also holds a graph server), for every topology.
+
+    From this job's other trainer pods, every port: rank 0's rendezvous port, the ports
+    the DDP backend's peers connect to (gloo and NCCL listen on ephemeral ports, so no
+    port list can be given) and, co-located, the graph server's ``rpc`` port. From the
+    operator's pods, only ``progress``; with metrics, the ``metrics_ports`` trainer
+    metrics ports (one per trainer container) from anywhere. Nothing else: graph servers
+    only answer, the health port needs only the kubelet (always allowed), and the
+    containers of a pod talk over loopback.
+    """
+    selector = trainer_selector(job_name)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(names(job_name)["trainers"], ns, labels, owner),
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": dict(selector)}}]},
+                *mon.trainer_ingress(metrics, metrics_ports),
+            ],
+        },
+    }
 
 
 def trainer_container(
@@ -518,7 +562,7 @@ def desired_job_children(
     if spec.graph.graph_server is None:
         keep_servers = not (stage.finished and spec.run_policy.clean_pod_policy != "None")
         replicas = num_parts if stage.partitioned and not suspended and keep_servers else 0
-        trainer_sel = {contract.LABEL_JOB: meta.name, contract.LABEL_ROLE: contract.ROLE_TRAINER}
+        trainer_sel = trainer_selector(meta.name)
         out += server_children(
             meta,
             num_parts,
@@ -546,7 +590,7 @@ def desired_job_children(
         stage,
         spec.graph.graph_server.name if spec.graph.graph_server else None,
     )
-    out.append(tchildren[0])
+    out += [tchildren[0], tchildren[2]]  # the Service and NetworkPolicy
     started = servers_up or stage.finished or stage.trainers_started
     if not suspended and keep_trainers and started:
         out.append(tchildren[1])

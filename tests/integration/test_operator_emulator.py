@@ -474,6 +474,11 @@ async def test_graphserver_attach_and_delete_held(
         vols = {v["name"]: v for v in pod["spec"]["volumes"]}
         assert vols["token"]["secret"]["secretName"] == "shared-token"
         assert await c.get("StatefulSet", "att-server") is None
+        pol = await c.child("NetworkPolicy", "att-trainers")  # the trainers' own policy
+        assert pol["spec"]["podSelector"]["matchLabels"] == {
+            contract.LABEL_JOB: "att",
+            contract.LABEL_ROLE: contract.ROLE_TRAINER,
+        }
 
         async def attached() -> bool:
             return (await c.status("GraphServer", "shared")).get("attachedJobs") == ["att"]
@@ -501,6 +506,56 @@ async def test_graphserver_attach_and_delete_held(
 
 async def _gone(c: Cluster, kind: str, name: str) -> bool:
     return await c.get(kind, name) is None
+
+
+async def _collect_garbage(c: Cluster, uid: str) -> list[str]:
+    """What Kubernetes' garbage collector does once an owner is gone (kmock has none):
+    delete every object whose owner reference names ``uid``; returns what it deleted."""
+    gone = []
+    for kind in ("Job", "StatefulSet", "Service", "Secret", "NetworkPolicy"):
+        for o in await c.items(kind):
+            if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences") or []):
+                await c.delete(kind, o["metadata"]["name"])
+                gone.append(f"{kind}/{o['metadata']['name']}")
+    return gone
+
+
+async def test_trainer_network_policy_follows_the_job(
+    cluster: Cluster, slow_resync: argparse.Namespace
+) -> None:
+    """``NAME-trainers`` of a job with its own servers: created with the job, it selects
+    the trainer Job's pods and not the servers, a change to it is reverted at once, and
+    it is owned by the job, so it is deleted with it and not created again."""
+    c = cluster
+    async with Operator(slow_resync):
+        created = await c.create(
+            job_manifest("np", graph={"partitions": {"manifestURL": "s3://p/np.json"}})
+        )
+        uid = created["metadata"]["uid"]
+        pol = await c.child("NetworkPolicy", "np-trainers")
+        ref = pol["metadata"]["ownerReferences"][0]
+        assert (ref["kind"], ref["uid"], ref["controller"]) == ("DistGNNJob", uid, True)
+        await _servers_ready(c, "np-server", 2)
+        tjob = await c.child("Job", "np-trainers")
+        sel = pol["spec"]["podSelector"]["matchLabels"].items()
+        assert sel <= tjob["spec"]["template"]["metadata"]["labels"].items()
+        sts = await c.child("StatefulSet", "np-server")
+        assert not sel <= sts["spec"]["template"]["metadata"]["labels"].items()
+        ingress = pol["spec"]["ingress"]
+
+        await c.patch("NetworkPolicy", "np-trainers", {"spec": {"ingress": [{}]}})  # open all
+
+        async def reverted() -> bool:
+            obj = await c.get("NetworkPolicy", "np-trainers")
+            return bool(obj and obj["spec"]["ingress"] == ingress)
+
+        await c.until("the trainers' NetworkPolicy drift corrected", reverted, timeout=15)
+
+        await c.delete("DistGNNJob", "np")
+        await c.until("job deleted", lambda: _gone(c, "DistGNNJob", "np"))
+        assert "NetworkPolicy/np-trainers" in await _collect_garbage(c, uid)
+        await asyncio.sleep(1.5)  # a pass that would recreate it
+        assert await c.get("NetworkPolicy", "np-trainers") is None
 
 
 async def test_invalid_manifest_reported_in_status(
@@ -820,6 +875,7 @@ async def test_deleted_children_come_back_at_once_and_servers_roll_on_new_token(
             ("Service", "kids-server"),
             ("Service", "kids-trainers"),
             ("NetworkPolicy", "kids-server"),
+            ("NetworkPolicy", "kids-trainers"),
         ):
             await c.child(kind, name)
             await c.delete(kind, name)

@@ -268,7 +268,7 @@ def _pods(metrics: bool) -> dict[str, dict[str, Any]]:
     for o in desired_job_children(parse_job(obj), DesiredContext()):
         if o["kind"] in ("StatefulSet", "Job"):
             out[o["kind"]] = o["spec"]["template"]
-        if o["kind"] == "NetworkPolicy":
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "j-server":
             out["netpol"] = o
     return out
 

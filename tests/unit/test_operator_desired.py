@@ -321,3 +321,61 @@ def test_colocated_pods_admit_only_their_job_the_operator_and_scrapers() -> None
         if o["kind"] == "NetworkPolicy"
     ]
     assert not admits(pol_off, others[2], contract.TRAINER_METRICS_PORT)
+
+
+def _template_labels(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, str]:
+    (o,) = [o for o in objs if (o["kind"], o["metadata"]["name"]) == (kind, name)]
+    return dict(o["spec"]["template"]["metadata"]["labels"])
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+@pytest.mark.parametrize("topology", ["own-servers", "graphserver"])
+def test_trainer_pods_admit_only_their_job_the_operator_and_scrapers(
+    topology: str, metrics: bool
+) -> None:
+    """Trainer pods of a job that is not co-located get ``NAME-trainers`` too: the job's
+    trainers reach rendezvous and the DDP peers' ephemeral ports, the operator only
+    ``progress``, scrapers only the metrics port (when on); servers are not selected."""
+    spec = copy.deepcopy(FULL_JOB if topology == "own-servers" else ATTACHED)
+    spec["spec"]["monitoring"] = {"metrics": metrics}
+    info = GS_INFO if topology == "graphserver" else None
+    name = spec["metadata"]["name"]
+    objs = desired_job_children(parse_job(spec), CTX, token="t", graphserver=info)
+    (pol,) = [
+        o
+        for o in objs
+        if (o["kind"], o["metadata"]["name"]) == ("NetworkPolicy", f"{name}-trainers")
+    ]
+    assert pol["metadata"]["ownerReferences"][0]["uid"] == spec["metadata"]["uid"]
+    trainer = _template_labels(objs, "Job", f"{name}-trainers")
+    assert selects(pol, trainer)
+    other = copy.deepcopy(spec)
+    other["metadata"] |= {"name": "other", "uid": "uid-other"}
+    other_objs = desired_job_children(parse_job(other), CTX, token="t", graphserver=info)
+    gs_objs = desired_graphserver_children(parse_graphserver(GS), CTX, token="t")
+    not_selected = [
+        _template_labels(other_objs, "Job", "other-trainers"),  # another job's trainers
+        _template_labels(gs_objs, "StatefulSet", "papers-server"),  # a GraphServer's pods
+        _template_labels(gs_objs, "Job", "papers-partition"),
+    ]
+    if topology == "own-servers":
+        not_selected += [
+            _template_labels(objs, "StatefulSet", "cora-server"),  # the job's own servers
+            _template_labels(objs, "Job", "cora-partition"),
+        ]
+    for labels in not_selected:
+        assert not selects(pol, labels), labels
+    mine = Peer(trainer, "ml")  # another rank of the job (same template)
+    for port in (contract.RENDEZVOUS_PORT, 41234, contract.TRAINER_PROGRESS_PORT):
+        assert admits(pol, mine, port), port
+    others = [Peer(labels, "ml") for labels in not_selected] + [
+        Peer(trainer, "elsewhere"),  # the same labels in another namespace
+        Peer({"app": "x"}, "ml"),
+    ]
+    operator = Peer(dict(OPERATOR_POD_LABELS), "distgnn-system", {"team": "platform"})
+    for port in (contract.RENDEZVOUS_PORT, 41234, contract.SERVER_PORT):
+        assert not any(admits(pol, p, port) for p in [*others, operator]), port
+    assert admits(pol, operator, contract.TRAINER_PROGRESS_PORT)
+    assert not any(admits(pol, p, contract.TRAINER_PROGRESS_PORT) for p in others)
+    assert all(admits(pol, p, contract.TRAINER_METRICS_PORT) is metrics for p in others)
+    assert not admits(pol, others[-1], contract.TRAINER_METRICS_PORT + 1)  # one container
