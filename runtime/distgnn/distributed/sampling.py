@@ -3,12 +3,14 @@
 
 Seeds (homogeneous global node IDs) are grouped by owner partition; each server
 gets one SAMPLE_NEIGHBORS request, all in flight at once, and samples in-edges of
-its seeds from its CSC with vectorised NumPy (:mod:`distgnn.server.sampling`).
+its seeds from its CSC with vectorised NumPy (:mod:`distgnn.server.sampling`). A
+co-located trainer answers its own partition's request in-process from the server's
+shared memory with the same handler (:mod:`distgnn.distributed.localsample`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -17,7 +19,7 @@ from distgnn.distributed.subgraph import SubGraph
 from distgnn.distributed.tensor import as_ids, group
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
-from distgnn.rpc.protocol import MsgType
+from distgnn.rpc.protocol import Frame, MsgType
 
 
 class SampledEdges(NamedTuple):
@@ -78,6 +80,20 @@ def _excluded(g: Any, exclude_edges: Any) -> np.ndarray:
     return as_ids(exclude_edges, g.num_edges())
 
 
+def _call(ctx: Any, calls: dict[int, Call]) -> dict[int, Frame]:
+    """The servers' answers; a co-located trainer's own partition is sampled here
+    (:mod:`distgnn.distributed.localsample`) while the others' requests are in flight,
+    or over TCP when the local sampler declines."""
+    local = getattr(ctx, "local_sampler", None)
+    if local is None or local.part not in calls:
+        return cast(dict[int, Frame], ctx.call_many(calls))
+    mine = calls.pop(local.part)
+    got: list[Frame | None] = []
+    frames: dict[int, Frame] = ctx.call_many(calls, between=lambda: got.append(local.answer(mine)))
+    frames[local.part] = got[0] if got and got[0] is not None else ctx.call(local.part, mine)
+    return frames
+
+
 def sample_hop(
     g: Any,
     gid: np.ndarray,
@@ -108,7 +124,7 @@ def sample_hop(
     if seed is not None:
         for p, c in calls.items():
             c.meta["seed"] = int(seed) * 1000003 + p
-    frames = g.ctx.call_many(calls)
+    frames = _call(g.ctx, calls)
     res = [frames[p].bufs for p in sorted(frames)]
     cols = res[0] if len(res) == 1 else [np.concatenate([r[i] for r in res]) for i in range(4)]
     return SampledEdges(*(torch.from_numpy(np.ascontiguousarray(c)) for c in cols))
