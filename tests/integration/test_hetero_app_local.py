@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_local_run import run, write_manifest
-from tests.unit.test_train_hetero import typed_cora
+from tests.support.hetero import typed_cora
 
 from distgnn.train.infer_output import read_index, read_output
 
