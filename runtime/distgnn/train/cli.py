@@ -12,6 +12,8 @@ from distgnn import contract
 from distgnn.api.types import APPS, MODELS, PRECISIONS
 
 HELP = "train a GNN (node classification or link prediction) or run inference, as one DDP trainer"
+END_PROCESS = True
+"""As the process's entry, a trainer ends with :func:`distgnn.train.finish.end_process`."""
 
 log = logging.getLogger("distgnn.train")
 
