@@ -9,7 +9,8 @@ folder, where user commands run), or by hand with the contract environment::
 
 (servers from ``DISTGNN_SERVERS``, or standalone from ``DISTGNN_MANIFEST``; rank and
 rendezvous from ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``). Rank 0 prints
-the final metrics JSON as its last stdout line.
+the final metrics JSON as its last stdout line. It ends with ``end_process(0)``, as the
+built-in trainers do.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from distgnn import log
 from distgnn.dataloading import DistNodeDataLoader, NeighborSampler
 from distgnn.nn import GraphSAGE
 from distgnn.train.ddp import rendezvous_store
+from distgnn.train.finish import end_process
 
 
 def main() -> None:
@@ -113,3 +115,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # end as `distgnn train` does: no interpreter teardown, where a gloo thread finishing
+    # its last work can abort a finished run (docs/training.md, "How a trainer ends")
+    end_process(0)

@@ -1,8 +1,11 @@
 """``end_process``: a finished trainer's exit is decided before interpreter teardown.
 
-The child processes plant a crash in module teardown (an object whose ``__del__`` aborts,
-standing in for a native static-destructor race such as "terminate called without an
-active exception") and leave stdout block-buffered (a pipe, ``PYTHONUNBUFFERED`` unset).
+``GLOO_CHILD`` is the cause caught in the 1M-node benchmark's core dump, made
+deterministic: a gloo worker thread that needs the GIL while the interpreter finalizes
+(there: dropping the last reference to a finished all-reduce; here: a completion
+callback that waits until teardown has begun). ``CHILD`` plants a crash in module
+teardown and leaves stdout block-buffered (a pipe, ``PYTHONUNBUFFERED`` unset) to show
+that nothing a finished trainer wrote is lost.
 """
 
 from __future__ import annotations
@@ -14,6 +17,69 @@ import subprocess
 import sys
 
 import pytest
+
+GLOO_CHILD = """
+import _thread, datetime, resource, sys, time
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an abort leaves no core file
+import torch, torch.distributed as dist
+from distgnn.train.finish import end_process
+
+store = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=60))
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+teardown = _thread.allocate_lock()
+teardown.acquire()
+
+class InTeardown:
+    def __del__(self):  # runs in interpreter teardown
+        teardown.release()
+        time.sleep(1.0)  # GIL released: the worker wakes while the interpreter finalizes
+
+MARK = InTeardown()
+main, ran_in = _thread.get_ident(), []
+
+def until_teardown(f):  # in gloo's worker: needs the GIL back once teardown has begun
+    ran_in.append(_thread.get_ident())
+    if ran_in[-1] != main:
+        teardown.acquire(timeout=60)
+
+for _ in range(100):  # a callback added to a finished future runs at once, in this thread
+    ran_in.clear()
+    fut = dist.all_reduce(torch.ones(4), async_op=True).get_future().then(until_teardown)
+    if main not in ran_in:
+        break
+print("results: 42")
+if sys.argv[1] == "end_process":
+    end_process(0)
+"""
+
+
+def _gloo_child(how: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", GLOO_CHILD, how],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_end_process_outlives_a_gloo_thread_that_needs_the_gil() -> None:
+    p = _gloo_child("end_process")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["results: 42"]
+
+
+@pytest.mark.skipif(
+    sys.version_info >= (3, 14), reason="CPython 3.14 hangs such threads instead of ending them"
+)
+def test_without_end_process_that_gloo_thread_aborts_a_finished_run() -> None:
+    """What the benchmark saw (torch 2.13, CPython 3.11): taking the GIL in a finalizing
+    interpreter ends the worker with ``pthread_exit``; its forced unwind through a
+    ``noexcept`` frame calls ``std::terminate``."""
+    p = _gloo_child("exit")
+    assert p.returncode == -signal.SIGABRT, p.stderr
+    assert "results: 42" in p.stdout
+
 
 CHILD = """
 import atexit, ctypes, logging, os, resource, sys

@@ -1,23 +1,26 @@
 """How a trainer process ends: a deterministic exit once its work is done.
 
 A finished trainer's outcome is decided before the interpreter is torn down: its results
-are published, its logs written and its process group destroyed. What CPython and the
-C++ libraries loaded into it do afterwards is not: module teardown frees the torch
-objects still alive (the default process group stays referenced by
-``torch.distributed.nn.functional``'s default arguments once DDP has run, so
-``destroy_process_group`` does not free it; its gloo worker and transport threads and,
-on rank 0, the TCP store's server thread are only stopped during teardown), and then
-C++ static destructors run beside whatever native threads are left. A race there ends
-the process with ``std::terminate`` ("terminate called without an active exception",
-SIGABRT): a finished run reported as a failure (seen once in ~40 runs of the 1M-node
-training benchmark on rank 0).
+are published, its logs written and its process group destroyed. Interpreter teardown
+can still abort it. Caught in a core dump (torch 2.13, CPython 3.11): a gloo worker
+thread marks a collective complete, which wakes the main thread, before it drops its own
+reference to the work object. If the main thread reaches ``Py_FinalizeEx`` first (the
+worker descheduled on a loaded machine), the worker drops the last reference;
+``~AsyncWork`` destroys the thread-local state captured when the work was queued, whose
+Python object needs the GIL; in a finalizing interpreter, taking the GIL ends a non-main
+thread with ``pthread_exit``, whose forced unwind through that ``noexcept`` destructor
+calls ``std::terminate``: "terminate called without an active exception", SIGABRT, a
+finished run reported as failed (rank 0 of the 1M-node training benchmark, ~1 run in
+40). Destroying the group does not stop its threads: once DDP has run, the default group
+stays referenced by ``torch.distributed.nn.functional``'s default arguments, and its gloo
+threads (and rank 0's TCP store server) are only stopped in teardown.
 
 :func:`end_process` ends the process the way a normal exit would, up to that point:
 non-daemon threads are joined and ``atexit`` callbacks run (logging is shut down,
 ``weakref.finalize`` callbacks and multiprocessing clean-up run), Python's and C's stdio
-buffers are flushed;
-then ``os._exit(code)`` skips module teardown and static destructors. The last line a
-trainer logs is ``trainer exit`` with its exit code.
+buffers are flushed; then ``os._exit(code)`` skips interpreter teardown and static destructors: a native
+thread that still needs the GIL waits for it and never meets a finalizing interpreter.
+The last line a trainer logs is ``trainer exit`` with its exit code.
 """
 
 from __future__ import annotations
