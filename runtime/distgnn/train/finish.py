@@ -18,9 +18,9 @@ threads (and rank 0's TCP store server) are only stopped in teardown.
 :func:`end_process` ends the process the way a normal exit would, up to that point:
 non-daemon threads are joined and ``atexit`` callbacks run (logging is shut down,
 ``weakref.finalize`` callbacks and multiprocessing clean-up run), Python's and C's stdio
-buffers are flushed; then ``os._exit(code)`` skips interpreter teardown and static destructors: a native
-thread that still needs the GIL waits for it and never meets a finalizing interpreter.
-The last line a trainer logs is ``trainer exit`` with its exit code.
+buffers are flushed; then ``os._exit(code)`` skips interpreter teardown and static
+destructors: a native thread that still needs the GIL waits for it and never meets a
+finalizing interpreter. The last line a trainer logs is ``trainer exit`` with its exit code.
 """
 
 from __future__ import annotations
