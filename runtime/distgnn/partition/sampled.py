@@ -2,7 +2,8 @@
 
 :func:`sampled_metis` samples the edges (:mod:`distgnn.partition.sparsify`; sparse or
 small graphs go to METIS whole), partitions the sample with METIS, checks that the sample
-represented the graph, and refines the partition on the full graph
+represented the graph, for two parts regroups its clusters on the full graph
+(:mod:`distgnn.partition.regroup`), and refines the partition on the full graph
 (:mod:`distgnn.partition.refine`). For two parts METIS bisects the sample
 (``METIS_PartGraphRecursive``: one multilevel bisection, where ``METIS_PartGraphKway``
 bisects its coarsest graph several times and refines k-way): after the refinement the
@@ -27,6 +28,7 @@ import numpy as np
 from distgnn.log import kv, step
 from distgnn.partition.assign import metis_assign, metis_run
 from distgnn.partition.refine import refine_boundary
+from distgnn.partition.regroup import regroup
 from distgnn.partition.sparsify import keep_fraction
 
 log = logging.getLogger("distgnn.partition")
@@ -89,5 +91,9 @@ def sampled_metis(
             ),
         )
         return metis_assign(src, dst, n, num_parts, vweights=vweights, seed=seed)
+    parts = run.parts
+    if num_parts == 2:  # which clusters go together: chosen on every edge
+        with step("regroup", log):
+            parts = regroup(parts, src, dst, vweights, group, cut=cut_all, seed=seed).parts
     with step("refine", log, parts=num_parts):
-        return refine_boundary(run.parts, src, dst, num_parts, vweights, group, seed=seed).parts
+        return refine_boundary(parts, src, dst, num_parts, vweights, group, seed=seed).parts
