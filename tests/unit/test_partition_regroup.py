@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from distgnn.partition.refine import GROUP_SLACK, IMBALANCE, refine_boundary
-from distgnn.partition.regroup import CLUSTERS, best_grouping, regroup
+from distgnn.partition.regroup import best_grouping
+from distgnn.partition.regroup import regroup_now as regroup
 
 
 def cut(parts: np.ndarray, src: np.ndarray, dst: np.ndarray) -> int:
@@ -49,10 +50,10 @@ def test_regroup_moves_whole_clusters_the_refinement_cannot() -> None:
     assert res.adopted and res.moved_clusters > 0
     assert res.cut_before == cut(start, src, dst)
     assert res.cut_after == cut(res.parts, src, dst) < res.cut_before
-    # every pair now on one side: only the random 5 % are cut (about half of them)
+    # most of every pair on one side (a few nodes mislabelled)
     pair = comm // 2
-    assert all(np.unique(res.parts[pair == p]).shape[0] == 1 for p in range(8))
-    assert res.cut_after < 0.05 * src.shape[0]
+    on1 = np.bincount(pair, weights=res.parts, minlength=8) / np.bincount(pair, minlength=8)
+    assert np.all((on1 <= 0.1) | (on1 >= 0.9)), on1
     # within the refinement's bounds, and the refinement then keeps them too
     for parts in (res.parts, refine_boundary(res.parts, src, dst, 2, vw, train).parts):
         load = np.bincount(parts, weights=vw, minlength=2)
@@ -62,6 +63,10 @@ def test_regroup_moves_whole_clusters_the_refinement_cannot() -> None:
         )
     final = refine_boundary(res.parts, src, dst, 2, vw, train).parts
     assert cut(final, src, dst) <= res.cut_after < cut(alone, src, dst)
+    # then every pair is on one side: only the random 5 % are cut (about half of them)
+    on1 = np.bincount(pair, weights=final, minlength=8) / np.bincount(pair, minlength=8)
+    assert np.all((on1 <= 0.02) | (on1 >= 0.98)), on1
+    assert cut(final, src, dst) < 0.04 * src.shape[0]
 
 
 def test_regroup_keeps_a_partition_no_grouping_improves() -> None:
@@ -76,34 +81,24 @@ def test_regroup_keeps_a_partition_no_grouping_improves() -> None:
 
 
 def test_best_grouping_respects_the_balance_bounds() -> None:
-    # clusters 0-3 of 40, 30, 20, 10 nodes; 0-1 and 2-3 joined by many edges, 0-2 and
-    # 1-3 by few. The lowest cut ({0,1} | {2,3}) puts 70 % of the weight on one side
-    rng = np.random.default_rng(0)
-    sizes = [40, 30, 20, 10]
-    labels = np.repeat(np.arange(4), sizes).astype(np.int8)
-    first = np.cumsum([0, *sizes])
-
-    def edges(a: int, b: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-        return (
-            rng.integers(first[a], first[a + 1], m),
-            rng.integers(first[b], first[b + 1], m),
-        )
-
-    parts_e = [edges(a, a, 200) for a in range(4)]
-    parts_e += [edges(0, 1, 60), edges(2, 3, 60), edges(0, 2, 5), edges(1, 3, 5)]
-    src = np.concatenate([s for s, _ in parts_e])
-    dst = np.concatenate([d for _, d in parts_e])
-    start = np.zeros(100, dtype=np.int64)
-    start[first[2] :] = 1
-    side, c = best_grouping(labels, start, src, dst, CLUSTERS) or (None, -1)
-    assert side is not None
-    assert c == cut(side[labels.astype(np.int64)], src, dst)
-    load = np.bincount(side[labels.astype(np.int64)], minlength=2)
-    assert load.max() <= (1 + IMBALANCE) * 100 / 2  # 50/50: {0,3} | {1,2}
-    assert sorted(load.tolist()) == [50, 50]
-    # a grouped node set (training nodes) is bounded too: all in cluster 0 and 3 is
-    # forbidden once they outnumber 1.02 x their half
-    group = np.zeros(100, dtype=bool)
-    group[:40] = True
-    group[90:] = True
-    assert best_grouping(labels, start, src, dst, CLUSTERS, group=group) is None
+    # clusters 0-3 weigh 40, 30, 20, 10; 0-1 and 2-3 are joined by 60 edges each, 0-2
+    # and 1-3 by 5. The lowest cut ({0,1} | {2,3}: 10) puts 70 % of the weight on one
+    # side; within 1.03 x the mean only {0,3} | {1,2} is (cut 130)
+    k = 4
+    quot = np.zeros((k + 2, k + 2), dtype=np.int64)
+    np.fill_diagonal(quot[:k, :k], 200)
+    quot[0, 1] = quot[2, 3] = 60
+    quot[0, 2] = quot[1, 3] = 5
+    load = np.array([40, 30, 20, 10, 0, 0])
+    found = best_grouping(quot, load, np.zeros(k + 2, np.int64), k)
+    assert found is not None
+    side, c = found
+    assert c == 130 and side.tolist() in ([0, 1, 1, 0], [1, 0, 0, 1])
+    # unlabelled nodes stay on their side: with 10 of weight on side 1 and cluster 3
+    # weightless, only cluster 0 joins them (50 | 50; cut 0-1 and 0-2)
+    fixed = np.array([40, 30, 20, 0, 0, 10])
+    found = best_grouping(quot, fixed, np.zeros(k + 2, np.int64), k)
+    assert found is not None and found[0].tolist() == [1, 0, 0, 0] and found[1] == 65
+    # grouped nodes (training nodes) are bounded too: 50 of them, all in clusters 0 and 3
+    gload = np.array([40, 0, 0, 10, 0, 0])
+    assert best_grouping(quot, load, gload, k) is None

@@ -7,29 +7,35 @@ than the sample's own noise, so its choice is as good as a random one, and no bo
 move can change it (moving a node away from its community only adds to the cut). Here
 the grouping is chosen on every edge:
 
-1. **Clusters**: the highest-degree nodes (:data:`CORE` of them, at least
-   ``64 x`` :data:`CLUSTERS`) form a core graph, which METIS splits into
+1. **Clusters** (:func:`find_clusters`, which needs no partition: it runs on another
+   core while the sample is drawn and METIS bisects it): the highest-degree nodes
+   (:data:`CORE` of them, at least ``64 x`` :data:`CLUSTERS`) form a core graph, which
+   METIS splits into
    :data:`CLUSTERS` parts on an edge sample of :data:`CORE_DEGREE` edge ends per node.
    The other nodes take the cluster most of their core neighbours have; where fewer than
    :data:`SURE` core neighbours or no majority of them have it, the cluster most of all
-   the node's labelled neighbours have (97 % and then 99.8 % of the nodes in their own
-   community on the flat benchmark graph). Nodes without a labelled neighbour stay
-   unlabelled.
-2. **Grouping**: each cluster goes wholly to one side, unlabelled nodes keep their side;
-   the edge cut of every one of the ``2^CLUSTERS`` groupings follows from the clusters'
-   edge counts (one pass over the edges), and the lowest within the balance bounds (the
+   the node's labelled neighbours have (99.5-99.8 % of the nodes land in their own
+   community's cluster on the benchmark graphs). Nodes without a labelled neighbour stay
+   unlabelled. The clusters' edge counts come from one more pass over the edges.
+2. **Grouping** (:func:`regroup`): each cluster goes wholly to one side, unlabelled nodes
+   keep the partition's side; the edge cut of every one of the ``2^CLUSTERS`` groupings
+   follows from the edge counts, and the lowest within the balance bounds (the
    refinement's: vertex weight at most ``1.03 x`` the mean, grouped nodes at most
-   ``1.02 x`` theirs) wins.
-3. It replaces the partition only when its cut is below the partition's own.
+   ``1.02 x`` theirs) replaces the partition if it cuts fewer edges than the partition.
+
+The input is read in blocks whose memory-mapped pages are released after use, so the
+cluster step adds little to METIS's memory peak.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from distgnn.graph.data import release_rows
 from distgnn.log import kv, step
 from distgnn.partition.assign import metis_run
 from distgnn.partition.refine import GROUP_SLACK, IMBALANCE
@@ -40,7 +46,18 @@ CLUSTERS = 16  # clusters grouped (every grouping is tried: 2^16)
 CORE = 0.05  # fraction of the nodes (highest degree first) that METIS clusters
 CORE_DEGREE = 16.0  # sampled edge ends per core node given to METIS
 SURE = 3  # core neighbours of one cluster that label a node without a second vote
-_BLOCK = 1 << 22  # edges per block when counting the clusters' edges
+_BLOCK = 1 << 22  # edges per block read from the input
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """:func:`find_clusters`' result."""
+
+    labels: np.ndarray  # (n,) cluster of every node, -1: none
+    quot: np.ndarray  # (k, k) input edges from cluster i to cluster j
+    load: np.ndarray  # (k,) vertex weight of each cluster
+    gload: np.ndarray  # (k,) grouped nodes in each cluster
+    loose: np.ndarray  # indices of the input edges with an unlabelled end
 
 
 @dataclass(frozen=True)
@@ -54,50 +71,113 @@ class RegroupResult:
     moved_clusters: int  # clusters put on the side opposite most of their nodes'
 
 
-def core_clusters(
-    src: np.ndarray, dst: np.ndarray, n: int, k: int = CLUSTERS, *, seed: int = 0
-) -> np.ndarray:
-    """Cluster of every node (-1: none; see the module docstring, step 1)."""
-    src, dst = np.asarray(src), np.asarray(dst)
-    deg = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+def _blocks(src: np.ndarray, dst: np.ndarray) -> list[tuple[int, int]]:
+    e = int(src.shape[0])
+    return [(lo, min(e, lo + _BLOCK)) for lo in range(0, e, _BLOCK)]
+
+
+def _read(src: np.ndarray, dst: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``[lo, hi)`` of both edge arrays as in-memory copies; their mapped pages are
+    released."""
+    s, d = np.array(src[lo:hi]), np.array(dst[lo:hi])
+    release_rows(src, lo, hi)
+    release_rows(dst, lo, hi)
+    return s, d
+
+
+def find_clusters(
+    src: np.ndarray,
+    dst: np.ndarray,
+    n: int,
+    vweights: np.ndarray | None = None,
+    group: np.ndarray | None = None,
+    *,
+    k: int = CLUSTERS,
+    seed: int = 0,
+    core_done: Callable[[], object] | None = None,
+) -> Clusters:
+    """The clusters and their edge counts (see the module docstring, step 1).
+    ``core_done`` is called once METIS has clustered the core: METIS draws from one
+    process-wide random state, so no other METIS call may run beside that one."""
+    blocks = _blocks(src, dst)
+    deg = np.zeros(n, dtype=np.int64)
+    for lo, hi in blocks:
+        s, d = _read(src, dst, lo, hi)
+        deg += np.bincount(s, minlength=n)
+        deg += np.bincount(d, minlength=n)
     m = min(n, max(int(CORE * n), 64 * k))
     core = np.zeros(n, dtype=bool)
     core[np.argsort(-deg, kind="stable")[:m]] = True
     del deg
-    in_s, in_d = core[src], core[dst]
-    inner = np.flatnonzero(in_s & in_d)
     cid = np.cumsum(core) - 1  # core node -> 0..m-1
-    cs, cd = np.take(cid, np.take(src, inner)), np.take(cid, np.take(dst, inner))
-    del inner, cid
+    inner_s: list[np.ndarray] = []
+    inner_d: list[np.ndarray] = []
+    cross_node: list[np.ndarray] = []  # the non-core end of an edge with one core end
+    cross_core: list[np.ndarray] = []  # its core end
+    for lo, hi in blocks:
+        s, d = _read(src, dst, lo, hi)
+        in_s, in_d = core[s], core[d]
+        both = in_s & in_d
+        inner_s.append(np.take(cid, s[both]))
+        inner_d.append(np.take(cid, d[both]))
+        one = np.not_equal(in_s, in_d)
+        s, d, in_s = s[one], d[one], in_s[one]
+        cross_node.append(np.where(in_s, d, s))
+        cross_core.append(np.where(in_s, s, d))
+    del cid
+    cs, cd = np.concatenate(inner_s), np.concatenate(inner_d)
+    del inner_s, inner_d
     keep = min(1.0, CORE_DEGREE * m / max(2 * int(cs.shape[0]), 1))
     run = metis_run(cs, cd, m, k, seed=seed, keep=keep)
+    if core_done is not None:
+        core_done()
     del cs, cd
-    labels = np.full(n, -1, dtype=np.int8 if k <= 127 else np.int32)
+    ldt = np.int8 if k <= 127 else np.int32
+    labels = np.full(n, -1, dtype=ldt)
     labels[core] = run.parts
     # the other nodes: their core neighbours' commonest cluster
-    cross = np.flatnonzero(np.not_equal(in_s, in_d))
-    del in_s, in_d
-    s, d = np.take(src, cross), np.take(dst, cross)
-    del cross
-    ls, ld = labels[s], labels[d]
-    node = np.where(ls >= 0, d, s)
-    best, top, total = _commonest(np.maximum(ls, ld), node, n, k)
-    del s, d, ls, ld, node
+    node = np.concatenate(cross_node)
+    del cross_node
+    vote = labels[np.concatenate(cross_core)]
+    del cross_core
+    best, top, total = _commonest(vote, node, n, k)
+    del node, vote
     labels[top > 0] = best[top > 0]
-    # unsure ones (fewer than SURE votes, or no majority): all labelled neighbours' commonest
+    # the unsure (too few votes, or no majority): all labelled neighbours' commonest
     unsure = ~core & ((top < SURE) | (2 * top <= total))
     del best, top, total
-    at = np.flatnonzero(unsure[src] | unsure[dst])
-    s, d = np.take(src, at), np.take(dst, at)
-    del at
-    ls, ld = labels[s], labels[d]
-    to_d, to_s = unsure[d] & (ls >= 0), unsure[s] & (ld >= 0)
-    best, top, _ = _commonest(
-        np.concatenate([ls[to_d], ld[to_s]]), np.concatenate([d[to_d], s[to_s]]), n, k
-    )
+    votes: list[np.ndarray] = []
+    nodes: list[np.ndarray] = []
+    for lo, hi in blocks:
+        s, d = _read(src, dst, lo, hi)
+        ls, ld = labels[s], labels[d]
+        to_d, to_s = unsure[d] & (ls >= 0), unsure[s] & (ld >= 0)
+        votes += [ls[to_d], ld[to_s]]
+        nodes += [d[to_d], s[to_s]]
+    best, top, _ = _commonest(np.concatenate(votes), np.concatenate(nodes), n, k)
+    del votes, nodes
     has = unsure & (top > 0)
     labels[has] = best[has]
-    return labels
+    del best, top, has, unsure
+    # the clusters' edge counts, and the edges with an unlabelled end
+    q = np.zeros(k * k, dtype=np.int64)
+    loose: list[np.ndarray] = []
+    for lo, hi in blocks:
+        s, d = _read(src, dst, lo, hi)
+        ls, ld = labels[s], labels[d]
+        known = (ls >= 0) & (ld >= 0)
+        key = ls[known].astype(np.intp)
+        key *= k
+        key += ld[known]
+        q += np.bincount(key, minlength=k * k)
+        loose.append(lo + np.flatnonzero(~known))
+    lab = labels.astype(np.intp)
+    ok = lab >= 0
+    vw = np.ones(n, np.int64) if vweights is None else np.asarray(vweights, np.int64)
+    grp = np.zeros(n, np.int64) if group is None else np.asarray(group).astype(np.int64)
+    load = np.bincount(lab[ok], weights=vw[ok], minlength=k).astype(np.int64)
+    gload = np.bincount(lab[ok], weights=grp[ok], minlength=k).astype(np.int64)
+    return Clusters(labels, q.reshape(k, k), load, gload, np.concatenate(loose))
 
 
 def _commonest(
@@ -122,38 +202,18 @@ def _commonest(
 
 
 def best_grouping(
-    labels: np.ndarray,
-    parts: np.ndarray,
-    src: np.ndarray,
-    dst: np.ndarray,
-    k: int,
-    vweights: np.ndarray | None = None,
-    group: np.ndarray | None = None,
+    quot: np.ndarray, load: np.ndarray, gload: np.ndarray, k: int
 ) -> tuple[np.ndarray, int] | None:
-    """(side of each cluster, cut) of the lowest-cut grouping within the balance bounds
-    (unlabelled nodes keep ``parts``' side); None if no grouping is within them."""
-    n = int(parts.shape[0])
-    npieces = k + 2
-    pdt = np.int8 if npieces <= 127 else np.int32
-    piece = np.where(labels >= 0, labels, k + np.asarray(parts)).astype(pdt)
-    q = np.zeros(npieces * npieces, dtype=np.int64)
-    for lo in range(0, int(src.shape[0]), _BLOCK):
-        ps = np.take(piece, src[lo : lo + _BLOCK])
-        pd = np.take(piece, dst[lo : lo + _BLOCK])
-        key = ps.astype(np.intp)
-        key *= npieces
-        key += pd
-        q += np.bincount(key, minlength=npieces * npieces)
-    quot = q.reshape(npieces, npieces)
-    quot = quot + quot.T
-    vw = np.ones(n, np.int64) if vweights is None else np.asarray(vweights, np.int64)
-    grp = np.zeros(n, np.int64) if group is None else np.asarray(group).astype(np.int64)
-    load = np.bincount(piece, weights=vw, minlength=npieces).astype(np.int64)
-    gload = np.bincount(piece, weights=grp, minlength=npieces).astype(np.int64)
+    """(side of each cluster, cut) of the lowest-cut grouping within the balance bounds;
+    None if none is. Pieces ``k`` and ``k + 1`` (unlabelled nodes on side 0 and 1) stay:
+    ``quot`` is ``(k + 2, k + 2)`` input edges between pieces, ``load`` and ``gload``
+    their vertex weight and grouped nodes."""
+    sym = quot + quot.T
     sides = (np.arange(1 << k, dtype=np.int64)[:, None] >> np.arange(k)) & 1
-    s = np.concatenate([sides, np.zeros((1 << k, 1), np.int64), np.ones((1 << k, 1), np.int64)], 1)
-    # edges between side-1 and side-0 pieces (quot counts each input edge once per end)
-    cuts = ((s @ quot) * (1 - s)).sum(axis=1)
+    fixed = np.broadcast_to(np.array([0, 1], np.int64), (1 << k, 2))
+    s = np.concatenate([sides, fixed], axis=1)
+    # edges between side-1 and side-0 pieces (sym counts both directions)
+    cuts = ((s @ sym) * (1 - s)).sum(axis=1)
     total, gtotal = int(load.sum()), int(gload.sum())
     w1, g1 = s @ load, s @ gload
     cap = (1 + IMBALANCE) * total / 2
@@ -170,23 +230,44 @@ def regroup(
     parts: np.ndarray,
     src: np.ndarray,
     dst: np.ndarray,
+    clusters: Clusters,
     vweights: np.ndarray | None = None,
     group: np.ndarray | None = None,
     *,
     cut: int | None = None,
-    seed: int = 0,
 ) -> RegroupResult:
-    """The best grouping of ``parts``' clusters (two parts; see the module docstring).
-    ``cut``: the input edges ``parts`` cuts, if known."""
+    """The best grouping of ``clusters`` for a two-way partition ``parts`` (see the module
+    docstring, step 2). ``cut``: the input edges ``parts`` cuts, if known."""
     parts = np.asarray(parts, dtype=np.int64)
     n = int(parts.shape[0])
     if cut is None:
         cut = int(np.count_nonzero(np.take(parts, src) != np.take(parts, dst)))
-    if n < 2 * CLUSTERS or src.shape[0] == 0 or cut == 0:
+    labels = clusters.labels
+    k = int(clusters.quot.shape[0])
+    if cut == 0:
         return RegroupResult(parts, False, cut, cut, 0)
-    with step("clusters", log, clusters=CLUSTERS):
-        labels = core_clusters(src, dst, n, CLUSTERS, seed=seed)
-    found = best_grouping(labels, parts, src, dst, CLUSTERS, vweights, group)
+    # pieces: clusters 0..k-1, then the unlabelled nodes on side 0 (k) and side 1 (k + 1)
+    piece = np.where(labels >= 0, labels.astype(np.int64), k + parts)
+    npieces = k + 2
+    quot = np.zeros((npieces, npieces), dtype=np.int64)
+    quot[:k, :k] = clusters.quot
+    if clusters.loose.shape[0]:
+        ls = np.take(piece, np.take(src, clusters.loose))
+        ld = np.take(piece, np.take(dst, clusters.loose))
+        quot += np.bincount(ls * npieces + ld, minlength=npieces * npieces).reshape(
+            npieces, npieces
+        )
+    free = np.flatnonzero(labels < 0)
+    vw = np.ones(n, np.int64) if vweights is None else np.asarray(vweights, np.int64)
+    grp = np.zeros(n, np.int64) if group is None else np.asarray(group).astype(np.int64)
+    side_of_free = np.take(parts, free)
+    load = np.concatenate(
+        [clusters.load, np.bincount(side_of_free, weights=vw[free], minlength=2).astype(np.int64)]
+    )
+    gload = np.concatenate(
+        [clusters.gload, np.bincount(side_of_free, weights=grp[free], minlength=2).astype(np.int64)]
+    )
+    found = best_grouping(quot, load, gload, k)
     if found is None or found[1] >= cut:
         log.info("regrouped", extra=kv(adopted=False, cut_before=cut))
         return RegroupResult(parts, False, cut, cut, 0)
@@ -194,9 +275,24 @@ def regroup(
     lab = labels.astype(np.int64)
     known = lab >= 0
     # clusters put on the side opposite to most of their nodes'
-    on1 = np.bincount(lab[known], weights=parts[known], minlength=CLUSTERS)
-    size = np.bincount(lab[known], minlength=CLUSTERS)
+    on1 = np.bincount(lab[known], weights=parts[known], minlength=k)
+    size = np.bincount(lab[known], minlength=k)
     moved = int(np.count_nonzero((2 * on1 > size) != (side == 1)))
     out = np.where(known, side[np.maximum(lab, 0)], parts)
     log.info("regrouped", extra=kv(adopted=True, cut_before=cut, cut_after=new_cut, moved=moved))
     return RegroupResult(out, True, cut, new_cut, moved)
+
+
+def regroup_now(
+    parts: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    vweights: np.ndarray | None = None,
+    group: np.ndarray | None = None,
+    *,
+    seed: int = 0,
+) -> RegroupResult:
+    """:func:`find_clusters` then :func:`regroup`, in this thread."""
+    with step("clusters", log, clusters=CLUSTERS):
+        clusters = find_clusters(src, dst, int(parts.shape[0]), vweights, group, seed=seed)
+    return regroup(parts, src, dst, clusters, vweights, group)
