@@ -46,7 +46,8 @@ CLUSTERS = 16  # clusters grouped (every grouping is tried: 2^16)
 CORE = 0.05  # fraction of the nodes (highest degree first) that METIS clusters
 CORE_DEGREE = 16.0  # sampled edge ends per core node given to METIS
 SURE = 3  # core neighbours of one cluster that label a node without a second vote
-_BLOCK = 1 << 22  # edges per block read from the input
+_BLOCK = 1 << 21  # edges per block read from the input
+_LABELS_AT_ONCE = 4  # labels counted per pass in _commonest (bounds its count table)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ def find_clusters(
     inner_d: list[np.ndarray] = []
     cross_node: list[np.ndarray] = []  # the non-core end of an edge with one core end
     cross_core: list[np.ndarray] = []  # its core end
+    idt = np.int32 if n < 2**31 else np.int64
     for lo, hi in blocks:
         s, d = _read(src, dst, lo, hi)
         in_s, in_d = core[s], core[d]
@@ -122,8 +124,8 @@ def find_clusters(
         inner_d.append(np.take(cid, d[both]))
         one = np.not_equal(in_s, in_d)
         s, d, in_s = s[one], d[one], in_s[one]
-        cross_node.append(np.where(in_s, d, s))
-        cross_core.append(np.where(in_s, s, d))
+        cross_node.append(np.where(in_s, d, s).astype(idt))
+        cross_core.append(np.where(in_s, s, d).astype(idt))
     del cid
     cs, cd = np.concatenate(inner_s), np.concatenate(inner_d)
     del inner_s, inner_d
@@ -153,7 +155,7 @@ def find_clusters(
         ls, ld = labels[s], labels[d]
         to_d, to_s = unsure[d] & (ls >= 0), unsure[s] & (ld >= 0)
         votes += [ls[to_d], ld[to_s]]
-        nodes += [d[to_d], s[to_s]]
+        nodes += [d[to_d].astype(idt), s[to_s].astype(idt)]
     best, top, _ = _commonest(np.concatenate(votes), np.concatenate(nodes), n, k)
     del votes, nodes
     has = unsure & (top > 0)
@@ -184,20 +186,27 @@ def _commonest(
     label: np.ndarray, node: np.ndarray, n: int, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node: the commonest of its votes ``label`` (the lowest on ties; 0 without
-    votes), its count, and the number of votes."""
-    key = label.astype(np.int64)
-    key *= n
-    key += node  # label-major: each label's counts are one contiguous row
-    counts = np.bincount(key, minlength=n * k).reshape(k, n)
-    del key
+    votes), its count, and the number of votes. The votes are counted a few labels at a
+    time (a count table of ``n`` x :data:`_LABELS_AT_ONCE`)."""
     best = np.zeros(n, dtype=np.int8 if k <= 127 else np.int32)
-    top = counts[0].copy()
-    total = counts[0].copy()
-    for j in range(1, k):
-        more = counts[j] > top
-        best[more] = j
-        np.maximum(top, counts[j], out=top)
-        total += counts[j]
+    top = np.zeros(n, dtype=np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    for first in range(0, k, _LABELS_AT_ONCE):
+        width = min(_LABELS_AT_ONCE, k - first)
+        sel = (label >= first) & (label < first + width)
+        key = label[sel].astype(np.int64)
+        key -= first
+        key *= n
+        key += node[sel]  # label-major: each label's counts are one contiguous row
+        del sel
+        counts = np.bincount(key, minlength=n * width).reshape(width, n)
+        del key
+        for j in range(width):
+            more = counts[j] > top
+            best[more] = first + j
+            np.maximum(top, counts[j], out=top)
+            total += counts[j]
+        del counts
     return best, top, total
 
 
