@@ -23,12 +23,15 @@ the grouping is chosen on every edge:
    refinement's: vertex weight at most ``1.03 x`` the mean, grouped nodes at most
    ``1.02 x`` theirs) replaces the partition if it cuts fewer edges than the partition.
 
-The input is read in blocks whose memory-mapped pages are released after use, so the
-cluster step adds little to METIS's memory peak.
+The input is read in blocks whose memory-mapped pages are released after use, and freed
+memory is returned to the system after each phase (:func:`release_freed`), so the
+cluster step adds about 0.1-0.2 GiB to METIS's memory peak.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +73,19 @@ class RegroupResult:
     cut_before: int  # input edges the given partition cuts
     cut_after: int  # input edges the returned partition cuts
     moved_clusters: int  # clusters put on the side opposite most of their nodes'
+
+
+def release_freed() -> None:
+    """Return freed heap memory to the system (glibc's ``malloc_trim``; a no-op
+    elsewhere). A thread's freed blocks stay in its own malloc arena otherwise, and
+    count in the process's RSS through METIS's and relabelling's peaks."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(ctypes.c_size_t(0))
+    except (OSError, AttributeError):
+        return
 
 
 def _blocks(src: np.ndarray, dst: np.ndarray) -> list[tuple[int, int]]:
@@ -145,6 +161,7 @@ def find_clusters(
     best, top, total = _commonest(vote, node, n, k)
     del node, vote
     labels[top > 0] = best[top > 0]
+    release_freed()
     # the unsure (too few votes, or no majority): all labelled neighbours' commonest
     unsure = ~core & ((top < SURE) | (2 * top <= total))
     del best, top, total
@@ -161,6 +178,7 @@ def find_clusters(
     has = unsure & (top > 0)
     labels[has] = best[has]
     del best, top, has, unsure
+    release_freed()
     # the clusters' edge counts, and the edges with an unlabelled end
     q = np.zeros(k * k, dtype=np.int64)
     loose: list[np.ndarray] = []
@@ -179,7 +197,9 @@ def find_clusters(
     grp = np.zeros(n, np.int64) if group is None else np.asarray(group).astype(np.int64)
     load = np.bincount(lab[ok], weights=vw[ok], minlength=k).astype(np.int64)
     gload = np.bincount(lab[ok], weights=grp[ok], minlength=k).astype(np.int64)
-    return Clusters(labels, q.reshape(k, k), load, gload, np.concatenate(loose))
+    out = Clusters(labels, q.reshape(k, k), load, gload, np.concatenate(loose))
+    release_freed()
+    return out
 
 
 def _commonest(
