@@ -529,6 +529,8 @@ def cases(marker: str) -> list[Case]:
         ("prob int", {"fanout": 5, "prob": 3}, seeds), ("replace str", {"fanout": 5,
                                                                        "replace": "y"}, seeds),
         ("seeds out of range", {"fanout": 5}, [np.array([NODES])]),
+        ("runs str", {"fanout": 5, "runs": "yes"}, seeds), ("runs 1", {"fanout": 5, "runs": 1},
+                                                           seeds),
     ]:  # fmt: skip
         add(Case("requests", f"SAMPLE {name}", request(MsgType.SAMPLE_NEIGHBORS, meta, b)))
     for name, meta, b in [

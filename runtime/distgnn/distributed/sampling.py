@@ -4,20 +4,26 @@
 Seeds (homogeneous global node IDs) are grouped by owner partition; each server
 gets one SAMPLE_NEIGHBORS request, all in flight at once, and samples in-edges of
 its seeds from its CSC with vectorised NumPy (:mod:`distgnn.server.sampling`).
+The answer gives each edge's destination as runs over the request's seeds (``runs``:
+``run_len[i]`` edges of seed ``run_seed[i]``), not per edge, and the edge type only
+on graphs that have edge types; :func:`sample_hop_edges` turns them into positions in
+the caller's seed array (what a block needs), :func:`sample_hop` into global IDs. A
+co-located trainer answers its own partition's request in-process from the server's
+shared memory with the same handler (:mod:`distgnn.distributed.localsample`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
 
 from distgnn.distributed.subgraph import SubGraph
 from distgnn.distributed.tensor import as_ids, group
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, ProtocolError
 from distgnn.rpc.client import Call
-from distgnn.rpc.protocol import MsgType
+from distgnn.rpc.protocol import Frame, MsgType
 
 
 class SampledEdges(NamedTuple):
@@ -27,6 +33,17 @@ class SampledEdges(NamedTuple):
     dst: torch.Tensor
     eid: torch.Tensor
     etype: torch.Tensor
+
+
+class HopEdges(NamedTuple):
+    """Sampled in-edges as NumPy arrays: global ``src``/``eid`` (int64), the edge type
+    index (int32; None on a graph without edge types) and ``dst_index``, the position
+    of each edge's destination in the seed array that was sampled."""
+
+    src: np.ndarray
+    eid: np.ndarray
+    etype: np.ndarray | None
+    dst_index: np.ndarray
 
 
 def _fanout(g: Any, fanout: int | dict[Any, int]) -> int | dict[str, int]:
@@ -49,7 +66,7 @@ def _fanout(g: Any, fanout: int | dict[Any, int]) -> int | dict[str, int]:
     return out
 
 
-def _seeds(g: Any, nodes: Any) -> np.ndarray:
+def seed_ids(g: Any, nodes: Any) -> np.ndarray:
     """Homogeneous global seed IDs from IDs or a dict ``{ntype: type-wise IDs}``."""
     if isinstance(nodes, dict):
         book = g.get_partition_book()
@@ -78,6 +95,155 @@ def _excluded(g: Any, exclude_edges: Any) -> np.ndarray:
     return as_ids(exclude_edges, g.num_edges())
 
 
+def _call(ctx: Any, calls: dict[int, Call]) -> dict[int, Frame]:
+    """The servers' answers; a co-located trainer's own partition is sampled here
+    (:mod:`distgnn.distributed.localsample`) while the others' requests are in flight,
+    or over TCP when the local sampler declines."""
+    local = getattr(ctx, "local_sampler", None)
+    if local is None or local.part not in calls:
+        return cast(dict[int, Frame], ctx.call_many(calls))
+    mine = calls[local.part]
+    rest = {p: c for p, c in calls.items() if p != local.part}
+    got: list[Frame | None] = []
+    frames: dict[int, Frame] = ctx.call_many(rest, between=lambda: got.append(local.answer(mine)))
+    frames[local.part] = got[0] if got and got[0] is not None else ctx.call(local.part, mine)
+    return frames
+
+
+def _int_column(frame: Frame, i: int, part: int, what: str) -> np.ndarray:
+    a = frame.bufs[i]
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ProtocolError(
+            f"SAMPLE_NEIGHBORS answer of server {part}: {what} must be a 1-D integer array, "
+            f"got {a.dtype}{list(a.shape)}"
+        )
+    return a
+
+
+def decode_sample_answer(
+    frame: Frame, num_seeds: int, part: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+    """``(src, eid, etype or None, run_seed, run_len)`` of one server's answer (the
+    destinations as runs over the ``num_seeds`` seeds of its request); a malformed
+    answer raises ProtocolError. From a server that does not know ``runs`` (per-edge
+    layout), ``run_seed`` holds each edge's destination as a global node ID and
+    ``run_len`` is None."""
+    runs = frame.meta.get("runs") is True
+    n = len(frame.bufs)
+    if n not in ((4, 5) if runs else (4,)):
+        raise ProtocolError(
+            f"SAMPLE_NEIGHBORS answer of server {part}: {n} buffers "
+            f"({'4 or 5' if runs else '4'} expected)"
+        )
+    names = (
+        ("src", "eid", "run_seed", "run_len", "etype") if runs else ("src", "dst", "eid", "etype")
+    )
+    cols = [_int_column(frame, i, part, names[i]) for i in range(n)]
+    src = cols[0]
+    if runs:
+        eid, run_seed, run_len = cols[1], cols[2], cols[3]
+        et = cols[4] if n == 5 else None
+        if len(run_seed) != len(run_len):
+            raise ProtocolError(
+                f"SAMPLE_NEIGHBORS answer of server {part}: {len(run_seed)} run seeds for "
+                f"{len(run_len)} run lengths"
+            )
+        if len(run_len) and (int(run_len.min()) < 0 or int(run_len.sum()) != len(src)):
+            raise ProtocolError(
+                f"SAMPLE_NEIGHBORS answer of server {part}: run lengths do not add up to its "
+                f"{len(src)} edges"
+            )
+        if len(run_seed) and (int(run_seed.min()) < 0 or int(run_seed.max()) >= num_seeds):
+            raise ProtocolError(
+                f"SAMPLE_NEIGHBORS answer of server {part}: a run's seed is outside the "
+                f"{num_seeds} seeds of the request"
+            )
+        if not len(run_len) and len(src):
+            raise ProtocolError(f"SAMPLE_NEIGHBORS answer of server {part}: edges without runs")
+        per_edge: tuple[np.ndarray, ...] = (eid,) if et is None else (eid, et)
+    else:
+        run_seed, eid, et, run_len = cols[1], cols[2], cols[3], None
+        per_edge = (run_seed, eid, et)
+    if any(len(c) != len(src) for c in per_edge):
+        raise ProtocolError(
+            f"SAMPLE_NEIGHBORS answer of server {part}: columns of different lengths"
+        )
+    return src, eid, et, run_seed, run_len
+
+
+def _legacy_dst_index(dst: np.ndarray, local_seeds: np.ndarray, part: int) -> np.ndarray:
+    """Indices into ``local_seeds`` of per-edge destinations (server-local node IDs)."""
+    order = np.argsort(local_seeds, kind="stable")
+    pos = np.minimum(np.searchsorted(local_seeds[order], dst), max(len(order) - 1, 0))
+    if len(dst) and (not len(order) or not np.array_equal(local_seeds[order[pos]], dst)):
+        raise ProtocolError(
+            f"SAMPLE_NEIGHBORS answer of server {part}: an edge's destination is not a seed"
+        )
+    return order[pos]
+
+
+def sample_hop_edges(
+    g: Any,
+    gid: np.ndarray,
+    fanout: int | dict[Any, int],
+    replace: bool = False,
+    prob: str | None = None,
+    seed: int | None = None,
+) -> HopEdges:
+    """One request per owning server (all in flight at once): sampled in-edges of
+    ``gid``, destinations as positions in ``gid``."""
+    fo = _fanout(g, fanout)
+    offsets = np.asarray(g.book.node_offsets, dtype=np.int64)
+    nparts = len(offsets) - 1
+    parts = (np.searchsorted(offsets, gid, side="right") - 1).astype(np.int16)
+    meta: dict[str, Any] = {"fanout": fo, "replace": bool(replace), "runs": True}
+    if prob is not None:
+        meta["prob"] = prob
+    calls: dict[int, Call] = {}
+    where: dict[int, np.ndarray | None] = {}
+    if nparts == 1 or (len(gid) and (parts == parts[0]).all()):
+        p = int(parts[0]) if len(gid) else 0
+        calls[p] = Call(MsgType.SAMPLE_NEIGHBORS, dict(meta), [gid - offsets[p]])
+        where[p] = None  # request seed i is gid[i]
+    else:
+        order, b = group(parts, nparts)
+        for p in range(nparts):
+            if b[p + 1] > b[p]:
+                where[p] = order[b[p] : b[p + 1]]
+                calls[p] = Call(MsgType.SAMPLE_NEIGHBORS, dict(meta), [gid[where[p]] - offsets[p]])
+    if seed is not None:
+        for p, c in calls.items():
+            c.meta["seed"] = int(seed) * 1000003 + p
+    frames = _call(g.ctx, calls)
+    srcs, eids, dsts = [], [], []
+    ets: list[np.ndarray | None] = []
+    for p in sorted(frames):
+        local_seeds = calls[p].bufs[0]
+        src, eid, et, run_seed, run_len = decode_sample_answer(frames[p], len(local_seeds), p)
+        if run_len is None:  # per-edge layout: destinations as global IDs
+            run_seed = _legacy_dst_index(run_seed.astype(np.int64) - offsets[p], local_seeds, p)
+        w = where[p]
+        idx = run_seed.astype(np.int64, copy=False) if w is None else np.take(w, run_seed)
+        srcs.append(src)
+        eids.append(eid)
+        ets.append(et)
+        dsts.append(idx if run_len is None else np.repeat(idx, run_len))
+
+    def cat(cols: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
+        return (cols[0] if len(cols) == 1 else np.concatenate(cols)).astype(dtype, copy=False)
+
+    etype = None
+    if any(e is not None for e in ets):  # a server of the per-edge layout sends zeros
+        etype = cat(
+            [
+                np.zeros(len(s), np.int32) if e is None else e
+                for e, s in zip(ets, srcs, strict=True)
+            ],
+            np.int32,
+        )
+    return HopEdges(cat(srcs), cat(eids), etype, cat(dsts))
+
+
 def sample_hop(
     g: Any,
     gid: np.ndarray,
@@ -86,32 +252,13 @@ def sample_hop(
     prob: str | None = None,
     seed: int | None = None,
 ) -> SampledEdges:
-    """One request per owning server (all in flight at once): sampled in-edges of ``gid``."""
-    fo = _fanout(g, fanout)
-    offsets = np.asarray(g.book.node_offsets, dtype=np.int64)
-    nparts = len(offsets) - 1
-    parts = (np.searchsorted(offsets, gid, side="right") - 1).astype(np.int16)
-    meta: dict[str, Any] = {"fanout": fo, "replace": bool(replace)}
-    if prob is not None:
-        meta["prob"] = prob
-    calls = {}
-    if nparts == 1 or (len(gid) and (parts == parts[0]).all()):
-        p = int(parts[0]) if len(gid) else 0
-        calls[p] = Call(MsgType.SAMPLE_NEIGHBORS, dict(meta), [gid - offsets[p]])
-    else:
-        order, b = group(parts, nparts)
-        for p in range(nparts):
-            if b[p + 1] > b[p]:
-                calls[p] = Call(
-                    MsgType.SAMPLE_NEIGHBORS, dict(meta), [gid[order[b[p] : b[p + 1]]] - offsets[p]]
-                )
-    if seed is not None:
-        for p, c in calls.items():
-            c.meta["seed"] = int(seed) * 1000003 + p
-    frames = g.ctx.call_many(calls)
-    res = [frames[p].bufs for p in sorted(frames)]
-    cols = res[0] if len(res) == 1 else [np.concatenate([r[i] for r in res]) for i in range(4)]
-    return SampledEdges(*(torch.from_numpy(np.ascontiguousarray(c)) for c in cols))
+    """:func:`sample_hop_edges` with global destination IDs and an edge type always."""
+    h = sample_hop_edges(g, gid, fanout, replace, prob, seed)
+    dst = np.take(gid, h.dst_index)
+    et = np.zeros(len(h.src), np.int32) if h.etype is None else h.etype
+    return SampledEdges(
+        *(torch.from_numpy(np.ascontiguousarray(c)) for c in (h.src, dst, h.eid, et))
+    )
 
 
 def sample_neighbors(
@@ -145,7 +292,7 @@ def sample_neighbors(
         )
     if isinstance(fanout, int) and len(g.canonical_etypes) > 1:
         fanout = {c: fanout for c in g.canonical_etypes}  # DGL: the fanout of every type
-    s = sample_hop(g, _seeds(g, nodes), fanout, replace, prob, seed)
+    s = sample_hop(g, seed_ids(g, nodes), fanout, replace, prob, seed)
     src, dst, eid, et = s
     if exclude_edges is not None:
         keep = torch.from_numpy(~np.isin(eid.numpy(), _excluded(g, exclude_edges)))

@@ -350,25 +350,38 @@ DENSE_RELABEL_MIN = 1 << 20
 def to_block(
     dst_nid: np.ndarray,
     src: np.ndarray,
-    dst: np.ndarray,
+    dst: np.ndarray | None,
     eid: np.ndarray,
     etype: np.ndarray | None = None,
+    *,
+    dst_index: np.ndarray | None = None,
 ) -> Block:
     """Compact the sampled edges ``src -> dst`` (global IDs) into a block.
 
     ``dst_nid`` must be unique and contain every ``dst``; the block's source
     nodes are ``dst_nid`` followed by the other sources in ascending ID order.
+    ``dst_index`` (positions in ``dst_nid``, in range) may replace ``dst``: it is then
+    the block's ``edge_dst`` as it is, no lookup.
     """
     dst_nid = np.asarray(dst_nid, dtype=np.int64)
     src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
+    if dst_index is not None:
+        dst = None
+        edge_dst = np.asarray(dst_index, dtype=np.int64)
+        if edge_dst.shape != src.shape:
+            raise ConfigError("sampled edges: dst_index and src differ in length")
+    elif dst is None:
+        raise ConfigError("sampled edges: give dst or dst_index")
+    ends = (dst_nid, src) if dst is None else (dst_nid, src, np.asarray(dst, dtype=np.int64))
     work = src.size + dst_nid.size
-    hi = max(int(dst_nid.max(initial=-1)), int(src.max(initial=-1)), int(dst.max(initial=-1)))
-    lo = min(int(dst_nid.min(initial=0)), int(src.min(initial=0)), int(dst.min(initial=0)))
+    hi = max(int(a.max(initial=-1)) for a in ends)
+    lo = min(int(a.min(initial=0)) for a in ends)
     if lo >= 0 and hi < max(DENSE_RELABEL_MIN, DENSE_RELABEL_FACTOR * work):
-        src_nid, edge_src, edge_dst = _relabel_dense(dst_nid, src, dst, hi + 1)
+        src_nid, edge_src, edge_dst = _relabel_dense(dst_nid, src, ends[-1], hi + 1, dst is None)
     else:
-        src_nid, edge_src, edge_dst = _relabel_sorted(dst_nid, src, dst)
+        src_nid, edge_src, edge_dst = _relabel_sorted(dst_nid, src, ends[-1], dst is None)
+    if dst is None:
+        edge_dst = np.asarray(dst_index, dtype=np.int64)
     return Block(
         src_nid=src_nid,
         dst_nid=dst_nid,
@@ -380,17 +393,20 @@ def to_block(
 
 
 def _relabel_dense(
-    dst_nid: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int
+    dst_nid: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int, indexed: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """O(edges + ID range) relabelling with a lookup table (no sort), as DGL's hash map."""
+    """O(edges + ID range) relabelling with a lookup table (no sort), as DGL's hash map;
+    ``indexed``: the destinations are already local (``edge_dst`` is left to the caller)."""
     n_dst = dst_nid.size
     table = np.full(n, -1, dtype=np.int64)
     table[dst_nid] = np.arange(n_dst, dtype=np.int64)
     if n_dst > 1 and not np.array_equal(table[dst_nid], np.arange(n_dst)):
         raise ConfigError("seeds: destination node IDs must be unique")
-    edge_dst = np.take(table, dst)  # np.take: faster than fancy indexing for int64 gathers
-    if edge_dst.size and int(edge_dst.min()) < 0:
-        raise ConfigError("sampled edges: a destination is not among the seeds")
+    edge_dst = dst
+    if not indexed:
+        edge_dst = np.take(table, dst)  # np.take: faster than fancy indexing for int64 gathers
+        if edge_dst.size and int(edge_dst.min()) < 0:
+            raise ConfigError("sampled edges: a destination is not among the seeds")
     seen = np.zeros(n, dtype=bool)
     seen[src] = True
     seen[dst_nid] = False
@@ -400,16 +416,18 @@ def _relabel_dense(
 
 
 def _relabel_sorted(
-    dst_nid: np.ndarray, src: np.ndarray, dst: np.ndarray
+    dst_nid: np.ndarray, src: np.ndarray, dst: np.ndarray, indexed: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique`` + ``searchsorted`` relabelling (IDs spread over a huge range)."""
     order = np.argsort(dst_nid, kind="stable")
     sorted_dst = dst_nid[order]
     if sorted_dst.size > 1 and bool(np.any(sorted_dst[1:] == sorted_dst[:-1])):
         raise ConfigError("seeds: destination node IDs must be unique")
-    edge_dst = _positions(sorted_dst, order, dst)
-    if edge_dst.size and int(edge_dst.min()) < 0:
-        raise ConfigError("sampled edges: a destination is not among the seeds")
+    edge_dst = dst
+    if not indexed:
+        edge_dst = _positions(sorted_dst, order, dst)
+        if edge_dst.size and int(edge_dst.min()) < 0:
+            raise ConfigError("sampled edges: a destination is not among the seeds")
     uniq, inv = np.unique(src, return_inverse=True)
     pos = _positions(sorted_dst, order, uniq)
     new = pos < 0

@@ -22,12 +22,25 @@ Fanout = int | Mapping[str, int]
 
 @dataclass(frozen=True)
 class Hop:
-    """The edges of one sampled hop, global IDs, messages flow ``src -> dst``."""
+    """The edges of one sampled hop, global IDs, messages flow ``src -> dst``.
+
+    A sampler may give ``dst_index`` (each edge's destination as a position in the
+    seeds it sampled) instead of ``dst`` (None): the block builder needs no lookup then.
+    """
 
     src: np.ndarray
-    dst: np.ndarray
+    dst: np.ndarray | None
     eid: np.ndarray
     etype: np.ndarray | None = None
+    dst_index: np.ndarray | None = None
+
+    def with_dst(self, seeds: np.ndarray) -> Hop:
+        """This hop with ``dst`` as global IDs (taken from ``seeds`` when not given)."""
+        if self.dst is not None:
+            return self
+        if self.dst_index is None:
+            raise ConfigError("a sampled hop needs dst or dst_index")
+        return Hop(self.src, np.take(seeds, self.dst_index), self.eid, self.etype, self.dst_index)
 
 
 class OneHop(Protocol):
@@ -46,10 +59,12 @@ class Exclusion:
     pairs: tuple[np.ndarray, np.ndarray] | None = None
 
     def keep_mask(self, hop: Hop) -> np.ndarray:
+        """Which edges of ``hop`` (with ``dst`` given) stay."""
         keep = np.ones(hop.eid.shape[0], dtype=bool)
         if self.eids is not None and self.eids.size:
             keep &= ~np.isin(hop.eid, self.eids)
         if self.pairs is not None and self.pairs[0].size:
+            assert hop.dst is not None
             ps, pd = self.pairs
             width = int(max(hop.src.max(initial=0), hop.dst.max(initial=0), ps.max(), pd.max())) + 1
             keys = ps.astype(np.int64) * width + pd.astype(np.int64)
@@ -127,13 +142,23 @@ class NeighborSampler:
                 frontier, fanout, replace=self.replace, prob=self.prob, edge_dir=self.edge_dir
             )
             if self.edge_dir == "out":  # sampled seed -> nbr; messages flow nbr -> seed
+                hop = hop.with_dst(frontier)
+                assert hop.dst is not None
                 hop = Hop(hop.dst, hop.src, hop.eid, hop.etype)
             if exclude is not None:
+                hop = hop.with_dst(frontier) if exclude.pairs is not None else hop
                 keep = exclude.keep_mask(hop)
                 if not keep.all():
-                    et = None if hop.etype is None else hop.etype[keep]
-                    hop = Hop(hop.src[keep], hop.dst[keep], hop.eid[keep], et)
-            block = to_block(frontier, hop.src, hop.dst, hop.eid, hop.etype)
+                    hop = Hop(
+                        hop.src[keep],
+                        None if hop.dst is None else hop.dst[keep],
+                        hop.eid[keep],
+                        None if hop.etype is None else hop.etype[keep],
+                        None if hop.dst_index is None else hop.dst_index[keep],
+                    )
+            block = to_block(
+                frontier, hop.src, hop.dst, hop.eid, hop.etype, dst_index=hop.dst_index
+            )
             blocks.insert(0, block)
             frontier = block.src_nid
         return frontier, output, blocks

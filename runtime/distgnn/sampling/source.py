@@ -66,27 +66,24 @@ class LocalSource:
 
 class _DistOneHop:
     def __init__(self, g: Any, rng: np.random.Generator) -> None:
-        from distgnn.distributed.sampling import sample_neighbors
-
-        self.g, self.rng, self._sample = g, rng, sample_neighbors
+        self.g, self.rng = g, rng
 
     def __call__(
         self, seeds: np.ndarray, fanout: Fanout, *, replace: bool, prob: str | None, edge_dir: str
     ) -> Hop:
         if edge_dir != "in":
             raise ConfigError("edge_dir: the distributed graph samples in-edges only")
+        from distgnn.distributed.sampling import sample_hop_edges, seed_ids
+
         fan: Any = dict(fanout) if not isinstance(fanout, int) else fanout
+        if isinstance(fan, int) and len(self.g.canonical_etypes) > 1:
+            fan = {c: fan for c in self.g.canonical_etypes}  # DGL: the fanout of every type
         seed = int(self.rng.integers(0, 2**31 - 1))
-        s = self._sample(
-            self.g, np.asarray(seeds, dtype=np.int64), fan, replace=replace, prob=prob, seed=seed
-        )
-        et = getattr(s, "etype", None)
-        return Hop(
-            _np(s.src).astype(np.int64, copy=False),
-            _np(s.dst).astype(np.int64, copy=False),
-            _np(s.eid).astype(np.int64, copy=False),
-            None if et is None else _np(et),
-        )
+        gid = seed_ids(self.g, np.asarray(seeds, dtype=np.int64))
+        h = sample_hop_edges(self.g, gid, fan, replace=replace, prob=prob, seed=seed)
+        # edges of a graph without edge types are of type 0 (zero pages until read)
+        et = np.zeros(len(h.src), np.int64) if h.etype is None else h.etype.astype(np.int64)
+        return Hop(h.src, None, h.eid, et, dst_index=h.dst_index)
 
 
 class DistSource:

@@ -367,13 +367,21 @@ class Handlers:
 
     # --- structure ------------------------------------------------------------------
     def sample_neighbors(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
+        """Sampled in-edges of the seeds. With ``runs`` (current clients) the answer is
+        ``src, eid, run_seed, run_len[, etype]``: ``run_len[i]`` consecutive edges go to
+        seed ``run_seed[i]`` (an index into the request's seeds), the edge type only on a
+        graph with edge types; without it (older clients), per-edge
+        ``src, dst, eid, etype``."""
         g = self.g
         seeds = self._ids(bufs, 0, g.n_owned, "seeds (local owned node IDs)")
         fanout = meta.get("fanout")
         replace = meta.get("replace", False)
         prob = meta.get("prob")
+        runs = meta.get("runs", False)
         if not isinstance(replace, bool):
             raise TensorError("field 'replace' must be true or false")
+        if not isinstance(runs, bool):
+            raise TensorError("field 'runs' must be true or false")
         if prob is not None and not isinstance(prob, str):
             raise TensorError("field 'prob' must be an edge-data name")
         raw = list(fanout.values()) if isinstance(fanout, dict) else [fanout]
@@ -386,15 +394,22 @@ class Handlers:
         self._check_sample_work(seeds, fans, replace, typed)
         rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
         if isinstance(fanout, int) and prob is None:
-            pos, seg = sampling.sample_uniform(g.indptr, seeds, fanout, replace, rng)
+            pos, run_seed, run_len = sampling.sample_uniform_runs(
+                g.indptr, seeds, fanout, replace, rng
+            )
         else:
             pos, seg = self._sample_typed(seeds, fanout, replace, prob, rng)
+            run_seed, run_len = sampling.runs_of(seg)
         # np.take: several times faster than fancy indexing for these int64 gathers
         src = np.take(g.local2global, np.take(g.indices, pos))
-        dst = g.node_offset + np.take(seeds, seg)
-        eid = np.take(g.eid, pos)
-        et = np.take(g.etype, pos) if g.etype is not None else np.zeros(len(pos), np.int32)
-        return {}, [src, dst, eid, et.astype(np.int32, copy=False)]
+        eid = pos + g.edge_offset if g.eid_contiguous else np.take(g.eid, pos)
+        et = np.take(g.etype, pos) if g.etype is not None else None
+        if runs:
+            out = [src, eid, run_seed.astype(np.int32), run_len.astype(np.int32)]
+            return {"runs": True}, out if et is None else [*out, et.astype(np.int32, copy=False)]
+        dst = g.node_offset + np.take(seeds, np.repeat(run_seed, run_len))
+        et = np.zeros(len(pos), np.int32) if et is None else et.astype(np.int32, copy=False)
+        return {}, [src, dst, eid, et]
 
     def _check_sample_work(
         self, seeds: np.ndarray, fans: list[int], replace: bool, typed: bool

@@ -1,7 +1,10 @@
 """Vectorised one-hop in-neighbour sampling on a CSC partition (NumPy, no per-seed loops).
 
 All functions return edge *positions* (into the partition's ``indices``/``eid``) and,
-for each, the index of its seed (grouped by seed bucket, not sorted by seed).
+for each, the index of its seed (grouped by seed bucket, not sorted by seed);
+:func:`sample_uniform_runs` gives the same positions with their seeds as *runs*
+(``run_len[i]`` consecutive positions belong to seed ``run_seed[i]``), one per seed,
+without any per-edge seed array: what a SAMPLE_NEIGHBORS answer carries.
 
 * Without replacement a seed keeps all its in-edges when it has at most ``fanout``;
   otherwise ``fanout`` distinct positions are drawn uniformly: Floyd's algorithm (vectorised
@@ -29,6 +32,25 @@ def ranges(starts: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:
         return np.empty(0, np.int64), seg
     base = np.repeat(starts.astype(np.int64) - (np.cumsum(counts) - counts), counts)
     return base + np.arange(total, dtype=np.int64), seg
+
+
+def range_positions(starts: IntArr, counts: IntArr) -> IntArr:
+    """``ranges(starts, counts)[0]`` without the segment ids."""
+    counts = counts.astype(np.int64, copy=False)
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, np.int64)
+    base = np.repeat(starts.astype(np.int64) - (np.cumsum(counts) - counts), counts)
+    base += np.arange(total, dtype=np.int64)
+    return base
+
+
+def runs_of(seg: IntArr) -> tuple[IntArr, IntArr]:
+    """Run-length encoding of a per-edge seed index: ``(run_seed, run_len)``."""
+    if len(seg) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    first = np.r_[0, np.flatnonzero(seg[1:] != seg[:-1]) + 1]
+    return seg[first], np.diff(np.r_[first, len(seg)])
 
 
 def _topk_by_key(
@@ -75,25 +97,35 @@ def sample_uniform(
     indptr: IntArr, seeds: IntArr, fanout: int, replace: bool, rng: np.random.Generator
 ) -> tuple[IntArr, IntArr]:
     """Uniform sampling over all in-edges of ``seeds`` (local node IDs)."""
+    pos, run_seed, run_len = sample_uniform_runs(indptr, seeds, fanout, replace, rng)
+    return pos, np.repeat(run_seed, run_len)
+
+
+def sample_uniform_runs(
+    indptr: IntArr, seeds: IntArr, fanout: int, replace: bool, rng: np.random.Generator
+) -> tuple[IntArr, IntArr, IntArr]:
+    """:func:`sample_uniform` as ``(pos, run_seed, run_len)``: the same draw and order,
+    the seeds as runs (O(seeds), no per-edge seed array)."""
     start = indptr[seeds]
     deg = indptr[seeds + 1] - start
     if fanout < 0:
-        return ranges(start, deg)
+        return range_positions(start, deg), np.arange(len(seeds), dtype=np.int64), deg
+    empty = np.empty(0, np.int64)
     if fanout == 0 or len(seeds) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
+        return empty, empty, empty
     if replace:
         idx = np.flatnonzero(deg > 0)
         off = np.floor(rng.random((len(idx), fanout)) * deg[idx, None]).astype(np.int64)
         pos = (start[idx, None] + off).ravel()
-        return pos, np.repeat(idx, fanout)
+        return pos, idx, np.full(len(idx), fanout, dtype=np.int64)
     small = deg <= fanout
     mid = ~small & (deg <= 2 * fanout)
     big = deg > 2 * fanout
-    parts_pos, parts_seg = [], []
+    parts_pos, parts_seed, parts_len = [], [], []
     idx = np.flatnonzero(small)
-    p, s = ranges(start[idx], deg[idx])
-    parts_pos.append(p)
-    parts_seg.append(idx[s])
+    parts_pos.append(range_positions(start[idx], deg[idx]))
+    parts_seed.append(idx)
+    parts_len.append(deg[idx])
     idx = np.flatnonzero(mid)
     if len(idx):
         # fanout < deg <= 2*fanout: the fanout smallest of deg random keys per row
@@ -101,13 +133,15 @@ def sample_uniform(
         keys[np.arange(2 * fanout)[None, :] >= deg[idx, None]] = np.inf
         off = np.argpartition(keys, fanout - 1, axis=1)[:, :fanout]
         parts_pos.append((start[idx, None] + off).ravel())
-        parts_seg.append(np.repeat(idx, fanout))
+        parts_seed.append(idx)
+        parts_len.append(np.full(len(idx), fanout, dtype=np.int64))
     idx = np.flatnonzero(big)
     if len(idx):
         off = _distinct_draws(deg[idx], fanout, rng)
         parts_pos.append((start[idx, None] + off).ravel())
-        parts_seg.append(np.repeat(idx, fanout))
-    return np.concatenate(parts_pos), np.concatenate(parts_seg)
+        parts_seed.append(idx)
+        parts_len.append(np.full(len(idx), fanout, dtype=np.int64))
+    return np.concatenate(parts_pos), np.concatenate(parts_seed), np.concatenate(parts_len)
 
 
 def sample_candidates(

@@ -57,6 +57,8 @@ def load_into_store(
     eidpos = np.empty(m_owned, dtype=np.int64)  # position of owned edge (new ID - offset)
     eidpos[eid[:m_owned] - part.manifest.edge_offsets[part_id]] = np.arange(m_owned)
     store.put(GRAPH + "eidpos", eidpos)
+    sampled = int(indptr[n_owned])  # the in-edges of owned nodes: what sampling reads
+    contiguous = _is_offset_range(eid[:sampled], int(part.manifest.edge_offsets[part_id]))
     if part.etype is not None:
         store.put(GRAPH + "etype", np.asarray(part.etype, dtype=np.int32))
     l2g = np.asarray(part.local2global, dtype=np.int64)
@@ -81,6 +83,7 @@ def load_into_store(
         "num_owned_edges": m_owned,
         "num_local_nodes": len(l2g),
         "has_etype": part.etype is not None,
+        "eid_contiguous": contiguous,
     }
     store.seal()  # the partition's own tensors: not counted by the run-time quota
     tmp = os.path.join(store.root, "info.tmp")
@@ -88,6 +91,15 @@ def load_into_store(
         json.dump(info, f)
     os.replace(tmp, os.path.join(store.root, "info.json"))
     return info
+
+
+def _is_offset_range(a: np.ndarray, offset: int, chunk: int = 1 << 20) -> bool:
+    """Whether ``a == offset + arange(len(a))`` (checked a chunk at a time)."""
+    for i in range(0, len(a), chunk):
+        part = a[i : i + chunk]
+        if not np.array_equal(part, np.arange(offset + i, offset + i + len(part))):
+            return False
+    return True
 
 
 @dataclass
@@ -111,6 +123,10 @@ class GraphState:
     halo_order: np.ndarray
     outdeg: np.ndarray
     etype_starts: dict[str, int]
+    eid_contiguous: bool = False
+    """``eid[pos] == edge_offset + pos`` for every in-edge of an owned node (the
+    partitioner numbers a homogeneous partition's edges in CSC order): sampling then
+    computes edge IDs instead of gathering them."""
 
     @classmethod
     def attach(cls, store: ShmStore) -> GraphState:
@@ -141,6 +157,7 @@ class GraphState:
             halo_order=store.get(GRAPH + "halo_order"),
             outdeg=store.get(GRAPH + "outdeg"),
             etype_starts=starts,
+            eid_contiguous=bool(info.get("eid_contiguous", False)),
         )
 
     def global_to_local(self, gids: np.ndarray) -> np.ndarray:

@@ -1,0 +1,200 @@
+"""SAMPLE_NEIGHBORS answers as runs: no per-edge destination (nor edge type on a graph
+without types) on the wire, the same draw and blocks as the per-edge layout, malformed
+answers refused with a clear error, and both layouts understood by either side."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distgnn.distributed import DistGraph, sample_neighbors
+from distgnn.distributed.sampling import decode_sample_answer, sample_hop_edges
+from distgnn.errors import ProtocolError
+from distgnn.partition.partitioner import partition_graph
+from distgnn.rpc.protocol import Frame, MsgType
+from distgnn.sampling import NeighborSampler
+from distgnn.sampling.source import source_for
+from distgnn.server import sampling
+from distgnn.server.handlers import Handlers
+from distgnn.server.state import GraphState, load_into_store
+from distgnn.server.store import ShmStore
+
+SAMPLE = MsgType.SAMPLE_NEIGHBORS
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
+    out = tmp_path_factory.mktemp("cora3w")
+    partition_graph(str(cora_path), 3, str(out), "cora", method="metis", progress=False)
+    return str(out / "cora.json")
+
+
+@pytest.fixture()
+def g(cora_parts: str) -> Iterator[DistGraph]:
+    with DistGraph.standalone(cora_parts) as graph:
+        yield graph
+
+
+@pytest.fixture()
+def h(cora_parts: str) -> Iterator[Handlers]:
+    store = ShmStore.create()
+    try:
+        load_into_store(cora_parts, 1, store)
+        yield Handlers(store, GraphState.attach(store))
+    finally:
+        store.close()
+
+
+def test_uniform_draw_is_the_one_of_the_per_edge_code() -> None:
+    """Positions and seeds as the code before runs drew them (digest taken with it),
+    for every bucket (degree <= fanout, <= 2 x fanout, above), all edges and replacement."""
+    deg = np.random.default_rng(7).integers(0, 60, 3000)
+    indptr = np.r_[0, np.cumsum(deg)]
+    seeds = np.random.default_rng(8).permutation(3000)[:1200]
+    digest = hashlib.sha256()
+    for fanout in (-1, 0, 5, 15):
+        for replace in (False, True):
+            rng = np.random.default_rng(fanout + 10)
+            pos, seg = sampling.sample_uniform(indptr, seeds, fanout, replace, rng)
+            rng = np.random.default_rng(fanout + 10)
+            p2, run_seed, run_len = sampling.sample_uniform_runs(
+                indptr, seeds, fanout, replace, rng
+            )
+            np.testing.assert_array_equal(p2, pos)
+            np.testing.assert_array_equal(np.repeat(run_seed, run_len), seg)
+            assert len(run_seed) <= len(seeds)
+            digest.update(pos.astype(np.int64).tobytes())
+            digest.update(seg.astype(np.int64).tobytes())
+    assert digest.hexdigest() == (
+        "ab4a320ec43952da233620930704dcc2233ef7af8187408d1752341dbb496b01"
+    )
+
+
+def test_answer_carries_runs_not_per_edge_destinations(h: Handlers) -> None:
+    seeds = np.arange(0, 600, 2)
+    meta, bufs = h.handle(SAMPLE, {"fanout": 5, "seed": 3, "runs": True}, [seeds])
+    assert meta == {"runs": True}
+    src, eid, run_seed, run_len = bufs  # no dst, no edge type (homogeneous graph)
+    assert len(src) == len(eid) == int(run_len.sum()) > len(seeds)
+    assert len(run_seed) <= len(seeds) and run_seed.dtype == run_len.dtype == np.int32
+    # the per-edge layout (clients that do not ask for runs): same edges, same order
+    old_meta, (o_src, o_dst, o_eid, o_et) = h.handle(SAMPLE, {"fanout": 5, "seed": 3}, [seeds])
+    assert old_meta == {}
+    np.testing.assert_array_equal(o_src, src)
+    np.testing.assert_array_equal(o_eid, eid)
+    np.testing.assert_array_equal(o_dst, h.g.node_offset + seeds[np.repeat(run_seed, run_len)])
+    assert not o_et.any()
+    # computed edge IDs (contiguous partition) equal the partition's edge-ID array
+    assert h.g.eid_contiguous
+    pos = h.g.eidpos[eid - h.g.edge_offset]
+    np.testing.assert_array_equal(h.g.eid[pos], eid)
+    with pytest.raises(Exception, match="'runs' must be true or false"):
+        h.handle(SAMPLE, {"fanout": 5, "runs": "yes"}, [seeds])
+
+
+def _strip_runs(g: DistGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every server answer as one that does not know ``runs`` (per-edge layout)."""
+    real = g.ctx.call_many
+
+    def old_servers(calls: Any) -> Any:
+        for c in calls.values():
+            c.meta.pop("runs", None)
+        return real(calls)
+
+    monkeypatch.setattr(g.ctx, "call_many", old_servers)
+
+
+def _blocks(g: DistGraph) -> list[list[np.ndarray]]:
+    src = source_for(g)
+    out = []
+    for fan in ([4, 3], [15, 10, 5], [-1, 2]):
+        for i in range(3):
+            seeds = np.random.default_rng(i).choice(g.num_nodes(), 300, replace=False)
+            rng = np.random.default_rng(100 + i)
+            _, _, blocks = NeighborSampler(fan).sample_blocks(src.one_hop(rng), seeds)
+            for b in blocks:
+                out.append([b.src_nid, b.dst_nid, b.edge_src, b.edge_dst, b.eid, b.etype])
+    return out
+
+
+def test_blocks_and_subgraphs_equal_those_of_the_per_edge_layout(
+    g: DistGraph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seeds = np.random.default_rng(5).choice(g.num_nodes(), 500, replace=False)
+    new_blocks = _blocks(g)
+    new_sg = sample_neighbors(g, seeds, 4, seed=11)
+    assert new_sg.etype.dtype.is_floating_point is False
+    _strip_runs(g, monkeypatch)
+    old_blocks = _blocks(g)
+    old_sg = sample_neighbors(g, seeds, 4, seed=11)
+    for new, old in zip(new_blocks, old_blocks, strict=True):
+        for a, b in zip(new, old, strict=True):
+            np.testing.assert_array_equal(a, b)
+    for name in ("src", "dst", "eid", "etype"):
+        np.testing.assert_array_equal(getattr(new_sg, name).numpy(), getattr(old_sg, name).numpy())
+    assert new_sg.etype.dtype == old_sg.etype.dtype
+
+
+def test_destinations_index_the_callers_seeds_across_servers(g: DistGraph) -> None:
+    seeds = np.random.default_rng(2).permutation(g.num_nodes())[:400]
+    e = sample_hop_edges(g, seeds, 3, seed=4)
+    assert e.etype is None and e.dst_index.dtype == np.int64
+    src, dst = (x.numpy() for x in g.find_edges(e.eid))
+    np.testing.assert_array_equal(seeds[e.dst_index], dst)
+    np.testing.assert_array_equal(e.src, src)
+
+
+def _frame(meta: dict[str, Any], *bufs: np.ndarray) -> Frame:
+    return Frame(SAMPLE, 1, meta, list(bufs), 1)
+
+
+I64 = np.arange(6, dtype=np.int64)
+RUNS = {"runs": True}
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        (_frame(RUNS, I64, I64, np.array([0, 1], np.int32)), "3 buffers"),
+        (_frame({}, I64, I64, I64), "3 buffers"),
+        (_frame(RUNS, I64, I64, np.array([0, 1]), np.array([3, 2])), "do not add up"),
+        (_frame(RUNS, I64, I64, np.array([0, 1]), np.array([7, -1])), "do not add up"),
+        (_frame(RUNS, I64, I64, np.array([0, 9]), np.array([3, 3])), "outside the 4 seeds"),
+        (_frame(RUNS, I64, I64, np.array([-1, 0]), np.array([3, 3])), "outside the 4 seeds"),
+        (_frame(RUNS, I64, I64, np.array([0, 1, 2]), np.array([3, 3])), "3 run seeds for 2"),
+        (_frame(RUNS, I64, I64, np.empty(0, np.int32), np.empty(0, np.int32)), "edges without"),
+        (_frame(RUNS, I64, I64[:5], np.array([0, 1]), np.array([3, 3])), "different lengths"),
+        (
+            _frame(RUNS, I64, I64, np.array([0]), np.array([6]), np.zeros(5, np.int32)),
+            "different lengths",
+        ),
+        (_frame(RUNS, I64.astype(float), I64, np.array([0]), np.array([6])), "src must be a 1-D"),
+        (_frame(RUNS, I64, I64.reshape(2, 3), np.array([0]), np.array([6])), "eid must be a 1-D"),
+        (_frame({}, I64, I64, I64[:2], I64), "different lengths"),
+    ],
+)
+def test_malformed_answers_are_a_protocol_error(frame: Frame, match: str) -> None:
+    with pytest.raises(ProtocolError, match=f"answer of server 2: .*{match}"):
+        decode_sample_answer(frame, 4, 2)
+
+
+def test_a_malformed_answer_from_a_server_fails_the_sampling_call(
+    g: DistGraph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = g.ctx.call_many
+
+    def lying(calls: Any) -> Any:
+        out = real(calls)
+        for f in out.values():
+            if f.meta.get("runs"):
+                f.bufs[3] = f.bufs[3] + 1  # run lengths no longer add up to the edges
+        return out
+
+    monkeypatch.setattr(g.ctx, "call_many", lying)
+    with pytest.raises(ProtocolError, match="run lengths do not add up"):
+        sample_neighbors(g, np.arange(50), 3)
