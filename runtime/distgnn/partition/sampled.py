@@ -30,7 +30,13 @@ import numpy as np
 from distgnn.log import kv, step
 from distgnn.partition.assign import metis_assign, metis_run
 from distgnn.partition.refine import refine_boundary
-from distgnn.partition.regroup import CLUSTERS, Clusters, find_clusters, regroup
+from distgnn.partition.regroup import (
+    CLUSTERS,
+    Clusters,
+    find_clusters,
+    regroup,
+    release_freed,
+)
 from distgnn.partition.sparsify import keep_fraction
 
 log = logging.getLogger("distgnn.partition")
@@ -98,6 +104,9 @@ def sampled_metis(
             keep=keep,
             recursive=num_parts == 2,
         )
+        # METIS's freed levels: back to the system (the cluster thread's frees raise
+        # glibc's mmap threshold, so METIS's blocks came from the heap, which keeps them)
+        release_freed()
         cut_all = count_cut(run.parts, src, dst)
         if not representative(cut_all, e, run.cut, run.edges):
             log.warning(
@@ -117,7 +126,9 @@ def sampled_metis(
                 found = clusters.result()
                 parts = regroup(parts, src, dst, found, vweights, group, cut=cut_all).parts
     with step("refine", log, parts=num_parts):
-        return refine_boundary(parts, src, dst, num_parts, vweights, group, seed=seed).parts
+        parts = refine_boundary(parts, src, dst, num_parts, vweights, group, seed=seed).parts
+    release_freed()  # relabelling, the next peak, starts from a trimmed heap
+    return parts
 
 
 def _clusters(
