@@ -24,8 +24,10 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
   all-reduce alone, optimizer; CPU seconds per step of a trainer and of both servers
   (psutil, approximate).
 * ``--colocate ROUNDS``: the same training with trainers over TCP and co-located
-  (``trainers.colocate``: each trainer reads its partition's rows from its server's
-  shared memory), runs alternating; per-step medians side by side.
+  (``trainers.colocate``: each trainer reads its partition's rows and samples its
+  partition's seeds from its server's shared memory), runs alternating; per-step
+  medians side by side. ``--modes`` picks the topologies (``colocated-tcp-sampling``:
+  co-located with ``DISTGNN_LOCAL_SAMPLING=0``, sampling over TCP).
 """
 
 from __future__ import annotations
@@ -371,6 +373,12 @@ def main() -> None:
         help="compare the topologies: ROUNDS alternating runs with trainers over "
         "TCP and co-located (local rows from the servers' shared memory)",
     )
+    ap.add_argument(
+        "--modes",
+        default="tcp,colocated",
+        help=f"--colocate: the topologies compared, in order (of {', '.join(TOPOLOGIES)}; "
+        "the ratio is the last over the first)",
+    )
     ap.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_train:
@@ -380,7 +388,11 @@ def main() -> None:
         auto = a.prefetch == "auto" and not a.no_prefetch
         pf = use_prefetch(threads) if auto else a.prefetch == "on" and not a.no_prefetch
         child_train(a.steps, a.epochs, pf, a.precision, a.floor_steps)
-        return
+        # the product trainers' exit (distgnn.train.finish): a native teardown race after
+        # the results are printed must not turn a finished run into a failure
+        from distgnn.train.finish import end_process
+
+        end_process(0)
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     from servers import running_servers
 
@@ -449,42 +461,78 @@ def main() -> None:
         print(f"{r[0]:<44} {r[1]:>12}")
 
 
+TOPOLOGIES = {
+    "tcp": "TCP",
+    "colocated": "co-located",
+    "colocated-tcp-sampling": "co-loc., TCP sampling",
+}
+"""``--modes``: trainers over TCP; co-located (local rows and local seeds sampled from
+the servers' shared memory); co-located with sampling over TCP
+(``DISTGNN_LOCAL_SAMPLING=0``: what co-location did before local sampling)."""
+
+
 def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -> None:
-    """``--colocate ROUNDS``: the same training work with trainers over TCP and co-located,
-    runs alternating (so both see the same machine load); medians over the rounds."""
+    """``--colocate ROUNDS``: the same training work in each of ``--modes``, runs
+    alternating (so all see the same machine load); medians over the rounds."""
     from servers import running_servers
 
-    got: dict[str, list[dict[str, Any]]] = {"tcp": [], "colocated": []}
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in TOPOLOGIES]
+    if bad or len(modes) < 2:
+        raise SystemExit(f"--modes: two or more of {', '.join(TOPOLOGIES)} (got {a.modes!r})")
+    got: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     senv = server_env(a.trainers)
     with running_servers(manifest, 2, workers=1, env=senv, timeout=600) as srv:
         stores = [r["shm_dir"] for r in srv.ready]
         pids = [p.pid for p in srv.procs]
         for _ in range(a.colocate):
             for topo, runs in got.items():
-                st = stores if topo == "colocated" else None
-                runs.append(bench_epoch(srv.env(), a.trainers, extra, a.num_samplers, pids, st))
+                st = None if topo == "tcp" else stores
+                env = dict(srv.env())
+                if topo == "colocated-tcp-sampling":
+                    env["DISTGNN_LOCAL_SAMPLING"] = "0"
+                runs.append(bench_epoch(env, a.trainers, extra, a.num_samplers, pids, st))
 
-    def med(topo: str, key: str) -> float:
-        return statistics.median(r[key] for r in got[topo])
+    def vals(topo: str, key: str) -> list[float]:
+        out = []
+        for r in got[topo]:
+            if key == "epoch_floor":
+                if "floor_step_s" not in r:
+                    return []
+                out.append(r["step_s"] / r["floor_step_s"])
+            elif key == "server_cpu":
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2
+                out.append(r["server_cpu"] / n)
+            else:
+                out.append(r[key])
+        return out
 
     print(
         f"bench_training --colocate: {a.nodes} nodes, 2 partitions, {a.trainers} trainers, "
-        f"{a.colocate} alternating round(s) per topology, medians (rank 0)"
+        f"{a.colocate} alternating round(s) per topology, medians (rank 0) [min-max]"
     )
-    print(f"{'metric':<40} {'TCP':>10} {'co-located':>12} {'ratio':>8}")
+    first, last = modes[0], modes[-1]
+    head = "".join(f" {TOPOLOGIES[m]:>24}" for m in modes)
+    print(f"{'metric':<34}{head} {'ratio':>7}")
     for label, key in (
         ("step (s)", "step_s"),
         ("feature pull per step (s)", "fetch"),
         ("sampling per step (s)", "sample"),
         ("waiting for the next batch (s)", "wait"),
+        ("CPU s per step: trainer (rank 0)", "trainer_cpu"),
         ("CPU s per step: both servers", "server_cpu"),
+        ("epoch / floor (rank 0 alone)", "epoch_floor"),
     ):
-        tcp, co = med("tcp", key), med("colocated", key)
-        if key == "server_cpu":
-            n = (a.steps or med("tcp", "steps_per_epoch") * a.epochs) + 2
-            tcp, co = tcp / n, co / n
-        ratio = co / tcp if tcp else float("nan")
-        print(f"{label:<40} {tcp:>10.3f} {co:>12.3f} {ratio:>7.2f}x")
+        if not vals(first, key):
+            continue
+        cells = []
+        for m in modes:
+            v = vals(m, key)
+            cells.append(f"{statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}]")
+        m0, m1 = statistics.median(vals(first, key)), statistics.median(vals(last, key))
+        ratio = m1 / m0 if m0 else float("nan")
+        print(f"{label:<34}" + "".join(f" {c:>24}" for c in cells) + f" {ratio:>6.2f}x")
+    print(f"ratio: {TOPOLOGIES[last]} / {TOPOLOGIES[first]}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Each subcommand lives in its own module exposing ``HELP: str``,
 ``add_arguments(parser)`` and ``main(args) -> int``; those modules import heavy
 dependencies (torch, pymetis) inside ``main`` so ``distgnn --help`` stays fast.
 A :class:`~distgnn.errors.DistGNNError` is printed as one clear line (exit 2),
-never as a traceback.
+never as a traceback. A module that sets ``END_PROCESS = True`` (``train``) ends the
+process itself when it is the process's entry (``main()`` reading ``sys.argv``: the
+``distgnn`` command, ``python -m distgnn.cli``): see :mod:`distgnn.train.finish`.
 """
 
 from __future__ import annotations
@@ -58,12 +60,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; ``argv`` None: this is the process's entry (``sys.argv``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
     dlog.setup(level=args.log_level, fmt=args.log_format)
+    rc = _run(args)
+    if argv is None and getattr(args._module, "END_PROCESS", False):
+        from distgnn.train.finish import end_process
+
+        end_process(rc)
+    return rc
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         rc: int = args._module.main(args)
         return rc

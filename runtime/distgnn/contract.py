@@ -92,6 +92,9 @@ ENV_LOCAL_PARTITION = "DISTGNN_LOCAL_PARTITION"
 ENV_LOCAL_STORE = "DISTGNN_LOCAL_STORE"
 """Co-located trainer: that server's store folder, or the folder it creates it in
 (its shared-memory ``--shm-dir``); local rows are read from there, read-only."""
+ENV_LOCAL_SAMPLING = "DISTGNN_LOCAL_SAMPLING"
+"""Co-located trainer: sample the local partition's seeds in-process from the server's
+shared-memory graph (``1``, default) or send them to the server like the others (``0``)."""
 ENV_TRAINERS_PER_POD = "DISTGNN_TRAINERS_PER_POD"
 """Co-located trainers on Kubernetes: trainer containers per pod (rank = pod index * this
 + LOCAL_RANK)."""

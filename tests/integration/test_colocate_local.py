@@ -1,5 +1,6 @@
 """``distgnn run`` with ``trainers.colocate``: each trainer reads its partition's rows
-from its server's shared memory and still trains Cora to the example's quality."""
+and samples its partition's seeds from its server's shared memory and still trains Cora
+to the example's quality."""
 
 from __future__ import annotations
 
@@ -32,4 +33,10 @@ def test_colocated_job_trains_cora_reading_local_rows_from_shared_memory(
         assert f"partition={rank}" in line.group(0)
         rows = re.search(r"rows=(\d+)", line.group(0))
         assert rows is not None and int(rows.group(1)) > 1000, line.group(0)
+        # and sampled its own partition's seeds there, never falling back to TCP
+        line = re.search(rf"trainer-{rank} \| .*local sampling from shared memory.*", res.stderr)
+        assert line is not None, res.stderr[-5000:]
+        reqs = re.search(r"requests=(\d+)", line.group(0))
+        assert reqs is not None and int(reqs.group(1)) > 10, line.group(0)
+        assert "fallbacks=0" in line.group(0), line.group(0)
     assert_clean(res)

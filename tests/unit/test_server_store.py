@@ -145,3 +145,22 @@ def test_partition_data_names_outside_the_client_charset_still_load(tmp_path: Pa
     with pytest.raises(TensorError, match="name too long"):
         s.put("node/_N/" + "x" * 200, np.ones(3))
     s.close()
+
+
+def test_a_readonly_view_maps_without_write_access_and_creates_nothing(store: ShmStore) -> None:
+    """A co-located trainer's view of the store (``readonly``): the server's writes show
+    through the map, the view can neither write the rows nor create or delete tensors."""
+    view = ShmStore(store.root, readonly=True)
+    a = view.get("node/_N/feat")
+    assert not a.flags.writeable and a.tolist() == [[1.0, 1.0]] * 10
+    with pytest.raises(ValueError, match="read-only"):
+        a[0] = 5
+    store.get("node/_N/feat")[3] = 7.0  # the server's write
+    assert a[3].tolist() == [7.0, 7.0]
+    with pytest.raises(TensorError, match="read-only"):
+        view.init("node/_N/x", np.dtype(np.float32), (2,), _zeros, persistent=True)
+    with pytest.raises(TensorError, match="read-only"):
+        view.delete("node/_N/feat")
+    assert view.names() == store.names()
+    view.close()
+    assert os.path.isdir(store.root)  # not the owner: the folder stays

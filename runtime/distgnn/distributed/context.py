@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +24,11 @@ import numpy as np
 
 from distgnn import contract
 from distgnn.distributed.localread import LocalReader
+from distgnn.distributed.localsample import (
+    LocalSampler,
+    local_sampling_enabled,
+    open_local_sampler,
+)
 from distgnn.errors import ConfigError, DistGNNError, RequestTimeout
 from distgnn.log import kv
 from distgnn.partition.book import PartitionBook
@@ -152,6 +157,8 @@ class DistContext:
     _gpb: Any = None
     local_reader: LocalReader | None = None
     """Co-located trainer: reads the local partition's rows from shared memory."""
+    local_sampler: LocalSampler | None = None
+    """Co-located trainer: samples the local partition's seeds from shared memory."""
 
     @property
     def num_parts(self) -> int:
@@ -180,11 +187,19 @@ class DistContext:
     def call(self, part: int, call: Call) -> Frame:
         return self.call_many({part: call})[part]
 
-    def call_many(self, calls: Mapping[int, Call]) -> dict[int, Frame]:
+    def call_many(
+        self, calls: Mapping[int, Call], between: Callable[[], None] | None = None
+    ) -> dict[int, Frame]:
+        """Answers of ``calls`` by partition; ``between`` runs while they are in flight."""
         if self.closed:
             raise ConfigError("this DistContext is closed (call initialize() again)")
         if self.pending_deletes:
             self._flush_deletes()
+        if between is None:
+            return self.backend.call_many(calls)
+        if isinstance(self.backend, ServerPool):
+            return self.backend.call_many(calls, between)
+        between()
         return self.backend.call_many(calls)
 
     def request_limits(self, part: int) -> RequestLimits | None:
@@ -290,6 +305,8 @@ class DistContext:
         self.closed = True
         if self.local_reader is not None:
             self.local_reader.close()
+        if self.local_sampler is not None:
+            self.local_sampler.close()
         self.backend.close()
         DEFAULT.forget(self)
 
@@ -423,6 +440,7 @@ def initialize(
         return ctx
     tok = token if token is not None else contract.read_token(e)
     common["scope"] = _scope(e, tok)
+    local_sampling_enabled(e)  # a bad DISTGNN_LOCAL_SAMPLING fails before connecting
     pool = ServerPool(list(servers), tok, t)
     try:
         pool.connect_all()
@@ -444,6 +462,11 @@ def initialize(
     log.info("connected to graph servers", extra=kv(servers=len(pool), graph=man.graph_name))
     ctx = DistContext(pool, man, PartitionBook(man), False, **common)  # type: ignore[arg-type]
     ctx.local_reader = open_local_reader(pool, e)
+    if ctx.local_reader is not None:
+        part = ctx.local_reader.part
+        ctx.local_sampler = open_local_sampler(
+            ctx.local_reader, man, pool.conns[part].server_info, e
+        )
     DEFAULT.set(ctx)
     return ctx
 

@@ -135,6 +135,10 @@ class LocalReader:
             )
         return cls(root, part, os.path.basename(os.path.normpath(root)), current)
 
+    def current_store(self) -> str | None:
+        """The store folder the co-located server names now (its latest HELLO)."""
+        return self._current()
+
     def _path(self, key: str) -> str:
         return os.path.join(self.root, key.encode().hex() + ".npy")
 

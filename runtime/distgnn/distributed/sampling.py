@@ -7,12 +7,14 @@ its seeds from its CSC with vectorised NumPy (:mod:`distgnn.server.sampling`).
 The answer gives each edge's destination as runs over the request's seeds (``runs``:
 ``run_len[i]`` edges of seed ``run_seed[i]``), not per edge, and the edge type only
 on graphs that have edge types; :func:`sample_hop_edges` turns them into positions in
-the caller's seed array (what a block needs), :func:`sample_hop` into global IDs.
+the caller's seed array (what a block needs), :func:`sample_hop` into global IDs. A
+co-located trainer answers its own partition's request in-process from the server's
+shared memory with the same handler (:mod:`distgnn.distributed.localsample`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -91,6 +93,21 @@ def _excluded(g: Any, exclude_edges: Any) -> np.ndarray:
         ]
         return np.concatenate(out) if out else np.empty(0, np.int64)
     return as_ids(exclude_edges, g.num_edges())
+
+
+def _call(ctx: Any, calls: dict[int, Call]) -> dict[int, Frame]:
+    """The servers' answers; a co-located trainer's own partition is sampled here
+    (:mod:`distgnn.distributed.localsample`) while the others' requests are in flight,
+    or over TCP when the local sampler declines."""
+    local = getattr(ctx, "local_sampler", None)
+    if local is None or local.part not in calls:
+        return cast(dict[int, Frame], ctx.call_many(calls))
+    mine = calls[local.part]
+    rest = {p: c for p, c in calls.items() if p != local.part}
+    got: list[Frame | None] = []
+    frames: dict[int, Frame] = ctx.call_many(rest, between=lambda: got.append(local.answer(mine)))
+    frames[local.part] = got[0] if got and got[0] is not None else ctx.call(local.part, mine)
+    return frames
 
 
 def _int_column(frame: Frame, i: int, part: int, what: str) -> np.ndarray:
@@ -238,7 +255,7 @@ def sample_hop_edges(
     if seed is not None:
         for p, c in calls.items():
             c.meta["seed"] = int(seed) * 1000003 + p
-    frames = g.ctx.call_many(calls)
+    frames = _call(g.ctx, calls)
     got = [(p, frames[p]) for p in sorted(frames)]
     srcs, eids, run_seeds, run_lens = [], [], [], []
     ets: list[np.ndarray | None] = []

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -343,8 +343,14 @@ class ServerPool:
     def call(self, part: int, call: Call) -> Frame:
         return self.call_many({part: call})[part]
 
-    def call_many(self, calls: Mapping[int, Call]) -> dict[int, Frame]:
-        """Send every call first, then collect every answer (requests overlap on the servers)."""
+    def call_many(
+        self, calls: Mapping[int, Call], between: Callable[[], None] | None = None
+    ) -> dict[int, Frame]:
+        """Send every call first, then collect every answer (requests overlap on the servers).
+
+        ``between`` runs once every request is sent and before any answer is read (work of
+        this process that overlaps with the servers'; a co-located trainer samples its own
+        partition there). If it raises, the connections still owing an answer are closed."""
         with self._lock:
             sent: dict[int, int] = {}
             out: dict[int, Frame] = {}
@@ -359,6 +365,13 @@ class ServerPool:
                 except DistGNNError as e:
                     first_error = e
                     break
+            if between is not None:
+                try:
+                    between()
+                except BaseException:
+                    for part in sent:
+                        self.conns[part].close()  # never read a stale answer later
+                    raise
             for part, req_id in sent.items():
                 c = calls[part]
                 try:

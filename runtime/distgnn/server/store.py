@@ -141,11 +141,17 @@ class ShmStore:
     ``detach`` drops one reference and removes the tensor when none is left; ``delete``
     by the owner with ``force`` removes it at once; another session's delete only detaches
     (when it holds a reference) or is refused.
+
+    ``readonly`` (a co-located trainer's view): tensors are mapped ``PROT_READ`` from files
+    opened read-only, and anything that would create, attach or delete raises TensorError.
     """
 
-    def __init__(self, root: str, owner: bool = False, quota: Quota | None = None) -> None:
+    def __init__(
+        self, root: str, owner: bool = False, quota: Quota | None = None, readonly: bool = False
+    ) -> None:
         self.root = root
         self.owner = owner
+        self.readonly = readonly
         self.quota = quota or Quota()
         self._cache: dict[str, Entry] = {}
         self._cache_lock = threading.Lock()
@@ -170,6 +176,8 @@ class ShmStore:
 
     @contextlib.contextmanager
     def _registry(self) -> Iterator[None]:
+        if self.readonly:
+            raise TensorError(f"store {self.root!r} is opened read-only")
         fd = os.open(os.path.join(self.root, "registry.lock"), os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -456,7 +464,7 @@ class ShmStore:
             raise TensorError(f"unknown tensor {short(name)}") from None
         e = self._cache.get(name)
         if e is None or e.ino != ino:
-            arr = map_npy(path)
+            arr = map_npy(path, writable=not self.readonly)
             with self._cache_lock:
                 e = self._cache[name] = Entry(name, arr, ino)
         return e.array
@@ -505,10 +513,11 @@ class ShmStore:
             self._cleanup()
 
 
-def map_npy(path: str) -> np.ndarray:
-    """Map a ``.npy`` file read-write, shared, with its page tables populated up front
-    (``MAP_POPULATE``), so the first random reads do not pay one page fault per row."""
-    with open(path, "r+b") as f:
+def map_npy(path: str, writable: bool = True) -> np.ndarray:
+    """Map a ``.npy`` file shared, read-write (or read-only: ``writable=False``), with its
+    page tables populated up front (``MAP_POPULATE``), so the first random reads do not
+    pay one page fault per row. A file shorter than its header says raises ValueError."""
+    with open(path, "r+b" if writable else "rb") as f:
         shape, fortran, dtype = npy.read_header(f)
         offset = f.tell()
         size = math.prod(shape) * dtype.itemsize
@@ -517,7 +526,8 @@ def map_npy(path: str) -> np.ndarray:
         if size == 0:
             return np.zeros(shape, dtype=dtype)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mm = mmap.mmap(f.fileno(), offset + size, flags=flags)
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        mm = mmap.mmap(f.fileno(), offset + size, flags=flags, prot=prot)
     return np.ndarray(shape, dtype=dtype, buffer=mm, offset=offset)
 
 
