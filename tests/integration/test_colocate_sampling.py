@@ -11,7 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -25,6 +25,7 @@ from distgnn.sampling.batches import NodeBatcher
 from distgnn.sampling.loader import BatchLoader
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.sampling.source import DistSource
+from distgnn.train.graph import TrainGraph
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,9 @@ def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) 
         local = co.local_sampler
         assert local is not None and local.part == 0
         gt, gc = DistGraph(ctx=tcp), DistGraph(ctx=co)
+        # what the trainer's metrics report (distgnn_trainer_local_sample_requests_total)
+        assert TrainGraph(gc, cast(Any, None)).local_sample_stats() is local.stats
+        assert TrainGraph(gt, cast(Any, None)).local_sample_stats() is None
         off = co.book.node_offsets
         w = DistTensor((gt.num_edges(),), torch.float32, "w", "zeros", "edge", ctx=tcp)
         heavy = np.arange(0, gt.num_edges(), 3)
