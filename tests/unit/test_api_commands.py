@@ -249,6 +249,15 @@ def test_rgcn_app_passes_its_target_node_type() -> None:
     assert "target-ntype" not in plain
 
 
+def test_rgcn_link_prediction_passes_its_target_edge_type() -> None:
+    app = {"name": "link-prediction", "model": "rgcn", "targetEtype": "author:writes:paper"}
+    flags = _flags(trainer_command(_app_job(app, True)))
+    assert flags["model"] == "rgcn" and flags["target-etype"] == "author:writes:paper"
+    assert "target-ntype" not in flags
+    plain = _flags(trainer_command(_app_job({"name": "link-prediction"}, True)))
+    assert "target-etype" not in plain
+
+
 @pytest.mark.parametrize(
     ("app", "message"),
     [
@@ -258,8 +267,33 @@ def test_rgcn_app_passes_its_target_node_type() -> None:
             {"name": "node-classification", "model": "gat", "targetNtype": "paper"},
             "targetNtype is for model",
         ),
-        ({"name": "link-prediction", "model": "rgcn"}, "rgcn is for node-classification"),
+        (
+            {"name": "link-prediction", "model": "rgcn"},
+            "rgcn for link-prediction needs targetEtype",
+        ),
         ({"name": "node-classification", "model": "rgcn", "targetNtype": ""}, "targetNtype"),
+        (
+            {"name": "link-prediction", "model": "rgcn", "targetEtype": "writes"},
+            "targetEtype",
+        ),
+        (
+            {
+                "name": "node-classification",
+                "model": "rgcn",
+                "targetNtype": "p",
+                "targetEtype": "a:w:p",
+            },
+            "targetEtype is for link-prediction with model rgcn",
+        ),
+        (
+            {
+                "name": "link-prediction",
+                "model": "rgcn",
+                "targetEtype": "a:w:p",
+                "targetNtype": "p",
+            },
+            "targetNtype is for model rgcn",
+        ),
     ],
 )
 def test_rgcn_fields_are_validated(app: dict[str, Any], message: str) -> None:

@@ -20,7 +20,7 @@ import re2
 
 from distgnn.api import parse_job, schema, to_dict
 from distgnn.api import types as t
-from distgnn.api.fields import HTTP_URL, IMAGE_REF, STORAGE_SCHEMES, url_pattern
+from distgnn.api.fields import CANONICAL_ETYPE, HTTP_URL, IMAGE_REF, STORAGE_SCHEMES, url_pattern
 from distgnn.errors import ConfigError
 
 Obj = dict[str, Any]
@@ -185,6 +185,19 @@ TWINS: list[tuple[type, str, list[Obj]]] = [
             {"name": "node-classification", "targetNtype": "paper", **L2},
             {"name": "node-classification", "model": "gat", "targetNtype": "paper", **L2},
             {"name": "link-prediction", "model": "rgcn", **L2},
+            {"name": "link-prediction", "model": "rgcn", "targetEtype": "a:w:p", **L2},
+            {"name": "link-prediction", "targetEtype": "a:w:p", **L2},
+            {"name": "node-classification", "model": "rgcn", "targetEtype": "a:w:p", **L2},
+            {"name": "link-prediction", "model": "rgcn", "targetNtype": "p", **L2},
+            {
+                "name": "link-prediction",
+                "model": "rgcn",
+                "targetEtype": "a:w:p",
+                "targetNtype": "p",
+                **L2,
+            },
+            {"name": "inference", "model": "rgcn", "targetNtype": "p", "outputURL": "o", **L2},
+            {"name": "inference", "model": "rgcn", "targetEtype": "a:w:p", "outputURL": "o", **L2},
             {"name": "inference", "model": "rgcn", "outputURL": "o", **L2},
         ],
     ),
@@ -264,6 +277,8 @@ URLS_BAD = [
     "s3://bucket/has space",
     "",
 ]
+ETYPES_OK = ["author:writes:paper", "a:b:c", "paper:written-by:author", "n_1:r.2:n-3"]
+ETYPES_BAD = ["writes", "a:b", "a:b:c:d", "a::c", ":b:c", "a:b:", "a:b c:d", "a:b:c ", ""]
 ENDPOINTS_OK = ["http://s3:8333", "https://s3.eu-west-1.amazonaws.com", "http://10.0.0.1:9000/"]
 ENDPOINTS_BAD = ["s3.example.com", "ftp://s3", "http://", "http:// x"]
 
@@ -280,8 +295,9 @@ def test_every_pattern_is_re2_and_anchored(pattern: str) -> None:
         (IMAGE_REF, IMAGES_OK, IMAGES_BAD),
         (url_pattern(STORAGE_SCHEMES), URLS_OK, URLS_BAD),
         (HTTP_URL, ENDPOINTS_OK, ENDPOINTS_BAD),
+        (CANONICAL_ETYPE, ETYPES_OK, ETYPES_BAD),
     ],
-    ids=["image", "storage-url", "endpoint"],
+    ids=["image", "storage-url", "endpoint", "canonical-etype"],
 )
 def test_patterns_accept_and_refuse_alike_in_re2_and_python(
     pattern: str, good: list[str], bad: list[str]

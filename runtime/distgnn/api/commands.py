@@ -140,6 +140,8 @@ def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
     ]
     if app.target_ntype is not None:
         cmd += ["--target-ntype", app.target_ntype]
+    if app.target_etype is not None:
+        cmd += ["--target-etype", app.target_etype]
     if app.name == "link-prediction":
         cmd += ["--num-negs", str(app.num_negs), "--exclude", app.exclude]
     if app.name == "inference" or app.infer_after_training:

@@ -31,6 +31,8 @@ IMAGE_REF = (
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
 HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
+CANONICAL_ETYPE = r"^[^:\s]+:[^:\s]+:[^:\s]+$"
+"""A canonical edge type ``SRC_TYPE:RELATION:DST_TYPE`` (three names, no blanks)."""
 STORAGE_SCHEMES = ("s3", "s3a", "file")
 """URL schemes of graph, partition and checkpoint URLs in a cluster: what the runtime image
 ships (fsspec with s3fs). ``file:///`` is a path inside the pod."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from distgnn.api.fields import (
+    CANONICAL_ETYPE,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_NAME,
@@ -31,7 +32,7 @@ APPS = ("node-classification", "link-prediction", "inference")
 """The built-in apps of ``distgnn train``."""
 MODELS = ("sage", "gat", "rgcn")
 """The built-in models: GraphSAGE and GAT (homogeneous graphs), R-GCN (graphs with node
-and edge types, classifying ``targetNtype``)."""
+and edge types: classifying ``targetNtype`` or predicting ``targetEtype``'s edges)."""
 PRECISIONS = ("32", "bf16-mixed")
 """``32``: float32 throughout. ``bf16-mixed``: the forward pass under bfloat16 autocast
 (matrix products in bfloat16, sparse aggregation in float32); parameters, gradients
@@ -269,8 +270,9 @@ class App:
     )
     model: str = fld(
         "sage",
-        doc="GNN model: sage or gat (homogeneous graphs), rgcn (a graph with node and edge "
-        "types; classifies targetNtype's nodes).",
+        doc="GNN model: sage or gat (homogeneous graphs; link-prediction trains sage), rgcn "
+        "(a graph with node and edge types: classifies targetNtype's nodes, or predicts "
+        "targetEtype's edges).",
         enum=MODELS,
     )
     target_ntype: str | None = fld(
@@ -280,6 +282,16 @@ class App:
         "learnt embedding).",
         min_length=1,
         max_length=128,
+    )
+    target_etype: str | None = fld(
+        None,
+        doc="The canonical edge type to predict, SRC_TYPE:RELATION:DST_TYPE (model rgcn, "
+        "link-prediction: required): its edges are the positives (5% held out for the test "
+        "metrics), each scored against numNegs random nodes of DST_TYPE; every node type "
+        "gets an embedding.",
+        min_length=5,
+        max_length=386,
+        pattern=CANONICAL_ETYPE,
     )
     epochs: int = fld(10, doc="Training epochs.", minimum=1, maximum=100000)
     num_layers: int = fld(2, doc="GNN layers (one fanout each).", minimum=1, maximum=8)
@@ -309,7 +321,9 @@ class App:
     )
     exclude: str = fld(
         "reverse",
-        doc="Seed edges excluded from sampling (link prediction).",
+        doc="Edges excluded from the sampled neighbourhoods of a batch (link prediction): "
+        "none, self (its seed edges) or reverse (also every edge between a seed's two nodes "
+        "in either direction, of any edge type: on a typed graph the reverse edge type's).",
         enum=("none", "self", "reverse"),
     )
     feat: str = fld("feat", doc="Node feature name.", max_length=128)
@@ -369,16 +383,26 @@ class App:
             field="targetNtype",
         ),
         Rule(
-            "!has(self.targetNtype) || (has(self.model) && self.model == 'rgcn')",
-            "targetNtype is for model rgcn (sage and gat are homogeneous)",
-            lambda a: a.target_ntype is None or a.model == "rgcn",
+            "!has(self.targetNtype) || (has(self.model) && self.model == 'rgcn' "
+            "&& self.name != 'link-prediction')",
+            "targetNtype is for model rgcn (sage and gat are homogeneous) in "
+            "node-classification or inference (link-prediction takes targetEtype)",
+            lambda a: a.target_ntype is None or (a.model == "rgcn" and a.name != "link-prediction"),
             field="targetNtype",
         ),
         Rule(
-            "self.name != 'link-prediction' || !has(self.model) || self.model != 'rgcn'",
-            "model rgcn is for node-classification (link-prediction trains sage)",
-            lambda a: a.name != "link-prediction" or a.model != "rgcn",
-            field="model",
+            "self.name != 'link-prediction' || !has(self.model) || self.model != 'rgcn' "
+            "|| has(self.targetEtype)",
+            "model rgcn for link-prediction needs targetEtype (the edge type to predict)",
+            lambda a: a.name != "link-prediction" or a.model != "rgcn" or bool(a.target_etype),
+            field="targetEtype",
+        ),
+        Rule(
+            "!has(self.targetEtype) || (self.name == 'link-prediction' && has(self.model) "
+            "&& self.model == 'rgcn')",
+            "targetEtype is for link-prediction with model rgcn",
+            lambda a: a.target_etype is None or (a.name == "link-prediction" and a.model == "rgcn"),
+            field="targetEtype",
         ),
         Rule(
             "self.name != 'inference' || !has(self.inferAfterTraining) || !self.inferAfterTraining",

@@ -25,12 +25,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         choices=list(MODELS),
         default="sage",
-        help="GNN (default sage; link prediction uses sage; rgcn: a graph with node types)",
+        help="GNN (default sage; link prediction: sage or rgcn; rgcn: a graph with node types)",
     )
     p.add_argument(
         "--target-ntype",
         default=None,
         help="the node type to classify (--model rgcn: required on a graph with node types)",
+    )
+    p.add_argument(
+        "--target-etype",
+        default=None,
+        help="the edge type to predict, SRC_TYPE:RELATION:DST_TYPE (link prediction, "
+        "--model rgcn: required)",
     )
     p.add_argument("--epochs", type=int, default=10, help="epochs (default 10)")
     p.add_argument("--num-layers", type=int, default=2, help="GNN layers (default 2)")
@@ -117,6 +123,7 @@ def _config(args: argparse.Namespace) -> object:
         app=args.app,
         model="sage" if args.app == "link-prediction" and args.model != "rgcn" else args.model,
         target_ntype=args.target_ntype,
+        target_etype=args.target_etype,
         epochs=args.epochs,
         num_layers=args.num_layers,
         hidden=args.hidden,

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distgnn import contract
+from distgnn.api.fields import CANONICAL_ETYPE
 from distgnn.api.types import MODELS, PRECISIONS
 from distgnn.errors import ConfigError
+
+TARGET_NTYPE = "--target-ntype (trainers.app.targetNtype)"
+TARGET_ETYPE = "--target-etype (trainers.app.targetEtype)"
 
 
 @dataclass
@@ -41,17 +46,12 @@ class TrainConfig:
     embedding_layer: str = "last"
     infer_batch_size: int = 4096
     target_ntype: str | None = None
+    target_etype: str | None = None
 
     def validate(self) -> TrainConfig:
         if self.model not in MODELS:
             raise ConfigError(f"--model: {self.model!r} is not one of {', '.join(MODELS)}")
-        if self.target_ntype and self.model != "rgcn":
-            raise ConfigError(
-                "--target-ntype (trainers.app.targetNtype): the node type of the typed model; "
-                f"needs --model rgcn, not {self.model}"
-            )
-        if self.model == "rgcn" and self.app == "link-prediction":
-            raise ConfigError("--model rgcn: a node-classification model (link prediction: sage)")
+        self._check_targets()
         if len(self.fanouts) != self.num_layers:
             raise ConfigError(
                 f"--fanouts: {len(self.fanouts)} values for --num-layers {self.num_layers}"
@@ -85,6 +85,36 @@ class TrainConfig:
         if self.exclude not in ("none", "self", "reverse"):
             raise ConfigError(f"--exclude: {self.exclude!r} is not none, self or reverse")
         return self
+
+    def _check_targets(self) -> None:
+        """``--target-ntype`` (node classification, inference) and ``--target-etype`` (link
+        prediction) go with the typed model; the manifest's CEL rules say the same."""
+        if self.target_ntype and self.model != "rgcn":
+            raise ConfigError(
+                f"{TARGET_NTYPE}: the node type of the typed model; "
+                f"needs --model rgcn, not {self.model}"
+            )
+        lp = self.app == "link-prediction"
+        if self.target_ntype and lp:
+            raise ConfigError(
+                f"{TARGET_NTYPE}: the node type to classify; link prediction takes {TARGET_ETYPE}"
+            )
+        if self.target_etype is not None:
+            if not (lp and self.model == "rgcn"):
+                raise ConfigError(
+                    f"{TARGET_ETYPE}: the edge type to predict; needs link-prediction with "
+                    f"--model rgcn, not {self.app} with {self.model}"
+                )
+            if not re.fullmatch(CANONICAL_ETYPE, self.target_etype):
+                raise ConfigError(
+                    f"{TARGET_ETYPE}: {self.target_etype!r} is not a canonical edge type "
+                    "SRC_TYPE:RELATION:DST_TYPE"
+                )
+        elif lp and self.model == "rgcn":
+            raise ConfigError(
+                f"{TARGET_ETYPE}: required for link prediction with --model rgcn "
+                "(SRC_TYPE:RELATION:DST_TYPE)"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,40 +13,31 @@ import torch
 from torch import nn
 
 from distgnn.dataloading.dist_loader import DistNodeDataLoader
-from distgnn.dataloading.types import GraphTyping, graph_typing
+from distgnn.dataloading.types import GraphTyping
 from distgnn.errors import ConfigError
-from distgnn.nn import RGCN
 from distgnn.sampling import NeighborSampler
-from distgnn.sampling.local import LocalGraph
-from distgnn.train.config import TrainConfig
+from distgnn.train.config import TARGET_NTYPE, TrainConfig
 from distgnn.train.ddp import DDPContext, all_reduce, unwrap
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import eval_fanouts
+from distgnn.train.typed import (
+    build_rgcn,
+    check_feat,
+    check_model,
+    feature_reader,
+    mask_ids,
+    read_all,
+)
 
-TARGET = "--target-ntype (trainers.app.targetNtype)"
-MODEL = "--model (trainers.app.model)"
-
-
-def typing_of(tg: TrainGraph) -> GraphTyping | None:
-    """The node and edge types of the graph (None: homogeneous)."""
-    return None if isinstance(tg.g, LocalGraph) else graph_typing(tg.g)
+TARGET = TARGET_NTYPE
 
 
 def check_graph(cfg: TrainConfig, tg: TrainGraph) -> GraphTyping | None:
     """The graph's typing when the model is the typed one; ConfigError naming the field
     when the model, the target node type and the graph do not fit."""
-    typing = typing_of(tg)
-    if cfg.model != "rgcn":
-        if typing is not None:
-            raise ConfigError(
-                f"{MODEL}: {cfg.model} is homogeneous, but the graph has node types "
-                f"{typing.ntypes}; use rgcn with {TARGET}"
-            )
-        return None
+    typing = check_model(cfg, tg, TARGET, "sage, gat")
     if typing is None:
-        raise ConfigError(
-            f"{MODEL}: rgcn needs a graph with node types; this one has one (sage, gat)"
-        )
+        return None
     tt = cfg.target_ntype
     if not tt:
         raise ConfigError(f"{TARGET}: required on a graph with node types {typing.ntypes}")
@@ -63,41 +54,8 @@ def check_graph(cfg: TrainConfig, tg: TrainGraph) -> GraphTyping | None:
             raise ConfigError(
                 f"{flag}: node type {tt!r} has no field {name!r} (it has {sorted(data)})"
             )
-    if not any(cfg.feat in tg.g.nodes[t].data for t in typing.ntypes):
-        raise ConfigError(f"--feat: no node type has the field {cfg.feat!r}")
+    check_feat(cfg, tg, typing)
     return typing
-
-
-def build_rgcn(cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping, num_classes: int) -> RGCN:
-    g = tg.g
-    in_feats = {
-        t: int(g.nodes[t].data[cfg.feat].shape[1])
-        for t in typing.ntypes
-        if cfg.feat in g.nodes[t].data
-    }
-    return RGCN(
-        typing.ntypes,
-        typing.types.canonical_etypes,
-        in_feats,
-        {t: int(g.num_nodes(t)) for t in typing.ntypes},
-        cfg.hidden,
-        num_classes,
-        cfg.num_layers,
-        cfg.dropout,
-    )
-
-
-def read_all(g: Any, ntype: str, name: str) -> np.ndarray:
-    """Every row of a (small) field of node type ``ntype``, read in chunks."""
-    t = g.nodes[ntype].data[name]
-    n, step = int(g.num_nodes(ntype)), 1 << 18
-    parts = [np.asarray(t[torch.arange(i, min(i + step, n))]) for i in range(0, n, step)]
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
-def mask_ids(g: Any, ntype: str, name: str) -> np.ndarray:
-    """Type-wise IDs of the nodes of ``ntype`` in mask ``name``."""
-    return np.flatnonzero(read_all(g, ntype, name).astype(bool)).astype(np.int64)
 
 
 def typed_task(
@@ -131,10 +89,7 @@ def typed_task(
         num_samplers=cfg.num_samplers,
         seed=cfg.seed * 1000 + ctx.rank,
     )
-    feat_types = [t for t in typing.ntypes if cfg.feat in g.nodes[t].data]
-
-    def inputs(input_nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {t: g.nodes[t].data[cfg.feat][input_nodes[t]].float() for t in feat_types}
+    inputs = feature_reader(cfg, tg, typing)
 
     def load(batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
         input_nodes, seeds, blocks = batch

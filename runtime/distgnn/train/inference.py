@@ -466,7 +466,10 @@ def run(
     if typed:
         from distgnn.train.hetero_inference import hetero_infer_to_storage
 
-        info["target_ntype"] = opts.target_ntype
+        if ck.extra.get("target_etype"):  # a link-prediction R-GCN
+            info["target_etype"] = ck.extra["target_etype"]
+        else:
+            info["target_ntype"] = opts.target_ntype
         out = hetero_infer_to_storage(tg, model, ctx, opts, info)
     else:
         out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)

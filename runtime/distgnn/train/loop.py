@@ -38,6 +38,13 @@ def build_model(cfg: TrainConfig, in_feats: int, out_feats: int) -> nn.Module:
     raise ConfigError(f"--model: {cfg.model!r} is not sage or gat")
 
 
+def to_device(x: Any, device: torch.device) -> Any:
+    """A tensor, or a dict of them per node type, on ``device``."""
+    if isinstance(x, dict):
+        return {k: v.to(device) for k, v in x.items()}
+    return x.to(device)
+
+
 FULL_NEIGHBOUR_EVAL_MAX_NODES = 200_000
 
 

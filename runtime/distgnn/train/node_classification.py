@@ -28,6 +28,7 @@ from distgnn.train.loop import (
     eval_fanouts,
     resume,
     save_epoch,
+    to_device,
 )
 from distgnn.train.proc import use_prefetch
 from distgnn.train.telemetry import Telemetry
@@ -53,13 +54,6 @@ class Task:
     """for the log and the metrics"""
     checkpoint: dict[str, Any] = field(default_factory=dict)
     """saved in every checkpoint's ``extra`` (what inference rebuilds the model from)"""
-
-
-def to_device(x: Any, device: torch.device) -> Any:
-    """A tensor, or a dict of them per node type, on ``device``."""
-    if isinstance(x, dict):
-        return {k: v.to(device) for k, v in x.items()}
-    return x.to(device)
 
 
 @torch.no_grad()

@@ -1,0 +1,102 @@
+"""What the built-in apps on a heterogeneous graph share (``--model rgcn``): the graph's
+typing, the model / graph checks that name the field, the R-GCN built for the graph, and
+the per-type feature rows of a batch's input nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn.dataloading.types import GraphTyping, graph_typing
+from distgnn.errors import ConfigError
+from distgnn.nn import RGCN
+from distgnn.sampling.local import LocalGraph
+from distgnn.train.config import TrainConfig
+from distgnn.train.graph import TrainGraph
+
+MODEL = "--model (trainers.app.model)"
+
+
+def typing_of(tg: TrainGraph) -> GraphTyping | None:
+    """The node and edge types of the graph (None: homogeneous)."""
+    return None if isinstance(tg.g, LocalGraph) else graph_typing(tg.g)
+
+
+def check_model(
+    cfg: TrainConfig, tg: TrainGraph, target: str, homogeneous_models: str
+) -> GraphTyping | None:
+    """The graph's typing when the model is the typed one (None: a homogeneous model on a
+    homogeneous graph); ConfigError naming the field when model and graph do not fit.
+    ``target``: the flag that names the typed app's target (for the message)."""
+    typing = typing_of(tg)
+    if cfg.model != "rgcn":
+        if typing is not None:
+            raise ConfigError(
+                f"{MODEL}: {cfg.model} is homogeneous, but the graph has node types "
+                f"{typing.ntypes}; use rgcn with {target}"
+            )
+        return None
+    if typing is None:
+        raise ConfigError(
+            f"{MODEL}: rgcn needs a graph with node types; this one has one ({homogeneous_models})"
+        )
+    return typing
+
+
+def check_feat(cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping) -> list[str]:
+    """The node types that have ``cfg.feat`` (ConfigError when none has it)."""
+    have = [t for t in typing.ntypes if cfg.feat in tg.g.nodes[t].data]
+    if not have:
+        raise ConfigError(f"--feat: no node type has the field {cfg.feat!r}")
+    return have
+
+
+def build_rgcn(cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping, out_feats: int) -> RGCN:
+    """The built-in R-GCN over every node and edge type of the graph: each type's
+    ``cfg.feat`` projected (a learnt embedding for a type without it), ``out_feats`` wide."""
+    g = tg.g
+    in_feats = {
+        t: int(g.nodes[t].data[cfg.feat].shape[1])
+        for t in typing.ntypes
+        if cfg.feat in g.nodes[t].data
+    }
+    return RGCN(
+        typing.ntypes,
+        typing.types.canonical_etypes,
+        in_feats,
+        {t: int(g.num_nodes(t)) for t in typing.ntypes},
+        cfg.hidden,
+        out_feats,
+        cfg.num_layers,
+        cfg.dropout,
+    )
+
+
+def feature_reader(
+    cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping
+) -> Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
+    """``input_nodes`` (type-wise IDs per node type) -> their ``cfg.feat`` rows per type
+    (the types that have the field)."""
+    g = tg.g
+    feat_types = [t for t in typing.ntypes if cfg.feat in g.nodes[t].data]
+
+    def inputs(input_nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {t: g.nodes[t].data[cfg.feat][input_nodes[t]].float() for t in feat_types}
+
+    return inputs
+
+
+def read_all(g: Any, ntype: str, name: str) -> np.ndarray:
+    """Every row of a (small) field of node type ``ntype``, read in chunks."""
+    t = g.nodes[ntype].data[name]
+    n, step = int(g.num_nodes(ntype)), 1 << 18
+    parts = [np.asarray(t[torch.arange(i, min(i + step, n))]) for i in range(0, n, step)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def mask_ids(g: Any, ntype: str, name: str) -> np.ndarray:
+    """Type-wise IDs of the nodes of ``ntype`` in mask ``name``."""
+    return np.flatnonzero(read_all(g, ntype, name).astype(bool)).astype(np.int64)

@@ -1,0 +1,45 @@
+"""The typed Cora of examples/dgl/prepare_data.py (papers and synthetic authors; cites,
+writes and written-by edges), and a standalone DistGraph of it for in-process apps."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from distgnn.train.graph import TrainGraph
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def typed_cora(cora_path: Path) -> dict[str, np.ndarray]:
+    """The R-GCN example's graph: Cora's papers plus synthetic authors."""
+    spec = importlib.util.spec_from_file_location("prep", ROOT / "examples/dgl/prepare_data.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with np.load(cora_path, allow_pickle=False) as z:
+        arrays: dict[str, np.ndarray] = mod.heterogeneous({k: z[k] for k in z.files})
+    return arrays
+
+
+@contextlib.contextmanager
+def standalone_graph(arrays: dict[str, np.ndarray], out: Path) -> Iterator[TrainGraph]:
+    """``arrays`` in 2 random partitions under ``out``, opened as a standalone DistGraph
+    (a TrainGraph whose ``owner`` is the manifest path: inference maps IDs with it)."""
+    import distgnn.distributed as dd
+    from distgnn.graph.io import graph_from_arrays
+    from distgnn.partition.partitioner import partition_graph
+    from distgnn.train.layerwise import as_train_graph
+
+    g = graph_from_arrays(arrays, "cora-hetero")
+    partition_graph(g, 2, str(out), "cora-hetero", method="random", progress=False)
+    with dd.DistGraph.standalone(str(out / "cora-hetero.json")) as dg:
+        tg = as_train_graph(dg)
+        tg.owner = str(out / "cora-hetero.json")
+        yield tg
