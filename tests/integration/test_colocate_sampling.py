@@ -98,6 +98,7 @@ def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) 
             {"fanout": {"_N:_E:_N": 4}},
             {"fanout": 2, "prob": "w"},
             {"fanout": 2, "prob": "w", "replace": True},
+            {"fanout": -1, "exclude_edges": np.arange(0, gt.num_edges(), 2)},  # link prediction
         ]
         for i, kw in enumerate(cases):
             for seeds in (own, mixed):
@@ -117,6 +118,8 @@ def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) 
                 assert np.isin(dst, seeds).all()
                 if "prob" in kw:
                     assert len(eid) and (eid % 3 == 0).all()
+                if "exclude_edges" in kw:
+                    assert len(eid) and (eid % 2 == 1).all()
         # without a seed the draw is random, but still real in-edges of the seeds
         s = sample_neighbors(gc, own, 4)
         src, dst, eid, _ = _cols(s)
