@@ -232,3 +232,27 @@ def test_malformed_manifests_are_rejected_with_the_field(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="kind"):
         plan_of(obj, tmp_path)
     assert json.dumps(job("pass"))  # the helper itself stays valid
+
+
+def test_servers_gather_on_the_cpus_the_trainers_leave_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Servers share the host with the trainers, whose torch threads take
+    cpus // replicas each: one gather thread then, more only beside idle CPUs."""
+    from distgnn.local import runner
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for cpus, replicas, env, want in [
+        (2, 2, {}, 1),
+        (16, 2, {}, 1),
+        (16, 2, {"OMP_NUM_THREADS": "3"}, 8),  # at most MAX_THREADS
+        (8, 2, {"OMP_NUM_THREADS": "3"}, 2),
+        (8, 2, {"OMP_NUM_THREADS": "x"}, 1),  # not a number: the trainers' default share
+        (4, 8, {}, 1),
+    ]:
+        monkeypatch.setattr(runner, "available_cpus", lambda cpus=cpus: cpus)
+        plan = LocalPlan(kind="DistGNNJob", name="j", replicas=replicas, env=env)
+        assert runner.server_gather_threads(plan) == want, (cpus, replicas, env)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(runner, "available_cpus", lambda: 8)
+    assert runner.server_gather_threads(LocalPlan(kind="DistGNNJob", name="j", replicas=2)) == 6

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 CHILD = """
-import atexit, logging, os, resource, sys
+import atexit, ctypes, logging, os, resource, sys
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the planted abort leaves no core file
 from distgnn import log as dlog
 from distgnn.log import kv
@@ -30,6 +30,7 @@ CRASH = TeardownCrash()  # freed, and aborts, only in interpreter teardown
 dlog.setup(level="INFO", fmt="json")
 atexit.register(lambda: print("atexit callback ran"))
 print("results: 42")  # block-buffered
+ctypes.CDLL(None).printf(b"native line\\n")  # C stdio: block-buffered too
 logging.getLogger("distgnn.train").info("published", extra=kv(step=7))
 code = int(sys.argv[2])
 if sys.argv[1] == "end_process":
@@ -54,7 +55,7 @@ def _run(how: str, code: int) -> subprocess.CompletedProcess[str]:
 def test_end_process_skips_a_teardown_crash_and_loses_no_output(code: int) -> None:
     p = _run("end_process", code)
     assert p.returncode == code, p.stderr
-    assert p.stdout.splitlines() == ["results: 42", "atexit callback ran"]
+    assert p.stdout.splitlines() == ["results: 42", "atexit callback ran", "native line"]
     lines = [json.loads(x) for x in p.stderr.splitlines() if x.startswith("{")]
     assert [(r["msg"], r.get("step"), r.get("code")) for r in lines] == [
         ("published", 7, None),

@@ -342,9 +342,12 @@ def _positions(sorted_keys: np.ndarray, order: np.ndarray, ids: np.ndarray) -> n
 
 
 # dense relabelling (one lookup table over the ID range) when the ID range is at
-# most this many times the work (edges + seeds); sort-based otherwise
+# most this many times the work (edges + seeds), or below DENSE_RELABEL_MIN; sort-based
+# otherwise. Measured (one thread, 1M-ID range): 4.7k edges 1.18 ms dense vs 0.22 ms
+# sorted, 48k edges 2.6 vs 2.6 ms, 487k edges 8.3 vs 34.7 ms; below 128k IDs the table
+# costs < 0.1 ms. (The first hops of a sampled batch are small: 1M IDs were dense always.)
 DENSE_RELABEL_FACTOR = 16
-DENSE_RELABEL_MIN = 1 << 20
+DENSE_RELABEL_MIN = 1 << 17
 
 
 def to_block(

@@ -14,7 +14,8 @@ training benchmark on rank 0).
 
 :func:`end_process` ends the process the way a normal exit would, up to that point:
 non-daemon threads are joined and ``atexit`` callbacks run (logging is shut down,
-``weakref.finalize`` callbacks and multiprocessing clean-up run), stdio is flushed;
+``weakref.finalize`` callbacks and multiprocessing clean-up run), Python's and C's stdio
+buffers are flushed;
 then ``os._exit(code)`` skips module teardown and static destructors. The last line a
 trainer logs is ``trainer exit`` with its exit code.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import logging
 import os
 import sys
@@ -48,4 +50,6 @@ def end_process(code: int) -> NoReturn:
         if stream is not None:
             with contextlib.suppress(Exception):
                 stream.flush()
+    with contextlib.suppress(Exception):  # C stdio buffers of native code, too
+        ctypes.CDLL(None).fflush(None)
     os._exit(code)
