@@ -97,14 +97,19 @@ def test_trainers_get_the_contract_and_metrics_come_back(ctx: RunContext, tmp_pa
 def test_a_failing_trainer_stops_the_others_and_shows_the_cause(
     ctx: RunContext, tmp_path: Path
 ) -> None:
-    crash = """
+    started = tmp_path / "rank0-started"
+    crash = f"""
         import os, sys, time
         if os.environ['RANK'] == '1':
+            t = time.monotonic()  # fail only once rank 0 has shown its pid (a loaded host)
+            while not os.path.exists({str(started)!r}) and time.monotonic() - t < 60:
+                time.sleep(0.05)
             print('about to fail', flush=True)
             with open(os.environ['DISTGNN_TERMINATION_LOG'], 'w') as f:
                 f.write('RuntimeError: stand-in trainer crashed')
             sys.exit(3)
         print('pid', os.getpid(), flush=True)
+        open({str(started)!r}, 'w').close()
         time.sleep(300)
     """
     t0 = time.monotonic()

@@ -32,6 +32,7 @@ def test_dense_and_sorted_relabelling_agree(n: int, monkeypatch: pytest.MonkeyPa
     for name in ("src_nid", "dst_nid", "edge_src", "edge_dst", "eid"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         np.testing.assert_array_equal(getattr(a, name), getattr(c, name))
+        assert getattr(a, name).dtype == getattr(b, name).dtype == np.int64
     np.testing.assert_array_equal(a.src_nid[: seeds.size], seeds)
     np.testing.assert_array_equal(a.src_nid[a.edge_src], src)
     np.testing.assert_array_equal(a.dst_nid[a.edge_dst], dst)

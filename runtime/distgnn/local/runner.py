@@ -395,8 +395,12 @@ def _watch(
     deadline: Deadline,
     progress: ProgressWatch | None = None,
 ) -> str | None:
-    """Wait for the trainers; None when all succeeded, else the failure text."""
-    t0 = last_note = time.monotonic()
+    """Wait for the trainers; None when all succeeded, else the failure text.
+
+    The first status line is logged at once, so even a run that ends at its first
+    check (a deadline already spent while starting) shows where it stood."""
+    t0 = time.monotonic()
+    last_note = t0 - ctx.status_interval
     while True:
         now = time.monotonic()
         if progress is not None:
