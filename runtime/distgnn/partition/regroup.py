@@ -12,10 +12,10 @@ the grouping is chosen on every edge:
    (:data:`CORE` of them, at least ``64 x`` :data:`CLUSTERS`) form a core graph, which
    METIS splits into
    :data:`CLUSTERS` parts on an edge sample of :data:`CORE_DEGREE` edge ends per node.
-   The other nodes take the cluster most of their core neighbours have; where fewer than
-   :data:`SURE` core neighbours or no majority of them have it, the cluster most of all
-   the node's labelled neighbours have (99.5-99.8 % of the nodes land in their own
-   community's cluster on the benchmark graphs). Nodes without a labelled neighbour stay
+   The other nodes take the cluster most of their core neighbours have; then the core
+   nodes (METIS's balance bound puts some in a neighbouring cluster) and the nodes where
+   fewer than :data:`SURE` core neighbours or no majority of them agreed take the cluster
+   most of all their labelled neighbours have. Nodes without a labelled neighbour stay
    unlabelled. The clusters' edge counts come from one more pass over the edges.
 2. **Grouping** (:func:`regroup`): each cluster goes wholly to one side, unlabelled nodes
    keep the partition's side; the edge cut of every one of the ``2^CLUSTERS`` groupings
@@ -162,8 +162,9 @@ def find_clusters(
     del node, vote
     labels[top > 0] = best[top > 0]
     release_freed()
-    # the unsure (too few votes, or no majority): all labelled neighbours' commonest
-    unsure = ~core & ((top < SURE) | (2 * top <= total))
+    # the unsure (too few votes, or no majority), and the core nodes (METIS's balance
+    # puts some in a neighbouring cluster): all labelled neighbours' commonest
+    unsure = core | (top < SURE) | (2 * top <= total)
     del best, top, total
     votes: list[np.ndarray] = []
     nodes: list[np.ndarray] = []
