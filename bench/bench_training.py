@@ -69,6 +69,21 @@ def ensure_parts(graph: str, nodes: int, method: str) -> str:
     return manifest
 
 
+def server_env(trainers: int) -> dict[str, str]:
+    """The servers' environment as ``distgnn run`` gives it on a host shared with
+    ``trainers`` one-process trainers of ``cpus // trainers`` torch threads each: the row
+    gather on the CPUs those leave free, at least 1 (``DISTGNN_GATHER_THREADS`` from the
+    environment wins)."""
+    from distgnn.cpus import available_cpus
+    from distgnn.rpc.gather import ENV_GATHER_THREADS, shared_host_threads
+
+    if os.environ.get(ENV_GATHER_THREADS, "").strip():
+        return {}
+    cpus = available_cpus()
+    used = trainers * max(1, cpus // max(1, trainers))
+    return {ENV_GATHER_THREADS: str(shared_host_threads(cpus, used))}
+
+
 def bench_sampling(env: dict[str, str], reps: int) -> list[tuple[int, float]]:
     import numpy as np
 
@@ -390,7 +405,8 @@ def main() -> None:
     if a.colocate:
         compare_topologies(manifest, a, extra)
         return
-    with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
+    senv = server_env(a.trainers)
+    with running_servers(manifest, 2, workers=1, env=senv, timeout=600) as srv:
         env = srv.env()
         samp = bench_sampling(env, a.reps)
         ep = bench_epoch(env, a.trainers, extra, a.num_samplers, [p.pid for p in srv.procs])
@@ -407,7 +423,8 @@ def main() -> None:
     print(
         f"bench_training: {a.nodes} nodes, 2 partitions/servers, {a.trainers} trainers "
         f"({ep['threads']} torch thread(s) each), num_samplers={a.num_samplers}, "
-        f"prefetch={'on' if ep['prefetch'] else 'off'} ({a.prefetch}), precision {a.precision}; "
+        f"prefetch={'on' if ep['prefetch'] else 'off'} ({a.prefetch}), precision {a.precision}, "
+        f"server gather threads {senv.get('DISTGNN_GATHER_THREADS') or 'from the environment'}; "
         f"epoch: {how}"
     )
     if ep["epoch_times"]:
@@ -464,7 +481,8 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
     if bad or len(modes) < 2:
         raise SystemExit(f"--modes: two or more of {', '.join(TOPOLOGIES)} (got {a.modes!r})")
     got: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
+    senv = server_env(a.trainers)
+    with running_servers(manifest, 2, workers=1, env=senv, timeout=600) as srv:
         stores = [r["shm_dir"] for r in srv.ready]
         pids = [p.pid for p in srv.procs]
         for _ in range(a.colocate):

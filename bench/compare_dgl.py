@@ -217,7 +217,8 @@ def distgnn_epoch(
 
     manifest = str(parts / "bench.json")
     extra = ["--steps", "0", "--epochs", str(epochs), "--floor-steps", str(floor_steps)]
-    with running_servers(manifest, num_parts=2, workers=1, timeout=600) as srv:
+    senv = bench_training.server_env(2)  # the row gather as `distgnn run` sets it
+    with running_servers(manifest, 2, workers=1, env=senv, timeout=600) as srv:
         stores = [r["shm_dir"] for r in srv.ready] if colocate else None
         pids = [p.pid for p in srv.procs]
         res = bench_training.bench_epoch(srv.env(), 2, extra, 0, pids, stores)

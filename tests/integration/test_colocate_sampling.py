@@ -11,7 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -25,6 +25,7 @@ from distgnn.sampling.batches import NodeBatcher
 from distgnn.sampling.loader import BatchLoader
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.sampling.source import DistSource
+from distgnn.train.graph import TrainGraph
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def served_becomes(srv: Servers, part: int, want: int) -> int:
 
 
 def _cols(s: Any) -> list[np.ndarray]:
-    return [s.src.numpy(), s.dst.numpy(), s.edata["_ID"].numpy(), s.etype.numpy()]
+    return [s.src.numpy(), s.dst.numpy(), s.eid.numpy(), s.etype.numpy()]
 
 
 def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) -> None:
@@ -79,6 +80,9 @@ def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) 
         local = co.local_sampler
         assert local is not None and local.part == 0
         gt, gc = DistGraph(ctx=tcp), DistGraph(ctx=co)
+        # what the trainer's metrics report (distgnn_trainer_local_sample_requests_total)
+        assert TrainGraph(gc, cast(Any, None)).local_sample_stats() is local.stats
+        assert TrainGraph(gt, cast(Any, None)).local_sample_stats() is None
         off = co.book.node_offsets
         w = DistTensor((gt.num_edges(),), torch.float32, "w", "zeros", "edge", ctx=tcp)
         heavy = np.arange(0, gt.num_edges(), 3)
@@ -94,6 +98,7 @@ def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) 
             {"fanout": {"_N:_E:_N": 4}},
             {"fanout": 2, "prob": "w"},
             {"fanout": 2, "prob": "w", "replace": True},
+            {"fanout": -1, "exclude_edges": np.arange(0, gt.num_edges(), 2)},  # link prediction
         ]
         for i, kw in enumerate(cases):
             for seeds in (own, mixed):
@@ -113,6 +118,8 @@ def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) 
                 assert np.isin(dst, seeds).all()
                 if "prob" in kw:
                     assert len(eid) and (eid % 3 == 0).all()
+                if "exclude_edges" in kw:
+                    assert len(eid) and (eid % 2 == 1).all()
         # without a seed the draw is random, but still real in-edges of the seeds
         s = sample_neighbors(gc, own, 4)
         src, dst, eid, _ = _cols(s)
@@ -198,3 +205,41 @@ def test_unusable_store_or_switch_off_samples_over_tcp(
         assert served_becomes(srv, 0, served + 1) == served + 1
         assert not local.enabled and local.stats.requests == 1 and local.stats.fallbacks == 1
         assert "local sampling off" in caplog.text
+
+
+def test_typed_graph_local_sampling_draws_what_the_server_draws(tmp_path: Path) -> None:
+    """Edge-type fanouts on a graph with several node and edge types: the local answer
+    carries the edge types and is the server's draw."""
+    from tests.unit.test_inference_hetero import arrays
+
+    from distgnn.graph.io import graph_from_arrays
+    from distgnn.partition.partitioner import partition_graph
+
+    partition_graph(graph_from_arrays(arrays(), "het"), 2, str(tmp_path / "p"), "het",
+                    method="random", progress=False)  # fmt: skip
+    with (
+        running_servers(str(tmp_path / "p" / "het.json"), num_parts=2) as s,
+        initialize(servers=s.addrs, token=s.token, env={}) as tcp,
+        _co(s, part=1) as co,
+    ):
+        local = co.local_sampler
+        assert local is not None
+        gt, gc = DistGraph(ctx=tcp), DistGraph(ctx=co)
+        papers = {"paper": np.arange(40)}
+        for i, kw in enumerate(
+            [
+                {"fanout": {("paper", "cite", "paper"): 2, "author:writes:paper": 1}},
+                {"fanout": 2},  # every edge type
+                {"fanout": 1, "replace": True},
+                {"fanout": -1},
+            ]
+        ):
+            before = local.stats.requests
+            got = _cols(sample_neighbors(gc, papers, seed=i, **kw))
+            want = _cols(sample_neighbors(gt, papers, seed=i, **kw))
+            assert local.stats.requests == before + 1
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b)
+            # every paper has in-edges of both types that end at papers (written by
+            # authors, cited by papers): both types in the answer
+            assert len(np.unique(got[3])) == 2, kw

@@ -15,6 +15,7 @@ import torch
 from servers import Servers, partition_cora, running_servers
 
 from distgnn.distributed import DistGraph, DistTensor, initialize, node_split, sample_neighbors
+from distgnn.distributed.sampling import sample_hop_edges
 from distgnn.distributed.tensor import _segment_plan, group
 from distgnn.errors import AuthError, ServerError
 from distgnn.partition.loader import load_partition
@@ -88,6 +89,25 @@ def test_sampling_and_structure_over_servers(srv: Servers, cora_path: Path, new2
         shares = [node_split(mask, g.get_partition_book(), rank=r, world_size=3) for r in range(3)]
         want = np.flatnonzero(data["train_mask"][orig_n])
         np.testing.assert_array_equal(np.sort(torch.cat(shares).numpy()), want)
+
+
+def test_sampled_hops_over_servers_equal_in_process_ones(srv: Servers, cora2: str) -> None:
+    """Answers received back to back into one column per hop (no concatenation) give the
+    hop the in-process handlers give, for every fanout kind."""
+    seeds = np.random.default_rng(3).permutation(2708)[:900]
+    with initialize(env=srv.env()) as ctx, DistGraph.standalone(cora2) as local:
+        g = DistGraph(ctx=ctx)
+        for fanout, replace in ((4, False), (3, True), (-1, False), (0, False)):
+            a = sample_hop_edges(g, seeds, fanout, replace, seed=7)
+            b = sample_hop_edges(local, seeds, fanout, replace, seed=7)
+            for x, y in zip(a, b, strict=True):
+                assert (x is None) == (y is None)
+                if x is not None:
+                    np.testing.assert_array_equal(x, y)
+            assert a.etype is None and a.src.dtype == a.eid.dtype == np.int64
+            # uniform fanouts bound the edges: both servers' columns land in one array
+            assert (a.src.base is not None and a.eid.base is not None) == (fanout >= 0)
+            np.testing.assert_array_equal(seeds[a.dst_index], g.find_edges(a.eid)[1].numpy())
 
 
 def test_wrong_or_missing_token_is_refused(srv: Servers) -> None:

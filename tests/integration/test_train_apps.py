@@ -51,6 +51,13 @@ def test_resume_continues_epoch_count(cora_path: Path, tmp_path: Path) -> None:
     ]
     assert epochs == [2, 3]
     assert (ckpt / "ckpt-epoch-00003.pt").exists()
+    # resumed at the last epoch: nothing to train, the checkpoint's model is evaluated
+    third = run_trainers([*base, "--epochs", "4"], 1, env, tmp_path / "c")
+    assert third.returncodes == [0], third.explain()
+    m = third.metrics
+    assert m is not None and m["start_epoch"] == 4 and m["best_epoch"] is None, m
+    assert m["val_accuracy"] == m["final_val_accuracy"] > 0.3, m
+    assert m["test_accuracy"] == m["final_test_accuracy"] > 0.3, m
 
 
 UNEVEN = """

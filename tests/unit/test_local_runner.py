@@ -97,14 +97,19 @@ def test_trainers_get_the_contract_and_metrics_come_back(ctx: RunContext, tmp_pa
 def test_a_failing_trainer_stops_the_others_and_shows_the_cause(
     ctx: RunContext, tmp_path: Path
 ) -> None:
-    crash = """
+    started = tmp_path / "rank0-started"
+    crash = f"""
         import os, sys, time
         if os.environ['RANK'] == '1':
+            t = time.monotonic()  # fail only once rank 0 has shown its pid (a loaded host)
+            while not os.path.exists({str(started)!r}) and time.monotonic() - t < 60:
+                time.sleep(0.05)
             print('about to fail', flush=True)
             with open(os.environ['DISTGNN_TERMINATION_LOG'], 'w') as f:
                 f.write('RuntimeError: stand-in trainer crashed')
             sys.exit(3)
         print('pid', os.getpid(), flush=True)
+        open({str(started)!r}, 'w').close()
         time.sleep(300)
     """
     t0 = time.monotonic()
@@ -232,3 +237,27 @@ def test_malformed_manifests_are_rejected_with_the_field(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="kind"):
         plan_of(obj, tmp_path)
     assert json.dumps(job("pass"))  # the helper itself stays valid
+
+
+def test_servers_gather_on_the_cpus_the_trainers_leave_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Servers share the host with the trainers, whose torch threads take
+    cpus // replicas each: one gather thread then, more only beside idle CPUs."""
+    from distgnn.local import runner
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for cpus, replicas, env, want in [
+        (2, 2, {}, 1),
+        (16, 2, {}, 1),
+        (16, 2, {"OMP_NUM_THREADS": "3"}, 8),  # at most MAX_THREADS
+        (8, 2, {"OMP_NUM_THREADS": "3"}, 2),
+        (8, 2, {"OMP_NUM_THREADS": "x"}, 1),  # not a number: the trainers' default share
+        (4, 8, {}, 1),
+    ]:
+        monkeypatch.setattr(runner, "available_cpus", lambda cpus=cpus: cpus)
+        plan = LocalPlan(kind="DistGNNJob", name="j", replicas=replicas, env=env)
+        assert runner.server_gather_threads(plan) == want, (cpus, replicas, env)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(runner, "available_cpus", lambda: 8)
+    assert runner.server_gather_threads(LocalPlan(kind="DistGNNJob", name="j", replicas=2)) == 6

@@ -216,6 +216,7 @@ def test_local_reads_are_counted_next_to_pulled_rows(tmp_path: Path) -> None:
     """A co-located trainer's rows read from shared memory show as ``local_rows`` /
     ``local_bytes`` beside the pulled ones (which stay at what went over TCP)."""
     from distgnn.distributed.localread import LocalReader
+    from distgnn.distributed.localsample import SampleStats
     from distgnn.train.telemetry import Telemetry, TrainerMetrics
 
     store = tmp_path / "store-0"
@@ -243,9 +244,16 @@ def test_local_reads_are_counted_next_to_pulled_rows(tmp_path: Path) -> None:
     assert got["distgnn_trainer_local_rows_total"] == 5  # read at scrape time: both gathers
     assert got["distgnn_trainer_local_bytes_total"] == 5 * 4 * 4
     assert got["distgnn_trainer_pulled_rows_total"] == 2
+    assert got["distgnn_trainer_local_sample_requests_total"] == 0  # sampling over TCP
+    sampled = SampleStats()
+    tel.attach(tcp, reader.stats, sampled)
+    sampled.requests += 3
+    text = generate_latest(tel.metrics.registry).decode()
+    assert "distgnn_trainer_local_sample_requests_total 3.0" in text
     tel.attach(tcp)  # not co-located: zero, still exported
     text = generate_latest(tel.metrics.registry).decode()
     assert "distgnn_trainer_local_rows_total 0.0" in text
+    assert "distgnn_trainer_local_sample_requests_total 0.0" in text
 
 
 # --- operator -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from distgnn.distributed import DistGraph, sample_neighbors
-from distgnn.distributed.sampling import decode_sample_answer, sample_hop_edges
+from distgnn.distributed.sampling import _Columns, decode_sample_answer, sample_hop_edges
 from distgnn.errors import ProtocolError
 from distgnn.partition.partitioner import partition_graph
 from distgnn.rpc.protocol import Frame, MsgType
@@ -198,3 +198,19 @@ def test_a_malformed_answer_from_a_server_fails_the_sampling_call(
     monkeypatch.setattr(g.ctx, "call_many", lying)
     with pytest.raises(ProtocolError, match="run lengths do not add up"):
         sample_neighbors(g, np.arange(50), 3)
+
+
+def test_columns_received_back_to_back_or_concatenated() -> None:
+    cols = _Columns(10)
+    a0 = cols.into(0)(0, np.dtype(np.int64), (4,))
+    a1 = cols.into(0)(1, np.dtype(np.int64), (4,))
+    assert cols.into(0)(2, np.dtype(np.int32), (4,)) is None  # run columns: codec's own
+    b0 = cols.into(1)(0, np.dtype(np.int64), (6,))
+    b1 = cols.into(1)(1, np.dtype(np.int64), (6,))
+    assert cols.into(2)(0, np.dtype(np.int64), (1,)) is None  # over the bound
+    assert a0 is not None and b0 is not None and a1 is not None and b1 is not None
+    a0[:], b0[:] = 1, 2
+    frames = [(0, _frame(RUNS, a0, a1)), (1, _frame(RUNS, b0, b1))]
+    np.testing.assert_array_equal(cols.joined(frames, 0), [1] * 4 + [2] * 6)
+    assert cols.joined(frames[::-1], 0) is None  # out of order (a retried answer)
+    assert cols.joined([(0, _frame(RUNS, a0.copy(), a1)), frames[1]], 0) is None

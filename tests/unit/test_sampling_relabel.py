@@ -26,8 +26,13 @@ def test_dense_and_sorted_relabelling_agree(n: int, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(blocks, "DENSE_RELABEL_MIN", 0)
     monkeypatch.setattr(blocks, "DENSE_RELABEL_FACTOR", 0)
     b = to_block(seeds, src, dst, np.arange(400))
+    # destinations given as positions in the seeds (what the servers' runs give)
+    at = {int(s): i for i, s in enumerate(seeds)}
+    c = to_block(seeds, src, None, np.arange(400), dst_index=np.array([at[d] for d in dst]))
     for name in ("src_nid", "dst_nid", "edge_src", "edge_dst", "eid"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        np.testing.assert_array_equal(getattr(a, name), getattr(c, name))
+        assert getattr(a, name).dtype == getattr(b, name).dtype == np.int64
     np.testing.assert_array_equal(a.src_nid[: seeds.size], seeds)
     np.testing.assert_array_equal(a.src_nid[a.edge_src], src)
     np.testing.assert_array_equal(a.dst_nid[a.edge_dst], dst)

@@ -23,7 +23,7 @@ from distgnn.distributed.subgraph import SubGraph
 from distgnn.distributed.tensor import as_ids, group
 from distgnn.errors import ConfigError, ProtocolError
 from distgnn.rpc.client import Call
-from distgnn.rpc.protocol import Frame, MsgType
+from distgnn.rpc.protocol import Frame, Into, MsgType
 
 
 class SampledEdges(NamedTuple):
@@ -182,6 +182,42 @@ def _legacy_dst_index(dst: np.ndarray, local_seeds: np.ndarray, part: int) -> np
     return order[pos]
 
 
+class _Columns:
+    """Receives the ``src`` and ``eid`` columns of every server's answer back to back into
+    one array each, so that the hop's columns need no concatenation afterwards. ``bound``:
+    at most this many edges in all (seeds x fanout); answers that do not fit (or arrive
+    out of order, after a retry) are received as usual and concatenated."""
+
+    def __init__(self, bound: int) -> None:
+        self.cols = [np.empty(bound, np.int64), np.empty(bound, np.int64)]
+        self.end = [0, 0]
+        self.got: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+
+    def into(self, part: int) -> Into:
+        def into(i: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
+            if i > 1 or dtype != np.int64 or len(shape) != 1:
+                return None
+            start, n = self.end[i], shape[0]
+            if start + n > len(self.cols[i]):
+                return None
+            view = self.cols[i][start : start + n]
+            self.end[i] = start + n
+            self.got[part, i] = (start, view)
+            return view
+
+        return into
+
+    def joined(self, frames: list[tuple[int, Frame]], i: int) -> np.ndarray | None:
+        """Column ``i`` of the answers (in ``frames``' order) when received back to back."""
+        pos = 0
+        for part, f in frames:
+            start, view = self.got.get((part, i), (-1, None))
+            if start != pos or view is None or f.bufs[i] is not view:
+                return None
+            pos += len(view)
+        return self.cols[i][:pos]
+
+
 def sample_hop_edges(
     g: Any,
     gid: np.ndarray,
@@ -211,37 +247,49 @@ def sample_hop_edges(
             if b[p + 1] > b[p]:
                 where[p] = order[b[p] : b[p + 1]]
                 calls[p] = Call(MsgType.SAMPLE_NEIGHBORS, dict(meta), [gid[where[p]] - offsets[p]])
+    cols = None
+    if len(calls) > 1 and isinstance(fo, int) and fo >= 0 and prob is None:
+        cols = _Columns(len(gid) * fo)  # uniform: at most fanout edges per seed
+        for p, c in calls.items():
+            c.into = cols.into(p)
     if seed is not None:
         for p, c in calls.items():
             c.meta["seed"] = int(seed) * 1000003 + p
     frames = _call(g.ctx, calls)
-    srcs, eids, dsts = [], [], []
+    got = [(p, frames[p]) for p in sorted(frames)]
+    srcs, eids, run_seeds, run_lens = [], [], [], []
     ets: list[np.ndarray | None] = []
-    for p in sorted(frames):
+    legacy = False
+    for p, frame in got:
         local_seeds = calls[p].bufs[0]
-        src, eid, et, run_seed, run_len = decode_sample_answer(frames[p], len(local_seeds), p)
-        if run_len is None:  # per-edge layout: destinations as global IDs
+        src, eid, et, run_seed, run_len = decode_sample_answer(frame, len(local_seeds), p)
+        if run_len is None:  # per-edge layout: destinations as global IDs, one run each
+            legacy = True
             run_seed = _legacy_dst_index(run_seed.astype(np.int64) - offsets[p], local_seeds, p)
+            run_len = np.ones(len(run_seed), np.int64)
         w = where[p]
-        idx = run_seed.astype(np.int64, copy=False) if w is None else np.take(w, run_seed)
+        run_seeds.append(run_seed.astype(np.int64, copy=False) if w is None else w[run_seed])
+        run_lens.append(run_len)
         srcs.append(src)
         eids.append(eid)
         ets.append(et)
-        dsts.append(idx if run_len is None else np.repeat(idx, run_len))
 
-    def cat(cols: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
-        return (cols[0] if len(cols) == 1 else np.concatenate(cols)).astype(dtype, copy=False)
+    def cat(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).astype(dtype, copy=False)
 
     etype = None
     if any(e is not None for e in ets):  # a server of the per-edge layout sends zeros
-        etype = cat(
-            [
-                np.zeros(len(s), np.int32) if e is None else e
-                for e, s in zip(ets, srcs, strict=True)
-            ],
-            np.int32,
-        )
-    return HopEdges(cat(srcs), cat(eids), etype, cat(dsts))
+        zeros = [np.zeros(len(s), np.int32) for s in srcs]
+        etype = cat([z if e is None else e for e, z in zip(ets, zeros, strict=True)], np.int32)
+    src_all = eid_all = None
+    if cols is not None and not legacy:
+        src_all, eid_all = cols.joined(got, 0), cols.joined(got, 1)
+    return HopEdges(
+        cat(srcs) if src_all is None else src_all,
+        cat(eids) if eid_all is None else eid_all,
+        etype,
+        np.repeat(cat(run_seeds), cat(run_lens)),
+    )
 
 
 def sample_hop(

@@ -31,6 +31,7 @@ from distgnn.local.progress import ProgressWatch
 from distgnn.local.registry import GraphServerEntry, Registry, process_create_time
 from distgnn.local.supervisor import ManagedProcess, ProcessSpec, Supervisor, describe_exit
 from distgnn.log import Progress, kv
+from distgnn.rpc.gather import ENV_GATHER_THREADS, shared_host_threads
 
 log = logging.getLogger("distgnn.local")
 
@@ -134,9 +135,11 @@ def start_servers(
     *,
     owner: str | None = None,
     metrics: bool = False,
+    gather_threads: int | None = None,
 ) -> Servers:
     """Start one server per partition and wait for all of them to be ready (with
-    ``metrics``, each also serves /metrics on a port of its own)."""
+    ``metrics``, each also serves /metrics on a port of its own; ``gather_threads``:
+    their row-gather threads, unless ``DISTGNN_GATHER_THREADS`` is set already)."""
     num_parts = read_num_parts(manifest_url)
     health: dict[str, tuple[int, Path]] = {}
     addresses: list[str] = []
@@ -165,6 +168,8 @@ def start_servers(
         extra = {contract.ENV_TOKEN_FILE: str(token_file)}
         if owner:
             extra[contract.ENV_JOB_NAME] = owner
+        if gather_threads is not None and not os.environ.get(ENV_GATHER_THREADS, "").strip():
+            extra[ENV_GATHER_THREADS] = str(gather_threads)
         env = child_env(extra, ctx.resolved_log_format())
         sup.start(ProcessSpec(name, argv, env=env, cwd=str(rundir)))
         health[name] = (hport, ready)
@@ -248,6 +253,21 @@ def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) 
         parts.append(f"last {len(lines)} log lines of {proc.name}:")
         parts.extend(f"  {proc.name} | {ln}" for ln in lines)
     return "\n".join(parts)
+
+
+def server_gather_threads(plan: LocalPlan) -> int:
+    """Row-gather threads of a job's servers: the host's CPUs its trainers' torch threads
+    leave free (``OMP_NUM_THREADS`` of the job or the environment, else the share
+    :func:`trainer_specs` gives), at least 1: servers and trainers share this host."""
+    replicas = max(1, plan.replicas)
+    threads = max(1, available_cpus() // replicas)
+    for env in (plan.env, os.environ):
+        try:
+            threads = max(1, int(env.get("OMP_NUM_THREADS", "")))
+            break
+        except ValueError:
+            continue
+    return shared_host_threads(available_cpus(), replicas * threads)
 
 
 # -- trainers --------------------------------------------------------------------------
@@ -375,8 +395,12 @@ def _watch(
     deadline: Deadline,
     progress: ProgressWatch | None = None,
 ) -> str | None:
-    """Wait for the trainers; None when all succeeded, else the failure text."""
-    t0 = last_note = time.monotonic()
+    """Wait for the trainers; None when all succeeded, else the failure text.
+
+    The first status line is logged at once, so even a run that ends at its first
+    check (a deadline already spent while starting) shows where it stood."""
+    t0 = time.monotonic()
+    last_note = t0 - ctx.status_interval
     while True:
         now = time.monotonic()
         if progress is not None:
@@ -521,6 +545,7 @@ def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) 
                         deadline,
                         owner=plan.name,
                         metrics=plan.metrics,
+                        gather_threads=server_gather_threads(plan),
                     )
                 metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
             finally:

@@ -2,7 +2,8 @@
 
 :func:`sampled_metis` samples the edges (:mod:`distgnn.partition.sparsify`; sparse or
 small graphs go to METIS whole), partitions the sample with METIS, checks that the sample
-represented the graph, and refines the partition on the full graph
+represented the graph, for two parts regroups its clusters on the full graph
+(:mod:`distgnn.partition.regroup`), and refines the partition on the full graph
 (:mod:`distgnn.partition.refine`). For two parts METIS bisects the sample
 (``METIS_PartGraphRecursive``: one multilevel bisection, where ``METIS_PartGraphKway``
 bisects its coarsest graph several times and refines k-way): after the refinement the
@@ -20,13 +21,22 @@ runs on every edge.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from distgnn.log import kv, step
 from distgnn.partition.assign import metis_assign, metis_run
 from distgnn.partition.refine import refine_boundary
+from distgnn.partition.regroup import (
+    CLUSTERS,
+    Clusters,
+    find_clusters,
+    regroup,
+    release_freed,
+)
 from distgnn.partition.sparsify import keep_fraction
 
 log = logging.getLogger("distgnn.partition")
@@ -65,29 +75,73 @@ def sampled_metis(
     keep = keep_fraction(n, e)
     if keep >= 1.0 or num_parts == 1:
         return metis_assign(src, dst, n, num_parts, vweights=vweights, seed=seed, on_start=on_start)
-    # two parts: one multilevel bisection; on the sample it cuts as k-way does after the
-    # refinement, in about half the time (k-way runs several on its coarsest graph)
-    run = metis_run(
-        src,
-        dst,
-        n,
-        num_parts,
-        vweights=vweights,
-        seed=seed,
-        on_start=on_start,
-        keep=keep,
-        recursive=num_parts == 2,
-    )
-    cut_all = count_cut(run.parts, src, dst)
-    if not representative(cut_all, e, run.cut, run.edges):
-        log.warning(
-            "the edge sample does not show this graph's structure: METIS on every edge",
-            extra=kv(
-                keep=round(keep, 4),
-                cut_sample=round(run.cut / max(run.edges, 1), 5),
-                cut_all=round(cut_all / e, 5),
-            ),
+    two = num_parts == 2 and n >= 2 * CLUSTERS
+    with ThreadPoolExecutor(1, thread_name_prefix="clusters") as pool:
+        # the clusters for the regrouping need no partition: they are found on another
+        # core while the sample is drawn and METIS bisects it (METIS releases the GIL);
+        # their own METIS call runs before that one (METIS's random state is shared)
+        core_done = threading.Event()
+        clusters = (
+            pool.submit(_clusters, src, dst, n, vweights, group, seed, core_done) if two else None
         )
-        return metis_assign(src, dst, n, num_parts, vweights=vweights, seed=seed)
+
+        def started() -> None:
+            if clusters is not None:
+                core_done.wait()
+            if on_start is not None:
+                on_start()
+
+        # two parts: one multilevel bisection; on the sample it cuts as k-way does after
+        # the refinement, in about half the time (k-way runs several on its coarsest graph)
+        run = metis_run(
+            src,
+            dst,
+            n,
+            num_parts,
+            vweights=vweights,
+            seed=seed,
+            on_start=started,
+            keep=keep,
+            recursive=num_parts == 2,
+        )
+        # METIS's freed levels: back to the system (the cluster thread's frees raise
+        # glibc's mmap threshold, so METIS's blocks came from the heap, which keeps them)
+        release_freed()
+        cut_all = count_cut(run.parts, src, dst)
+        if not representative(cut_all, e, run.cut, run.edges):
+            log.warning(
+                "the edge sample does not show this graph's structure: METIS on every edge",
+                extra=kv(
+                    keep=round(keep, 4),
+                    cut_sample=round(run.cut / max(run.edges, 1), 5),
+                    cut_all=round(cut_all / e, 5),
+                ),
+            )
+            if clusters is not None:
+                clusters.cancel()
+            return metis_assign(src, dst, n, num_parts, vweights=vweights, seed=seed)
+        parts = run.parts
+        if clusters is not None:  # which clusters go together: chosen on every edge
+            with step("regroup", log):
+                found = clusters.result()
+                parts = regroup(parts, src, dst, found, vweights, group, cut=cut_all).parts
     with step("refine", log, parts=num_parts):
-        return refine_boundary(run.parts, src, dst, num_parts, vweights, group, seed=seed).parts
+        parts = refine_boundary(parts, src, dst, num_parts, vweights, group, seed=seed).parts
+    release_freed()  # relabelling, the next peak, starts from a trimmed heap
+    return parts
+
+
+def _clusters(
+    src: np.ndarray,
+    dst: np.ndarray,
+    n: int,
+    vweights: np.ndarray | None,
+    group: np.ndarray | None,
+    seed: int,
+    core_done: threading.Event,
+) -> Clusters:
+    try:
+        with step("clusters", log, clusters=CLUSTERS):
+            return find_clusters(src, dst, n, vweights, group, seed=seed, core_done=core_done.set)
+    finally:
+        core_done.set()  # also when it failed: METIS is never kept waiting

@@ -18,6 +18,7 @@ import torch
 
 from distgnn import contract
 from distgnn.distributed.localread import LocalReader, LocalStats
+from distgnn.distributed.localsample import LocalSampler, SampleStats
 from distgnn.errors import ConfigError
 from distgnn.rpc.stats import ClientStats
 from distgnn.sampling.local import LocalGraph
@@ -81,6 +82,12 @@ class TrainGraph:
         """Rows read from a co-located server's shared memory (None: not co-located)."""
         reader = getattr(getattr(self.g, "ctx", None), "local_reader", None)
         return reader.stats if isinstance(reader, LocalReader) else None
+
+    def local_sample_stats(self) -> SampleStats | None:
+        """Sampling requests answered from a co-located server's shared memory in this
+        process (None: not co-located, or local sampling off)."""
+        sampler = getattr(getattr(self.g, "ctx", None), "local_sampler", None)
+        return sampler.stats if isinstance(sampler, LocalSampler) else None
 
     def close(self) -> None:
         self.source.close()

@@ -141,7 +141,8 @@ def run(
     metrics: dict[str, Any] = {}
     t_train = 0.0
     val_acc = best_val = 0.0
-    best_epoch = -1
+    evaluated = False  # validation accuracy measured in this run
+    best_epoch: int | None = None
     best_state: dict[str, torch.Tensor] | None = None
     with task.loader as loader:
         steps = agree_steps(ctx, len(loader))
@@ -188,7 +189,7 @@ def run(
                 "seconds": round(dt, 3),
             }
             if ctx.is_main and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
-                val_acc = task.evaluate(model, cfg.val_mask)
+                val_acc, evaluated = task.evaluate(model, cfg.val_mask), True
                 if val_acc > best_val:
                     best_val, best_epoch = val_acc, epoch
                     best_state = {
@@ -209,6 +210,8 @@ def run(
                 log.info("epoch", extra=kv(**fields))
             barrier(ctx)
         if ctx.is_main:
+            if not evaluated:  # resumed at or past the last epoch: the checkpoint's model
+                val_acc = task.evaluate(model, cfg.val_mask)
             final_test = task.evaluate(model, cfg.test_mask)
             test_acc, sel_val = final_test, val_acc
             if best_state is not None:  # model selection on the validation set

@@ -38,6 +38,7 @@ from distgnn.rpc.stats import ClientStats
 
 if TYPE_CHECKING:  # the distributed package imports torch; the collector needs no import
     from distgnn.distributed.localread import LocalStats
+    from distgnn.distributed.localsample import SampleStats
 
 log = logging.getLogger("distgnn.train")
 
@@ -84,16 +85,17 @@ class ProgressServer:
 
 
 class _ClientCollector(Collector):
-    """The connection pool's counters, and a co-located trainer's shared-memory reads, as
-    ``distgnn_trainer_*`` counters."""
+    """The connection pool's counters, and a co-located trainer's shared-memory reads and
+    local sampling, as ``distgnn_trainer_*`` counters."""
 
     def __init__(self) -> None:
         self.stats: ClientStats | None = None
         self.local: LocalStats | None = None
+        self.sampled: SampleStats | None = None
 
     def collect(self) -> Iterator[Any]:
         s = self.stats or ClientStats()
-        loc = self.local
+        loc, smp = self.local, self.sampled
         for short, doc, value in (
             ("server_requests", "Requests answered by the graph servers.", s.requests),
             ("pull_requests", "PULL requests answered.", s.pull_requests),
@@ -103,6 +105,8 @@ class _ClientCollector(Collector):
              loc.rows if loc else 0),
             ("local_bytes", "Feature bytes read from the co-located server's shared memory.",
              loc.bytes if loc else 0),
+            ("local_sample_requests", "Sampling requests of the co-located partition answered "
+             "from its server's shared memory in this process.", smp.requests if smp else 0),
         ):  # fmt: skip
             yield CounterMetricFamily(f"distgnn_trainer_{short}", doc, value=float(value))
 
@@ -205,12 +209,19 @@ class Telemetry:
         )
         return tel
 
-    def attach(self, stats: ClientStats | None, local: LocalStats | None = None) -> None:
+    def attach(
+        self,
+        stats: ClientStats | None,
+        local: LocalStats | None = None,
+        sampled: SampleStats | None = None,
+    ) -> None:
         """Report this pool's counters (the graph-server connections) as pulled rows/bytes,
-        and a co-located trainer's shared-memory reads (``local``) as local rows/bytes."""
+        a co-located trainer's shared-memory reads (``local``) as local rows/bytes and its
+        local sampling (``sampled``) as local sample requests."""
         if self.metrics is not None:
             self.metrics.client.stats = stats
             self.metrics.client.local = local
+            self.metrics.client.sampled = sampled
 
     def begin(self, epochs: int, start_epoch: int) -> None:
         if self.progress is not None:
