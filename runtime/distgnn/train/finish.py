@@ -20,7 +20,8 @@ non-daemon threads are joined and ``atexit`` callbacks run (logging is shut down
 ``weakref.finalize`` callbacks and multiprocessing clean-up run), Python's and C's stdio
 buffers are flushed; then ``os._exit(code)`` skips interpreter teardown and static
 destructors: a native thread that still needs the GIL waits for it and never meets a
-finalizing interpreter. The last line a trainer logs is ``trainer exit`` with its exit code.
+finalizing interpreter. It logs nothing itself:
+a trainer's last output line stays its own (``distgnn run`` reads metrics from it).
 """
 
 from __future__ import annotations
@@ -34,16 +35,11 @@ import sys
 import threading
 from typing import NoReturn
 
-from distgnn.log import kv
-
-log = logging.getLogger("distgnn.train")
-
 
 def end_process(code: int) -> NoReturn:
-    """Log ``trainer exit``, run what a normal exit runs before interpreter teardown
+    """Run what a normal exit runs before interpreter teardown
     (join non-daemon threads, ``atexit`` callbacks, flush stdio), then ``os._exit(code)``.
     Call from the main thread, after the process group is destroyed."""
-    log.info("trainer exit", extra=kv(code=code))
     join_threads = getattr(threading, "_shutdown", None)  # what Py_Finalize calls first
     if join_threads is not None and threading.current_thread() is threading.main_thread():
         join_threads()
