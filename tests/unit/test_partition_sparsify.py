@@ -91,7 +91,7 @@ def test_refine_never_raises_the_cut_and_keeps_the_bounds(k: int, seed: int) -> 
     start = rng.integers(0, k, n)
     vw = 1 + np.bincount(dst, minlength=n)
     group = rng.random(n) < 0.2
-    res = refine_boundary(start, src, dst, k, vw, group, seed=seed)
+    res = refine_boundary(start, src, dst, k, vw, group)
     assert cut(res.parts, src, dst) <= cut(start, src, dst) - res.gain
     load = np.bincount(res.parts, weights=vw, minlength=k)
     before = np.bincount(start, weights=vw, minlength=k)

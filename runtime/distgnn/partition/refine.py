@@ -1,10 +1,17 @@
 """Vectorised boundary refinement of a partition on the full graph.
 
-Each pass splits the partitions into sources and targets (for two parts: 0 -> 1, then
-1 -> 0) and moves every node of a source partition whose edges to one target partition
-outnumber its edges inside its own (its gain), highest gains first, as far as the balance
-bounds of each target allow. Moves of one pass never undo each other's gain (no node
-moves into a partition that others leave), so the edge cut never grows.
+Each pass moves every boundary node whose edges to another partition outnumber its edges
+inside its own (its gain) to its best partition, highest gains first, as far as the
+balance bounds of each target allow. Moves of one pass never undo each other's gain, so
+the edge cut never grows:
+
+* two parts: a pass moves one way only (0 -> 1, then 1 -> 0), so no node moves into a
+  partition that others leave;
+* more parts: every pair of partitions at once. Two moves can only spoil each other's
+  gain across an edge joining them where one node enters the partition the other leaves
+  (``u: A -> B``, ``v: B -> D`` or ``v: C -> A``); of two such movers the one with the
+  lower gain stays. Every other pair of moves removes at least the sum of their gains
+  (two neighbours leaving one partition together lose no edge between them).
 
 Gains come from the cut edges only: one gather of both ends' partitions per pass, then a
 sort of the cut edges' ``(node, other partition)`` keys. Edges count as the edge cut
@@ -24,8 +31,8 @@ log = logging.getLogger("distgnn.partition")
 
 IMBALANCE = 0.03  # METIS's default load imbalance bound (ufactor 30)
 GROUP_SLACK = 1.02  # the bound on grouped (training) nodes, as rebalance's
-MAX_PASSES = 10  # two parts; more parts: 3x as many (each pass moves between fewer pairs)
-MIN_GAIN = 1e-3  # stop when the last passes (2; more parts: 6) together cut less than this
+MAX_PASSES = 10
+MIN_GAIN = 1e-3  # stop when the last two passes together cut less than this fraction
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,6 @@ def refine_boundary(
     vweights: np.ndarray | None = None,
     group: np.ndarray | None = None,
     *,
-    seed: int = 0,
     max_passes: int | None = None,
 ) -> RefineResult:
     """Greedy boundary moves that lower the edge cut within the balance bounds.
@@ -73,11 +79,8 @@ def refine_boundary(
     loops = np.flatnonzero(np.equal(src, dst))
     if loops.shape[0]:
         deg -= 2 * np.bincount(np.take(src, loops), minlength=n)
-    rng = np.random.default_rng(seed)
-    # with more than two parts a pass moves from a random half of them to the others
-    window = 2 if k == 2 else 6
     if max_passes is None:
-        max_passes = MAX_PASSES if k == 2 else 3 * MAX_PASSES
+        max_passes = MAX_PASSES
     pdt = _part_dtype(k)
     gains: list[int] = []
     moved = 0
@@ -95,10 +98,10 @@ def refine_boundary(
         if cut == 0:
             break
         # (node, partition of the other end) for both ends of every cut edge
-        keys = np.concatenate(
-            [np.take(src, at) * k + np.take(pd, at), np.take(dst, at) * k + np.take(ps, at)]
-        )
+        cu, cv = np.take(src, at), np.take(dst, at)
+        pu, pv = np.take(ps, at), np.take(pd, at)
         del ps, pd, at
+        keys = np.concatenate([cu * k + pv, cv * k + pu])
         keys.sort()
         first = np.empty(keys.shape[0], dtype=bool)
         first[0] = True
@@ -109,14 +112,10 @@ def refine_boundary(
         node, other = np.divmod(keys[starts], k)
         del keys, starts
         inside = deg - np.bincount(node, weights=count, minlength=n).astype(np.int64)
-        sources = np.zeros(k, dtype=bool)
-        if k == 2:
-            sources[it % 2] = True
-        else:
-            sources[rng.permutation(k)[: k // 2]] = True
-        sel = sources[np.take(parts, node)] & ~sources[other]
-        node, other = node[sel], other[sel]
-        gain = count[sel] - np.take(inside, node)
+        if k == 2:  # one way per pass
+            sel = np.take(parts, node) == it % 2
+            node, other, count = node[sel], other[sel], count[sel]
+        gain = count - np.take(inside, node)
         pos = gain > 0
         node, other, gain = node[pos], other[pos], gain[pos]
         # the best target of each node, then the nodes by falling gain
@@ -127,6 +126,9 @@ def refine_boundary(
         node, other, gain = node[best], other[best], gain[best]
         order = np.argsort(-gain, kind="stable")
         node, other, gain = node[order], other[order], gain[order]
+        if k > 2:
+            node, other, gain = _independent(node, other, gain, n, cu, cv, pu, pv, pdt)
+        del cu, cv, pu, pv
         load = np.bincount(parts, weights=vw, minlength=k)
         gload = np.bincount(parts, weights=grp, minlength=k)
         ok = np.zeros(node.shape[0], dtype=bool)
@@ -138,7 +140,7 @@ def refine_boundary(
         parts[node[ok]] = other[ok]
         moved += int(ok.sum())
         gains.append(int(gain[ok].sum()))
-        if len(gains) >= window and sum(gains[-window:]) <= MIN_GAIN * cut:
+        if len(gains) >= 2 and sum(gains[-2:]) <= MIN_GAIN * cut:
             break
     cut_before = max(cut_before, 0)
     log.info(
@@ -146,3 +148,32 @@ def refine_boundary(
         extra=kv(passes=len(gains), moved=moved, cut_before=cut_before, gain=sum(gains)),
     )
     return RefineResult(parts, len(gains), moved, cut_before, sum(gains))
+
+
+def _independent(
+    node: np.ndarray,
+    other: np.ndarray,
+    gain: np.ndarray,
+    n: int,
+    cu: np.ndarray,
+    cv: np.ndarray,
+    pu: np.ndarray,
+    pv: np.ndarray,
+    pdt: type[np.signedinteger],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The moves (``node`` to ``other``, by falling ``gain``) without a pair that could
+    spoil each other's gain: across a cut edge ``(cu, cv)`` (partitions ``pu``, ``pv``),
+    one end entering the other's partition. Of such a pair the later (lower gain) stays."""
+    target = np.full(n, -1, dtype=pdt)
+    target[node] = other
+    tu, tv = target[cu], target[cv]
+    clash = (tu >= 0) & (tv >= 0) & ((tu == pv) | (tv == pu))
+    if not clash.any():
+        return node, other, gain
+    rank = np.zeros(n, dtype=np.int64)
+    rank[node] = np.arange(node.shape[0])
+    a, b = cu[clash], cv[clash]
+    stay = np.zeros(n, dtype=bool)
+    stay[np.where(rank[a] > rank[b], a, b)] = True
+    keep = ~stay[node]
+    return node[keep], other[keep], gain[keep]

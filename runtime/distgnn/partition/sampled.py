@@ -126,7 +126,7 @@ def sampled_metis(
                 found = clusters.result()
                 parts = regroup(parts, src, dst, found, vweights, group, cut=cut_all).parts
     with step("refine", log, parts=num_parts):
-        parts = refine_boundary(parts, src, dst, num_parts, vweights, group, seed=seed).parts
+        parts = refine_boundary(parts, src, dst, num_parts, vweights, group).parts
     release_freed()  # relabelling, the next peak, starts from a trimmed heap
     return parts
 
