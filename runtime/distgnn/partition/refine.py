@@ -127,16 +127,9 @@ def refine_boundary(
         order = np.argsort(-gain, kind="stable")
         node, other, gain = node[order], other[order], gain[order]
         if k > 2:
-            node, other, gain = _independent(node, other, gain, n, cu, cv, pu, pv, pdt)
+            node, other, gain = _compatible(node, other, gain, n, cu, cv, pu, pv, pdt)
         del cu, cv, pu, pv
-        load = np.bincount(parts, weights=vw, minlength=k)
-        gload = np.bincount(parts, weights=grp, minlength=k)
-        ok = np.zeros(node.shape[0], dtype=bool)
-        for t in np.unique(other):
-            into = np.flatnonzero(other == t)
-            w = np.cumsum(np.take(vw, node[into]))
-            g = np.cumsum(np.take(grp, node[into]))
-            ok[into] = (w <= cap - load[t]) & (g <= gcap - gload[t])
+        ok = _within_bounds(parts, node, other, vw, grp, k, cap, gcap)
         parts[node[ok]] = other[ok]
         moved += int(ok.sum())
         gains.append(int(gain[ok].sum()))
@@ -150,7 +143,40 @@ def refine_boundary(
     return RefineResult(parts, len(gains), moved, cut_before, sum(gains))
 
 
-def _independent(
+def _within_bounds(
+    parts: np.ndarray,
+    node: np.ndarray,
+    other: np.ndarray,
+    vw: np.ndarray,
+    grp: np.ndarray,
+    k: int,
+    cap: float,
+    gcap: int,
+) -> np.ndarray:
+    """Which moves (``node`` to ``other``, by falling gain) stay within the bounds: into
+    each partition, the best moves whose weight fits below ``cap`` (grouped nodes below
+    ``gcap``), counting the room that accepted moves out of it free. A move refused
+    frees no room, so the acceptance is repeated until nothing more is refused (two
+    parts: one pass, as the moves go one way)."""
+    load = np.bincount(parts, weights=vw, minlength=k)
+    gload = np.bincount(parts, weights=grp, minlength=k)
+    src_part = np.take(parts, node)
+    wn, gn = np.take(vw, node), np.take(grp, node)
+    ok = np.ones(node.shape[0], dtype=bool)
+    while True:
+        out = np.bincount(src_part[ok], weights=wn[ok], minlength=k)
+        gout = np.bincount(src_part[ok], weights=gn[ok], minlength=k)
+        now = np.zeros_like(ok)
+        for t in np.unique(other[ok]):
+            into = np.flatnonzero(ok & (other == t))
+            w, g = np.cumsum(wn[into]), np.cumsum(gn[into])
+            now[into] = (w <= cap - load[t] + out[t]) & (g <= gcap - gload[t] + gout[t])
+        if np.array_equal(now, ok):
+            return ok
+        ok = now
+
+
+def _compatible(
     node: np.ndarray,
     other: np.ndarray,
     gain: np.ndarray,
@@ -161,19 +187,37 @@ def _independent(
     pv: np.ndarray,
     pdt: type[np.signedinteger],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The moves (``node`` to ``other``, by falling ``gain``) without a pair that could
-    spoil each other's gain: across a cut edge ``(cu, cv)`` (partitions ``pu``, ``pv``),
-    one end entering the other's partition. Of such a pair the later (lower gain) stays."""
+    """The moves (``node`` to ``other``, by falling ``gain``) that keep a positive gain
+    whatever the others do, each with the gain it is sure of.
+
+    A move ``u: A -> B`` loses one edge of its gain for each neighbour in ``B`` that moves
+    too (across a cut edge ``(cu, cv)``, partitions ``pu``, ``pv``); no other move changes
+    it for the worse. Moves whose gain exceeds that loss with every other move made are
+    kept whatever is later refused. Of the others, a move is made if no kept move
+    lowers it and it comes before (higher gain) every other such move it shares an edge
+    with in either direction: then no made move lowers it (two neighbours about to swap
+    parts: the first moves)."""
     target = np.full(n, -1, dtype=pdt)
     target[node] = other
     tu, tv = target[cu], target[cv]
-    clash = (tu >= 0) & (tv >= 0) & ((tu == pv) | (tv == pu))
-    if not clash.any():
+    hurts_u = (tu >= 0) & (tv >= 0) & (pv == tu)  # cv leaves the part cu enters
+    hurts_v = (tu >= 0) & (tv >= 0) & (pu == tv)
+    if not (hurts_u.any() or hurts_v.any()):
         return node, other, gain
+    loss = np.bincount(cu[hurts_u], minlength=n) + np.bincount(cv[hurts_v], minlength=n)
+    sure = gain > np.take(loss, node)
+    kept = np.zeros(n, dtype=bool)
+    kept[node[sure]] = True
+    rest = np.zeros(n, dtype=bool)
+    rest[node[~sure]] = True
     rank = np.zeros(n, dtype=np.int64)
     rank[node] = np.arange(node.shape[0])
-    a, b = cu[clash], cv[clash]
-    stay = np.zeros(n, dtype=bool)
-    stay[np.where(rank[a] > rank[b], a, b)] = True
-    keep = ~stay[node]
-    return node[keep], other[keep], gain[keep]
+    blocked = np.zeros(n, dtype=bool)
+    blocked[cu[hurts_u & kept[cv]]] = True  # lowered by a kept move
+    blocked[cv[hurts_v & kept[cu]]] = True
+    pair = (hurts_u | hurts_v) & rest[cu] & rest[cv]
+    a, b = cu[pair], cv[pair]
+    blocked[np.where(rank[a] > rank[b], a, b)] = True  # the later of two such moves
+    made = sure | ~blocked[node]
+    sure_gain = np.where(sure, gain - np.take(loss, node), gain)
+    return node[made], other[made], sure_gain[made]
