@@ -256,6 +256,52 @@ def best_grouping(
     return sides[b], int(cuts[b])
 
 
+def local_grouping(
+    quot: np.ndarray, load: np.ndarray, gload: np.ndarray, k: int, num_parts: int, start: np.ndarray
+) -> tuple[np.ndarray, int] | None:
+    """(part of each cluster, cut) of a grouping of ``k`` clusters into ``num_parts`` parts
+    found by local search from ``start``: moving one cluster to another part or swapping
+    two clusters' parts, the best such change at a time, while one lowers the balance
+    bounds' excess or, within them, the cut; None if it ends outside the bounds. Pieces
+    ``k + p`` (unlabelled nodes of part ``p``) stay in part ``p``; ``quot``, ``load`` and
+    ``gload`` as in :func:`best_grouping`. Deterministic: no random choice."""
+    sym = quot + quot.T
+    total, gtotal = float(load.sum()), float(gload.sum())
+    cap = (1 + IMBALANCE) * total / num_parts
+    gcap = float(np.ceil(gtotal / num_parts * GROUP_SLACK))
+    fixed = np.arange(num_parts)
+    # every candidate grouping: one cluster moved, or two swapped
+    moves = [(i, t) for i in range(k) for t in range(num_parts)]
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+
+    def score(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = np.concatenate([cands, np.broadcast_to(fixed, (cands.shape[0], num_parts))], 1)
+        onehot = (a[:, :, None] == np.arange(num_parts)).astype(np.int64)  # (c, pieces, P)
+        inside = np.einsum("cip,ij,cjp->c", onehot, sym, onehot)
+        cut = (int(sym.sum()) - inside) // 2
+        w = np.einsum("cip,i->cp", onehot, load)
+        g = np.einsum("cip,i->cp", onehot, gload)
+        excess = np.maximum(w - cap, 0).sum(1) + np.maximum(g - gcap, 0).sum(1)
+        return excess, cut
+
+    cur = np.asarray(start, dtype=np.int64).copy()
+    excess, cut = (x[0] for x in score(cur[None]))
+    for _ in range(4 * k * num_parts):  # each step lowers (excess, cut): a bound, not a limit
+        cands = np.repeat(cur[None], len(moves) + len(pairs), axis=0)
+        for c, (i, t) in enumerate(moves):
+            cands[c, i] = t
+        for c, (i, j) in enumerate(pairs, start=len(moves)):
+            cands[c, i], cands[c, j] = cur[j], cur[i]
+        ex, ct = score(cands)
+        b = int(np.lexsort((ct, ex))[0])
+        if (ex[b], ct[b]) >= (excess, cut):
+            break
+        cur, excess, cut = cands[b], ex[b], ct[b]
+    if excess > 0:
+        return None
+    return cur, int(cut)
+
+
 def regroup(
     parts: np.ndarray,
     src: np.ndarray,
@@ -265,9 +311,10 @@ def regroup(
     group: np.ndarray | None = None,
     *,
     cut: int | None = None,
+    num_parts: int = 2,
 ) -> RegroupResult:
-    """The best grouping of ``clusters`` for a two-way partition ``parts`` (see the module
-    docstring, step 2). ``cut``: the input edges ``parts`` cuts, if known."""
+    """The best grouping of ``clusters`` for a partition ``parts`` into ``num_parts`` (see
+    the module docstring, step 2). ``cut``: the input edges ``parts`` cuts, if known."""
     parts = np.asarray(parts, dtype=np.int64)
     n = int(parts.shape[0])
     if cut is None:
@@ -276,9 +323,9 @@ def regroup(
     k = int(clusters.quot.shape[0])
     if cut == 0:
         return RegroupResult(parts, False, cut, cut, 0)
-    # pieces: clusters 0..k-1, then the unlabelled nodes on side 0 (k) and side 1 (k + 1)
+    # pieces: clusters 0..k-1, then the unlabelled nodes of each part (k + part)
     piece = np.where(labels >= 0, labels.astype(np.int64), k + parts)
-    npieces = k + 2
+    npieces = k + num_parts
     quot = np.zeros((npieces, npieces), dtype=np.int64)
     quot[:k, :k] = clusters.quot
     if clusters.loose.shape[0]:
@@ -290,24 +337,35 @@ def regroup(
     free = np.flatnonzero(labels < 0)
     vw = np.ones(n, np.int64) if vweights is None else np.asarray(vweights, np.int64)
     grp = np.zeros(n, np.int64) if group is None else np.asarray(group).astype(np.int64)
-    side_of_free = np.take(parts, free)
+    part_of_free = np.take(parts, free)
     load = np.concatenate(
-        [clusters.load, np.bincount(side_of_free, weights=vw[free], minlength=2).astype(np.int64)]
+        [
+            clusters.load,
+            np.bincount(part_of_free, weights=vw[free], minlength=num_parts).astype(np.int64),
+        ]
     )
     gload = np.concatenate(
-        [clusters.gload, np.bincount(side_of_free, weights=grp[free], minlength=2).astype(np.int64)]
+        [
+            clusters.gload,
+            np.bincount(part_of_free, weights=grp[free], minlength=num_parts).astype(np.int64),
+        ]
     )
-    found = best_grouping(quot, load, gload, k)
+    lab = labels.astype(np.int64)
+    known = lab >= 0
+    # the part holding most of each cluster's nodes
+    held = np.bincount(lab[known] * num_parts + parts[known], minlength=k * num_parts).reshape(
+        k, num_parts
+    )
+    majority = np.argmax(held, axis=1)
+    if num_parts == 2:
+        found = best_grouping(quot, load, gload, k)
+    else:
+        found = local_grouping(quot, load, gload, k, num_parts, majority)
     if found is None or found[1] >= cut:
         log.info("regrouped", extra=kv(adopted=False, cut_before=cut))
         return RegroupResult(parts, False, cut, cut, 0)
     side, new_cut = found
-    lab = labels.astype(np.int64)
-    known = lab >= 0
-    # clusters put on the side opposite to most of their nodes'
-    on1 = np.bincount(lab[known], weights=parts[known], minlength=k)
-    size = np.bincount(lab[known], minlength=k)
-    moved = int(np.count_nonzero((2 * on1 > size) != (side == 1)))
+    moved = int(np.count_nonzero(majority != side))  # clusters put in another part
     out = np.where(known, side[np.maximum(lab, 0)], parts)
     log.info("regrouped", extra=kv(adopted=True, cut_before=cut, cut_after=new_cut, moved=moved))
     return RegroupResult(out, True, cut, new_cut, moved)
@@ -321,8 +379,9 @@ def regroup_now(
     group: np.ndarray | None = None,
     *,
     seed: int = 0,
+    num_parts: int = 2,
 ) -> RegroupResult:
     """:func:`find_clusters` then :func:`regroup`, in this thread."""
     with step("clusters", log, clusters=CLUSTERS):
         clusters = find_clusters(src, dst, int(parts.shape[0]), vweights, group, seed=seed)
-    return regroup(parts, src, dst, clusters, vweights, group)
+    return regroup(parts, src, dst, clusters, vweights, group, num_parts=num_parts)
