@@ -1,6 +1,7 @@
-"""Regrouping a two-way partition's clusters on the full graph, before the refinement.
+"""Regrouping a partition's clusters (up to eight parts) on the full graph, before the
+refinement.
 
-On a graph of communities, METIS on an edge sample puts every community on one side, but
+On a graph of communities, METIS on an edge sample puts every community in one part, but
 which communities go together is decided on the sample: the cut edges *between*
 communities differ from one grouping to another by a few thousand out of a million, less
 than the sample's own noise, so its choice is as good as a random one, and no boundary
@@ -17,9 +18,11 @@ the grouping is chosen on every edge:
    fewer than :data:`SURE` core neighbours or no majority of them agreed take the cluster
    most of all their labelled neighbours have. Nodes without a labelled neighbour stay
    unlabelled. The clusters' edge counts come from one more pass over the edges.
-2. **Grouping** (:func:`regroup`): each cluster goes wholly to one side, unlabelled nodes
-   keep the partition's side; the edge cut of every one of the ``2^CLUSTERS`` groupings
-   follows from the edge counts, and the lowest within the balance bounds (the
+2. **Grouping** (:func:`regroup`): each cluster goes wholly to one part, unlabelled nodes
+   keep the partition's part; the edge cut of a grouping follows from the edge counts.
+   Two parts: every one of the ``2^CLUSTERS`` groupings is tried (:func:`best_grouping`);
+   more parts: a local search from the part holding most of each cluster
+   (:func:`local_grouping`). The lowest found within the balance bounds (the
    refinement's: vertex weight at most ``1.03 x`` the mean, grouped nodes at most
    ``1.02 x`` theirs) replaces the partition if it cuts fewer edges than the partition.
 

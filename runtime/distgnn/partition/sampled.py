@@ -2,12 +2,13 @@
 
 :func:`sampled_metis` samples the edges (:mod:`distgnn.partition.sparsify`; sparse or
 small graphs go to METIS whole), partitions the sample with METIS, checks that the sample
-represented the graph, for two parts regroups its clusters on the full graph
-(:mod:`distgnn.partition.regroup`), and refines the partition on the full graph
-(:mod:`distgnn.partition.refine`). For two parts METIS bisects the sample
-(``METIS_PartGraphRecursive``: one multilevel bisection, where ``METIS_PartGraphKway``
-bisects its coarsest graph several times and refines k-way): after the refinement the
-cut is the same (benchmark graphs, 3 seeds) in about half METIS's time.
+represented the graph, for up to :data:`MAX_GROUPED_PARTS` parts regroups its clusters on
+the full graph (:mod:`distgnn.partition.regroup`), and refines the partition on the full
+graph (:mod:`distgnn.partition.refine`). Up to :data:`MAX_GROUPED_PARTS` parts METIS bisects
+the sample recursively (``METIS_PartGraphRecursive``; two parts: one multilevel bisection,
+where ``METIS_PartGraphKway`` bisects its coarsest graph several times and refines k-way):
+after the regrouping and the refinement the cut is the same or lower (benchmark graphs) in
+about half METIS's time; more parts: k-way.
 
 The check: METIS fits its partition to the sample, so the fraction of *all* edges cut is
 a little above the fraction of sampled edges it cut where the sample shows the graph's
