@@ -132,27 +132,30 @@ def find_clusters(
     cid = np.cumsum(core) - 1  # core node -> 0..m-1
     inner_s: list[np.ndarray] = []
     inner_d: list[np.ndarray] = []
-    cross_node: list[np.ndarray] = []  # the non-core end of an edge with one core end
-    cross_core: list[np.ndarray] = []  # its core end
     idt = np.int32 if n < 2**31 else np.int64
     for lo, hi in blocks:
         s, d = _read(src, dst, lo, hi)
-        in_s, in_d = core[s], core[d]
-        both = in_s & in_d
+        both = core[s] & core[d]
         inner_s.append(np.take(cid, s[both]))
         inner_d.append(np.take(cid, d[both]))
-        one = np.not_equal(in_s, in_d)
-        s, d, in_s = s[one], d[one], in_s[one]
-        cross_node.append(np.where(in_s, d, s).astype(idt))
-        cross_core.append(np.where(in_s, s, d).astype(idt))
     del cid
     cs, cd = np.concatenate(inner_s), np.concatenate(inner_d)
     del inner_s, inner_d
     keep = min(1.0, CORE_DEGREE * m / max(2 * int(cs.shape[0]), 1))
     run = metis_run(cs, cd, m, k, seed=seed, keep=keep)
+    # the partition's METIS call waits for this one: the rest runs beside it
     if core_done is not None:
         core_done()
     del cs, cd
+    cross_node: list[np.ndarray] = []  # the non-core end of an edge with one core end
+    cross_core: list[np.ndarray] = []  # its core end
+    for lo, hi in blocks:
+        s, d = _read(src, dst, lo, hi)
+        in_s = core[s]
+        one = np.not_equal(in_s, core[d])
+        s, d, in_s = s[one], d[one], in_s[one]
+        cross_node.append(np.where(in_s, d, s).astype(idt))
+        cross_core.append(np.where(in_s, s, d).astype(idt))
     ldt = np.int8 if k <= 127 else np.int32
     labels = np.full(n, -1, dtype=ldt)
     labels[core] = run.parts
