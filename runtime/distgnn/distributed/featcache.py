@@ -13,8 +13,8 @@ every write and read by a PULL before it gathers rows (:mod:`distgnn.server.stor
 cached read still sends one PULL (``gen: true``) to every server owning any requested
 row, without the cached rows (zero rows when all are cached); the rows of a server whose
 answer carries another generation than the one they were read at are dropped and
-fetched again (a second request). A tensor whose cached rows are dropped on
-``MAX_INVALID_STREAK`` reads in a row (written every step) stops being cached.
+fetched again (a second request). A tensor written between many of its reads (an
+embedding trained every step) stops being cached.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from distgnn import contract
 from distgnn.errors import ConfigError, ProtocolError
@@ -42,7 +43,10 @@ MIN_CACHED_READ = 1024
 """Reads of fewer rows bypass the cache (probes, labels of one batch)."""
 MIN_CACHED_ROWS = 64
 """A tensor is cached only when at least this many rows fit the budget left."""
-MAX_INVALID_STREAK = 3
+JUDGE_READS = 8
+WRITTEN_SHARE = 4
+"""A tensor written between at least 1 in ``WRITTEN_SHARE`` of its first ``JUDGE_READS``
+(or more) reads stops being cached: its hits would mostly cost a second request."""
 MAX_GEN = (1 << 64) - 1
 
 
@@ -102,6 +106,12 @@ class _Warmup:
     reads: list[np.ndarray] = field(default_factory=list)
 
 
+def _copy_rows(dest: torch.Tensor, pos: np.ndarray, rows: Any) -> None:
+    """``dest[pos] = rows`` (row by row, no temporary)."""
+    src = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
+    dest.index_copy_(0, torch.from_numpy(pos), src)
+
+
 class TensorCache:
     """The cached rows of one tensor: ``slot[id]`` (-1: not cached), ``rows[slot]``,
     whether each slot is filled, and the generation of each server its rows were read at."""
@@ -116,7 +126,9 @@ class TensorCache:
         self.rows = np.empty((len(ids), *t.shape[1:]), dtype=t.np_dtype)
         self.filled = np.zeros(len(ids), dtype=bool)
         self.gen: list[int | None] = [None] * (len(t.policy.offsets) - 1)
-        self.streak = 0
+        self.reads = 0
+        self.written = 0
+        """Reads, and reads that found a server's generation moved since the last one."""
         self.off = False
         self.lock = threading.Lock()
         self.nbytes = self.slot.nbytes + self.rows.nbytes + self.part.nbytes + len(ids)
@@ -125,62 +137,74 @@ class TensorCache:
         """Rows ``idx`` into ``out``: cached rows whose servers' generations are unchanged,
         the others pulled (and filled when chosen).
 
-        The pulled rows are received (in place) at the head of a scratch array, the
-        cached ones gathered behind them, and ``out`` is one gather from it: ``np.take``
-        moves rows several times faster than scattering them with fancy indexing."""
+        The pulled rows are received together and copied to their positions, the cached
+        ones gathered to theirs, both with torch's ``index_copy_`` (several times faster
+        than NumPy's fancy-index assignment of rows)."""
         slot = self.slot[idx]
         cand = slot >= 0
         hit = cand.copy()
         hit[cand] = self.filled[slot[cand]]
         hit_pos = np.flatnonzero(hit)
-        miss_pos = np.flatnonzero(~hit)
-        m = len(miss_pos)
-        nparts = len(self.gen)
-        hit_slot = slot[hit_pos]
-        hit_parts = np.flatnonzero(np.bincount(self.part[hit_slot], minlength=nparts))
-        src = np.empty_like(out)
-        dest = src[:m]
-        got, gens = t.pull_into(idx[miss_pos], dest, gen=True, check=hit_parts.tolist())
-        if got is not dest:
-            dest[...] = got  # an in-process answer
+        if not len(hit_pos):  # nothing cached yet: received in place
+            got, gens = t.pull_into(idx, out, gen=True)
+            miss_pos = np.arange(len(idx))
+        else:
+            miss_pos = np.flatnonzero(~hit)
+            hit_slot = slot[hit_pos]
+            nparts = len(self.gen)
+            hit_parts = np.flatnonzero(np.bincount(self.part[hit_slot], minlength=nparts))
+            got, gens = t.pull_into(idx[miss_pos], gen=True, check=hit_parts.tolist())
         # rows of a server are good when its generation is the one they were read at
-        stale = [p for p in hit_parts.tolist() if gens.get(p) is None or gens[p] != self.gen[p]]
-        dropped = False
+        stale = [p for p, g in enumerate(self.gen) if gens.get(p, g) != g or g is None]
+        written = False
         for p, g in gens.items():
             if g != self.gen[p] or g is None:
-                dropped |= self._drop(p)
+                written |= self.gen[p] is not None
+                self._drop(p)
                 self.gen[p] = g
-        self.streak = self.streak + 1 if dropped else 0
-        np.take(self.rows, hit_slot, 0, src[m:], "clip")
-        if stale:
-            bad = np.flatnonzero(np.isin(self.part[hit_slot], stale))
-            fresh, _ = t.pull_into(idx[hit_pos[bad]])
-            src[m + bad] = fresh
-            self.stats.refetched += len(bad)
-        perm = np.empty(len(idx), dtype=np.int64)
-        perm[miss_pos] = np.arange(m)
-        perm[hit_pos] = np.arange(m, len(idx))
-        np.take(src, perm, 0, out, "clip")
-        # fill the chosen rows just pulled, at their server's generation
+        self.reads += 1
+        self.written += written
+        dest = torch.from_numpy(out)
+        refetched = 0
+        if len(hit_pos):
+            if len(miss_pos):
+                _copy_rows(dest, miss_pos, got)
+            _copy_rows(dest, hit_pos, torch.from_numpy(self.rows).index_select(
+                0, torch.from_numpy(hit_slot.astype(np.int64))))  # fmt: skip
+            bad = np.flatnonzero(np.isin(self.part[hit_slot], stale)) if stale else hit_pos[:0]
+            if len(bad):
+                fresh, again = t.pull_into(idx[hit_pos[bad]], gen=True)
+                _copy_rows(dest, hit_pos[bad], fresh)
+                self._fill(hit_slot[bad], fresh, again)
+                refetched = len(bad)
+        elif got is not out:
+            out[...] = got  # an in-process answer
         ms = slot[miss_pos]
         fill = np.flatnonzero(ms >= 0)
         if len(fill):
-            sl = ms[fill]
-            known = np.array([g is not None for g in self.gen], dtype=bool)
-            ok = known[self.part[sl]]
-            self.rows[sl[ok]] = src[fill[ok]]
-            self.filled[sl[ok]] = True
-        good = len(hit_pos) - (len(bad) if stale else 0)
+            self._fill(ms[fill], got[fill], gens)
+        good = len(hit_pos) - refetched
         self.stats.hits += good
-        self.stats.misses += m
+        self.stats.misses += len(miss_pos)
+        self.stats.refetched += refetched
         self.stats.bytes_saved += good * self.row_bytes
-        if self.streak >= MAX_INVALID_STREAK:
+        if self.reads >= JUDGE_READS and self.written * WRITTEN_SHARE >= self.reads:
             self.off = True
             log.info(
-                "feature cache: tensor written on every read, no longer cached",
-                extra=kv(name=self.key, reads=self.streak),
+                "feature cache: tensor written between its reads, no longer cached",
+                extra=kv(name=self.key, reads=self.reads, written=self.written),
             )
         return out
+
+    def _fill(self, slots: np.ndarray, rows: np.ndarray, gens: Mapping[int, int | None]) -> None:
+        """Keep ``rows`` (pulled with generations ``gens``) in ``slots``: those of the
+        servers whose generation is the one the cache holds rows at."""
+        same = np.array(
+            [g is not None and gens.get(p, -1) == g for p, g in enumerate(self.gen)], dtype=bool
+        )
+        ok = same[self.part[slots]]
+        self.rows[slots[ok]] = rows[ok]
+        self.filled[slots[ok]] = True
 
     def _drop(self, p: int) -> bool:
         """Forget server ``p``'s cached rows; True when any was filled."""

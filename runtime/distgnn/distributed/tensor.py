@@ -534,9 +534,7 @@ class DistTensor:
 
     def _check_gens(self, check: Sequence[int], asked: Gens, gens: Gens) -> None:
         """Zero-row PULLs (``gen: true``) to the servers of ``check`` not in ``asked``."""
-        calls = {
-            p: self._pull_call(np.empty(0, np.int64), True) for p in check if p not in asked
-        }
+        calls = {p: self._pull_call(np.empty(0, np.int64), True) for p in check if p not in asked}
         if calls:
             for p, f in self.ctx.call_many(calls).items():
                 _note(gens, p, f, True)
