@@ -98,7 +98,7 @@ class CacheStats:
     rows: int = 0
     """Rows the cache holds room for (all tensors)."""
     bytes: int = 0
-    """Memory reserved: rows, their slot map and bookkeeping."""
+    """Memory held: rows, their slot map, bookkeeping and the reads' scratch buffers."""
 
 
 @dataclass
@@ -131,6 +131,7 @@ class TensorCache:
         """Reads, and reads that found a server's generation moved since the last one."""
         self.off = False
         self.lock = threading.Lock()
+        self._bufs: dict[str, np.ndarray] = {}
         self.nbytes = self.slot.nbytes + self.rows.nbytes + self.part.nbytes + len(ids)
 
     def read(self, t: DistTensor, idx: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -153,7 +154,10 @@ class TensorCache:
             hit_slot = slot[hit_pos]
             nparts = len(self.gen)
             hit_parts = np.flatnonzero(np.bincount(self.part[hit_slot], minlength=nparts))
-            got, gens = t.pull_into(idx[miss_pos], gen=True, check=hit_parts.tolist())
+            got, gens = t.pull_into(
+                idx[miss_pos], self._scratch("got", len(miss_pos)), gen=True,
+                check=hit_parts.tolist(),
+            )  # fmt: skip
         # rows of a server are good when its generation is the one they were read at
         stale = [p for p, g in enumerate(self.gen) if gens.get(p, g) != g or g is None]
         written = False
@@ -169,8 +173,14 @@ class TensorCache:
         if len(hit_pos):
             if len(miss_pos):
                 _copy_rows(dest, miss_pos, got)
-            _copy_rows(dest, hit_pos, torch.from_numpy(self.rows).index_select(
-                0, torch.from_numpy(hit_slot.astype(np.int64))))  # fmt: skip
+            cached = torch.from_numpy(self._scratch("hit", len(hit_pos)))
+            torch.index_select(
+                torch.from_numpy(self.rows),
+                0,
+                torch.from_numpy(hit_slot.astype(np.int64)),
+                out=cached,
+            )
+            _copy_rows(dest, hit_pos, cached)
             bad = np.flatnonzero(np.isin(self.part[hit_slot], stale)) if stale else hit_pos[:0]
             if len(bad):
                 fresh, again = t.pull_into(idx[hit_pos[bad]], gen=True)
@@ -195,6 +205,16 @@ class TensorCache:
                 extra=kv(name=self.key, reads=self.reads, written=self.written),
             )
         return out
+
+    def _scratch(self, which: str, n: int) -> np.ndarray:
+        """``n`` rows of a buffer kept between reads (no fresh pages every step)."""
+        buf = self._bufs.get(which)
+        if buf is None or len(buf) < n:
+            old = 0 if buf is None else buf.nbytes
+            buf = self._bufs[which] = np.empty((n, *self.rows.shape[1:]), self.rows.dtype)
+            self.stats.bytes += buf.nbytes - old
+            self.nbytes += buf.nbytes - old
+        return buf[:n]
 
     def _fill(self, slots: np.ndarray, rows: np.ndarray, gens: Mapping[int, int | None]) -> None:
         """Keep ``rows`` (pulled with generations ``gens``) in ``slots``: those of the
