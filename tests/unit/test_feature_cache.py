@@ -230,3 +230,21 @@ def test_cache_counters_are_trainer_metrics(g: DistGraph) -> None:
     assert got["distgnn_trainer_cache_misses_total"] == st.misses
     assert got["distgnn_trainer_cache_saved_bytes_total"] == st.bytes_saved
     assert got["distgnn_trainer_cache_invalidations_total"] == 0
+
+
+def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph) -> None:
+    """Under a quarter of hits (a co-located trainer's case): the other rows are received
+    in place and the hits written around them; the same rows as uncached, writes seen."""
+    feat = g.ndata["feat"]
+    n = g.num_nodes()
+    rng = np.random.default_rng(5)
+    hot = np.arange(0, n, 40)
+    reads = [np.sort(np.r_[hot, rng.choice(n, 1200, replace=False)]) for _ in range(6)]
+    for ids in reads:
+        assert torch.equal(feat[ids], _uncached(g, ids))
+    st = g.ctx.feature_cache.stats
+    assert 0 < st.hits and st.hits * 4 < st.hits + st.misses
+    feat[hot[:3]] = torch.full((3, feat.shape[1]), 9.0)
+    got = feat[reads[0]]
+    assert (got[np.isin(reads[0], hot[:3])] == 9.0).all()
+    assert torch.equal(got, _uncached(g, reads[0]))

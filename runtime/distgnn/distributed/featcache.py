@@ -43,6 +43,9 @@ MIN_CACHED_READ = 1024
 """Reads of fewer rows bypass the cache (probes, labels of one batch)."""
 MIN_CACHED_ROWS = 64
 """A tensor is cached only when at least this many rows fit the budget left."""
+FEW_HITS = 4
+"""With at most 1 hit in ``FEW_HITS`` rows (co-located trainers: hits are only other
+partitions' rows) the other rows are received in place, the hits placed afterwards."""
 JUDGE_READS = 8
 WRITTEN_SHARE = 4
 """A tensor written between at least 1 in ``WRITTEN_SHARE`` of its first ``JUDGE_READS``
@@ -146,6 +149,7 @@ class TensorCache:
         hit = cand.copy()
         hit[cand] = self.filled[slot[cand]]
         hit_pos = np.flatnonzero(hit)
+        in_place = len(hit_pos) * FEW_HITS <= len(idx)
         if not len(hit_pos):  # nothing cached yet: received in place
             got, gens = t.pull_into(idx, out, gen=True)
             miss_pos = np.arange(len(idx))
@@ -154,10 +158,13 @@ class TensorCache:
             hit_slot = slot[hit_pos]
             nparts = len(self.gen)
             hit_parts = np.flatnonzero(np.bincount(self.part[hit_slot], minlength=nparts))
-            got, gens = t.pull_into(
-                idx[miss_pos], self._scratch("got", len(miss_pos)), gen=True,
-                check=hit_parts.tolist(),
-            )  # fmt: skip
+            if in_place:  # the other rows keep their long runs: received in place
+                got, gens = t.pull_into(idx, out, gen=True, check=hit_parts.tolist(), skip=hit)
+            else:
+                got, gens = t.pull_into(
+                    idx[miss_pos], self._scratch("got", len(miss_pos)), gen=True,
+                    check=hit_parts.tolist(),
+                )  # fmt: skip
         # rows of a server are good when its generation is the one they were read at
         stale = [p for p, g in enumerate(self.gen) if gens.get(p, g) != g or g is None]
         written = False
@@ -171,7 +178,7 @@ class TensorCache:
         dest = torch.from_numpy(out)
         refetched = 0
         if len(hit_pos):
-            if len(miss_pos):
+            if len(miss_pos) and not in_place:
                 _copy_rows(dest, miss_pos, got)
             cached = torch.from_numpy(self._scratch("hit", len(hit_pos)))
             torch.index_select(
@@ -192,7 +199,8 @@ class TensorCache:
         ms = slot[miss_pos]
         fill = np.flatnonzero(ms >= 0)
         if len(fill):
-            self._fill(ms[fill], got[fill], gens)
+            placed = in_place or not len(hit_pos)  # the pulled rows are in ``out``
+            self._fill(ms[fill], out[miss_pos[fill]] if placed else got[fill], gens)
         good = len(hit_pos) - refetched
         self.stats.hits += good
         self.stats.misses += len(miss_pos)

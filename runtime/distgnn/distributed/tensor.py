@@ -458,12 +458,14 @@ class DistTensor:
         out: np.ndarray | None = None,
         gen: bool = False,
         check: Sequence[int] = (),
+        skip: np.ndarray | None = None,
     ) -> tuple[np.ndarray, Gens]:
         """Rows ``idx`` (int64 IDs) into ``out`` (allocated when None); returns the rows
         (``out``, or an in-process answer's fresh array) and, with ``gen``, the write
         generation each server that answered reported (None: none, or several differing).
         The servers in ``check`` are asked for theirs even without a row to read (a PULL
-        of zero rows)."""
+        of zero rows). Positions where the mask ``skip`` is true are not read (the
+        caller fills them afterwards; they may hold anything)."""
         row = self.shape[1:]
         if out is None:
             out = np.empty((len(idx), *row), dtype=self.np_dtype)
@@ -477,7 +479,10 @@ class DistTensor:
         first = int(parts[0])
         reader = self.ctx.local_reader
         lp = reader.part if reader is not None else -1
-        if (parts == first).all() and all(p == first for p in check):
+        if skip is not None:  # a partition of its own that is never asked
+            parts = parts.astype(np.int32)
+            parts[skip] = nparts
+        if (parts == first).all() and all(p == first for p in check) and skip is None:
             if first == lp and reader is not None and self._read_local(reader, local, [out]):
                 return out, gens
             cap = self._pull_cap(first)
@@ -499,13 +504,14 @@ class DistTensor:
                 return got, gens  # in-process answer: already a fresh array
             out[...] = got
             return out, gens
-        order, b = group(parts, nparts)
+        order, b = group(parts, nparts + (skip is not None))
         caps = {p: self._pull_cap(p) for p in range(nparts) if b[p + 1] > b[p]}
         if any(b[p + 1] - b[p] > cap for p, cap in caps.items()):
             self._pull_split(local, order, b, out, caps, gen, gens)
             self._check_gens(check, gens, gens)
             return out, gens
         segs, scatter_pos, scratch = _segment_plan(parts, order, b, out)
+        segs.pop(nparts, None)  # the skipped rows
         if (
             reader is not None
             and lp in segs
@@ -571,7 +577,7 @@ class DistTensor:
         reader = self.ctx.local_reader
         batches: dict[int, list[np.ndarray]] = {}
         for p in range(len(b) - 1):
-            if b[p + 1] == b[p]:
+            if b[p + 1] == b[p] or p not in caps:  # nothing to read, or skipped rows
                 continue
             sel = order[b[p] : b[p + 1]]  # ascending positions (the sort is stable)
             if reader is not None and p == reader.part:
