@@ -243,7 +243,7 @@ def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph) -> None
     for ids in reads:
         assert torch.equal(feat[ids], _uncached(g, ids))
     st = g.ctx.feature_cache.stats
-    assert 0 < st.hits and st.hits * 4 < st.hits + st.misses
+    assert st.hits > 0 and st.hits * 4 < st.hits + st.misses
     feat[hot[:3]] = torch.full((3, feat.shape[1]), 9.0)
     got = feat[reads[0]]
     assert (got[np.isin(reads[0], hot[:3])] == 9.0).all()
