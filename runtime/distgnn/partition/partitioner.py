@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any
@@ -232,14 +233,17 @@ def partition_graph(
         )
     # The input fingerprint (full sha256 of every input array, from plain file reads) is
     # computed in a background thread while METIS runs (called so that it releases the
-    # GIL and single-threaded), so that the METIS input's build before it has the cores.
+    # GIL and single-threaded), so that the METIS input's build before it has the cores;
+    # where the regrouping's cluster step runs beside METIS, once either of them is done.
     with ThreadPoolExecutor(1, thread_name_prefix="fingerprint") as fp_pool:
         fp_future: Future[str] | None = None
+        fp_lock = threading.Lock()  # the assignment may call it from two threads
 
         def start_fingerprint() -> None:
             nonlocal fp_future
-            if fp_future is None:
-                fp_future = fp_pool.submit(_timed_fingerprint, g)
+            with fp_lock:
+                if fp_future is None:
+                    fp_future = fp_pool.submit(_timed_fingerprint, g)
 
         if method == "random":
             start_fingerprint()

@@ -91,10 +91,15 @@ def sampled_metis(
         )
 
         def started() -> None:
-            if clusters is not None:
-                core_done.wait()
+            if clusters is None:
+                if on_start is not None:
+                    on_start()
+                return
+            core_done.wait()
+            # ``on_start`` (the input fingerprint) gets whichever core frees first: the
+            # cluster step's or METIS's (called again below), not a third thread beside both
             if on_start is not None:
-                on_start()
+                clusters.add_done_callback(lambda _: on_start())
 
         # recursive bisection (two parts: one multilevel bisection): in about half
         # k-way's time (k-way bisects its coarsest graph several times); after the
@@ -110,6 +115,8 @@ def sampled_metis(
             keep=keep,
             recursive=grouped or num_parts == 2,
         )
+        if on_start is not None:
+            on_start()  # METIS is done: if the cluster step is not, its core frees later
         # METIS's freed levels: back to the system (the cluster thread's frees raise
         # glibc's mmap threshold, so METIS's blocks came from the heap, which keeps them)
         release_freed()
