@@ -32,7 +32,7 @@ log = logging.getLogger("distgnn.partition")
 IMBALANCE = 0.03  # METIS's default load imbalance bound (ufactor 30)
 GROUP_SLACK = 1.02  # the bound on grouped (training) nodes, as rebalance's
 MAX_PASSES = 10
-MIN_GAIN = 1e-3  # stop when the last two passes together cut less than this fraction
+MIN_GAIN = 1e-3  # stop when the last round (two parts: 2 passes; more: 1) cut less than this
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,8 @@ def refine_boundary(
         deg -= 2 * np.bincount(np.take(src, loops), minlength=n)
     if max_passes is None:
         max_passes = MAX_PASSES
+    # two parts: a pass moves one way, so two make one round; more: every pair each pass
+    window = 2 if k == 2 else 1
     pdt = _part_dtype(k)
     gains: list[int] = []
     moved = 0
@@ -133,7 +135,7 @@ def refine_boundary(
         parts[node[ok]] = other[ok]
         moved += int(ok.sum())
         gains.append(int(gain[ok].sum()))
-        if len(gains) >= 2 and sum(gains[-2:]) <= MIN_GAIN * cut:
+        if len(gains) >= window and sum(gains[-window:]) <= MIN_GAIN * cut:
             break
     cut_before = max(cut_before, 0)
     log.info(
