@@ -21,6 +21,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "server": ([], ["--nodes", "20000", "--reps", "3"]),
     "training": ([], ["--nodes", "100000", "--steps", "5", "--reps", "3"]),
     "inference": ([], ["--nodes", "100000", "--reps", "1"]),
+    "hetero_embedding": ([], ["--authors", "20000", "--rounds", "1"]),
     "operator": ([], ["--jobs", "10", "--timeout", "120"]),
 }
 

@@ -313,10 +313,29 @@ def server_children(
         },
     }
     del num_parts  # replicas carries it (0 while suspended or waiting)
-    netpol = {
+    netpol = server_network_policy(n["server"], ns, labels, owner, selector, client_labels, metrics)
+    return [svc, sts, netpol]
+
+
+def server_network_policy(
+    name: str,
+    ns: str,
+    labels: dict[str, str],
+    owner: dict[str, Any],
+    selector: dict[str, str],
+    client_labels: list[dict[str, str]],
+    metrics: bool,
+) -> dict[str, Any]:
+    """NetworkPolicy ``name`` (the servers' StatefulSet's name): ingress of the server pods
+    matched by ``selector``, only from pods carrying one of ``client_labels`` (a job's
+    trainers, or every job attached to a GraphServer) to ``rpc`` and ``health``
+    (``/readyz`` for a client that checks it; the kubelet's probes are always allowed),
+    and with metrics the metrics port from anywhere. Egress is left open: servers read
+    their partition from object storage, whose addresses no pod selector names."""
+    return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(n["server"], ns, labels, owner),
+        "metadata": _meta(name, ns, labels, owner),
         "spec": {
             "podSelector": {"matchLabels": selector},
             "policyTypes": ["Ingress"],
@@ -332,7 +351,6 @@ def server_children(
             ],
         },
     }
-    return [svc, sts, netpol]
 
 
 def trainer_children(

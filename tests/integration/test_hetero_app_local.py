@@ -122,3 +122,43 @@ def test_rgcn_link_prediction_job_beats_random_and_writes_every_type(
         assert np.array_equal(np.sort(got["orig_id"]), np.arange(n)), t
         assert got["embedding"].shape == (n, 32) and np.isfinite(got["embedding"]).all()
         assert "pred" not in got
+
+
+def test_rgcn_job_trains_a_featureless_types_table_on_the_servers(
+    tmp_path: Path, cora_path: Path
+) -> None:
+    """The authors without their feature: 2 trainers train ``node_emb_author`` on the
+    servers (SparseAdam, each row by its owning trainer), the checkpoints carry it, and
+    the inference after training writes the authors' embeddings from it."""
+    import torch
+
+    bare = {k: v for k, v in typed_cora(cora_path).items() if k != "ndata/author/feat"}
+    app = {
+        "name": "node-classification",
+        "model": "rgcn",
+        "targetNtype": "paper",
+        "label": "labels",
+        "epochs": 3,
+        "hidden": 16,
+        "fanouts": [10, 10],
+        "batchSize": 64,
+        "dropout": 0.0,
+        "lr": 0.02,
+        "numBases": 2,
+        "inferAfterTraining": True,
+        "outputURL": "out",
+    }
+    manifest = hetero_job(tmp_path, bare, app)
+    res = run(manifest, "--workdir", str(tmp_path / "wd"), out_dir=tmp_path / "logs")
+    assert res.rc == 0, res.stderr[-4000:]
+    m = json.loads(res.stdout.strip().splitlines()[-1])
+    assert m["world_size"] == 2 and m["test_accuracy"] > 0.4, m
+    assert abs(m["inference_test_accuracy"] - m["final_test_accuracy"]) <= 0.01, m
+    first = torch.load(tmp_path / "ckpt" / "ckpt-epoch-00000.pt", weights_only=True)
+    last = torch.load(tmp_path / "ckpt" / "ckpt-epoch-00002.pt", weights_only=True)
+    assert not any("embed" in k for k in last["model"])
+    assert last["extra"]["rgcn"]["num_bases"] == 2
+    a0, a2 = first["sparse"]["node_emb_author"], last["sparse"]["node_emb_author"]
+    assert a2.shape == (900, 16) and not torch.equal(a0, a2)  # trained between epochs
+    authors = read_output(str(tmp_path / "out"), "author")
+    assert authors["embedding"].shape == (900, 7) and np.isfinite(authors["embedding"]).all()

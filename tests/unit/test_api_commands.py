@@ -249,6 +249,32 @@ def test_rgcn_app_passes_its_target_node_type() -> None:
     assert "target-ntype" not in plain
 
 
+def test_rgcn_app_passes_its_embedding_and_basis_options() -> None:
+    app = {"name": "node-classification", "model": "rgcn", "targetNtype": "paper"}
+    cmd = trainer_command(_app_job(app, True))
+    assert "--sparse-embedding" in cmd and "--num-bases" not in cmd and "--sparse-lr" not in cmd
+    more = {**app, "sparseEmbedding": False, "sparseLr": 0.05, "numBases": 2}
+    flags = _flags(trainer_command(_app_job(more, True)))
+    assert "no-sparse-embedding" in flags and flags["sparse-lr"] == "0.05"
+    assert flags["num-bases"] == "2"
+    assert "sparse-embedding" not in _flags(trainer_command(_app_job({"name": "link-prediction"})))
+
+
+@pytest.mark.parametrize(
+    ("app", "field"),
+    [
+        ({"numBases": 0}, "numBases"),
+        ({"sparseLr": 0}, "sparseLr"),
+        ({"model": "sage", "targetNtype": None, "numBases": 2}, "numBases"),
+        ({"model": "sage", "targetNtype": None, "sparseLr": 0.1}, "sparseLr"),
+    ],
+)
+def test_rgcn_options_are_validated_naming_the_field(app: dict[str, Any], field: str) -> None:
+    base = {"name": "node-classification", "model": "rgcn", "targetNtype": "paper"}
+    with pytest.raises(ConfigError, match=field):
+        _app_job({k: v for k, v in (base | app).items() if v is not None})
+
+
 def test_rgcn_link_prediction_passes_its_target_edge_type() -> None:
     app = {"name": "link-prediction", "model": "rgcn", "targetEtype": "author:writes:paper"}
     flags = _flags(trainer_command(_app_job(app, True)))

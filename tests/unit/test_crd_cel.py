@@ -199,6 +199,16 @@ TWINS: list[tuple[type, str, list[Obj]]] = [
             {"name": "inference", "model": "rgcn", "targetNtype": "p", "outputURL": "o", **L2},
             {"name": "inference", "model": "rgcn", "targetEtype": "a:w:p", "outputURL": "o", **L2},
             {"name": "inference", "model": "rgcn", "outputURL": "o", **L2},
+            {
+                "name": "node-classification",
+                "model": "rgcn",
+                "targetNtype": "p",
+                "numBases": 2,
+                "sparseLr": 0.1,
+                **L2,
+            },
+            {"name": "node-classification", "numBases": 2, **L2},
+            {"name": "node-classification", "model": "gat", "sparseLr": 0.1, **L2},
         ],
     ),
 ]

@@ -223,6 +223,19 @@ def test_sparse_adagrad_and_adam_match_reference(g: DistGraph) -> None:
     np.testing.assert_allclose(adam_emb.tensor[[10]].numpy(), [[-0.01, -0.01]], rtol=1e-4)
 
 
+def test_zero_grad_between_forward_and_backward_keeps_the_rows(g: DistGraph) -> None:
+    """DGL's R-GCN example calls ``emb_optimizer.zero_grad()`` after the forward pass: the
+    step still updates the rows that forward pulled (DGL's zero_grad only sets a flag)."""
+    emb = DistEmbedding(g.num_nodes(), 2, "zg", ("constant", {"value": 0.0}), ctx=g)
+    opt = SparseAdam([emb], lr=0.01)
+    out = emb(torch.tensor([7]))
+    opt.zero_grad()
+    out.sum().backward()
+    opt.step()
+    np.testing.assert_allclose(emb.tensor[[7]].numpy(), [[-0.01, -0.01]], rtol=1e-4)
+    assert emb.trace == []  # consumed by the step
+
+
 def test_bad_inputs_raise_clear_errors(g: DistGraph) -> None:
     with pytest.raises(ConfigError, match="fanout"):
         sample_neighbors(g, [0], "ten")  # type: ignore[arg-type]

@@ -87,7 +87,7 @@ def test_rgcn_layer_wise_steps_equal_its_forward(typed_graph: TrainGraph) -> Non
     typing = check_graph(c, typed_graph)
     assert typing is not None
     torch.manual_seed(0)
-    model = build_rgcn(c, typed_graph, typing, 7).eval()
+    model = build_rgcn(c, typed_graph, typing, 7)[0].eval()
     again = RGCN.from_config(model.config())
     again.load_state_dict(model.state_dict())
     loader = dd.DistNodeDataLoader(
@@ -147,9 +147,15 @@ def test_target_type_needs_the_typed_model() -> None:
         cfg(app="link-prediction")
 
 
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
 def test_a_type_without_the_feature_gets_a_learnt_embedding(
-    typed_arrays: dict[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    typed_arrays: dict[str, np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sparse: bool,
 ) -> None:
+    """Sparse (default): a DistEmbedding table per featureless type, in the checkpoint's
+    ``sparse`` part and not among the model's weights; dense: an nn.Embedding weight."""
     bare = {k: v for k, v in typed_arrays.items() if k != "ndata/author/feat"}
     partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
                     progress=False)  # fmt: skip
@@ -157,13 +163,77 @@ def test_a_type_without_the_feature_gets_a_learnt_embedding(
     monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
     with dd.DistGraph.standalone(manifest) as dg:
         tg = as_train_graph(dg)
-        c = cfg(epochs=2, checkpoint_url=str(tmp_path / "ck"), output_url=str(tmp_path / "o"))
+        c = cfg(epochs=2, checkpoint_url=str(tmp_path / "ck"), output_url=str(tmp_path / "o"),
+                sparse_embedding=sparse)  # fmt: skip
         m = node_classification.run(c, tg, CTX)
         assert m["test_accuracy"] > 0.4, m
         s = inference.run(c, tg, CTX)
+        assert abs(s["inference_test_accuracy"] - m["final_test_accuracy"]) <= 0.01, (s, m)
     assert s["inference_node_types"] == ["author", "paper"]
     authors = fmt.read_output(str(tmp_path / "o"), "author")
     assert authors["embedding"].shape == (900, 7) and np.isfinite(authors["embedding"]).all()
     ck = torch.load(tmp_path / "ck" / "ckpt-epoch-00001.pt", weights_only=True)
     assert ck["extra"]["rgcn"]["num_nodes"] == {"author": 900}
-    assert ck["model"]["inputs.embed.author.weight"].shape == (900, 16)
+    assert ck["extra"]["rgcn"]["sparse_embedding"] is sparse
+    if sparse:
+        assert "inputs.embed.author.weight" not in ck["model"]
+        assert ck["sparse"]["node_emb_author"].shape == (900, 16)
+    else:
+        assert ck["model"]["inputs.embed.author.weight"].shape == (900, 16)
+        assert ck["sparse"] == {}
+
+
+def test_inference_reads_the_checkpoints_tables(
+    typed_arrays: dict[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inference app writes the checkpoint's rows back to the servers before its pass
+    (a new job's servers have none; here the live table is scrambled first)."""
+    bare = {k: v for k, v in typed_arrays.items() if k != "ndata/author/feat"}
+    partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
+                    progress=False)  # fmt: skip
+    manifest = str(tmp_path / "bare.json")
+    monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
+    with dd.DistGraph.standalone(manifest) as dg:
+        tg = as_train_graph(dg)
+        c = cfg(epochs=1, checkpoint_url=str(tmp_path / "ck"), output_url=str(tmp_path / "o"))
+        node_classification.run(c, tg, CTX)
+        first = inference.run(c, tg, CTX)
+        emb = dd.DistTensor((900, 16), torch.float32, "node_emb_author",
+                            part_policy=dg.get_node_partition_policy("author"), ctx=dg)  # fmt: skip
+        emb[torch.arange(900)] = torch.rand(900, 16) * 100
+        again = inference.run(c, tg, CTX)
+        rows = emb[torch.arange(900)]
+    assert again["inference_test_accuracy"] == first["inference_test_accuracy"]
+    ck = torch.load(tmp_path / "ck" / "ckpt-epoch-00000.pt", weights_only=True)
+    torch.testing.assert_close(rows, ck["sparse"]["node_emb_author"])
+
+
+def test_num_bases_shares_bases_across_relations(typed_graph: TrainGraph) -> None:
+    from distgnn.train.hetero_node_classification import build_rgcn
+
+    typing = check_graph(cfg(), typed_graph)
+    assert typing is not None  # 3 relations: cites, writes, written-by
+    model, _ = build_rgcn(cfg(num_bases=2), typed_graph, typing, 7)
+    conv = model.layers[0].conv
+    assert conv.weight.shape == (2, 16, 16) and conv.coeff.shape == (3, 2)
+    assert model.config()["num_bases"] == 2
+    again = RGCN.from_config(model.config())
+    again.load_state_dict(model.state_dict())  # a checkpoint rebuilds the same shapes
+    full, _ = build_rgcn(cfg(num_bases=3), typed_graph, typing, 7)  # = relations: DGL's full
+    assert full.layers[0].conv.coeff is None
+    with pytest.raises(ConfigError, match=r"--num-bases \(trainers.app.numBases\): 4 is more"):
+        build_rgcn(cfg(num_bases=4), typed_graph, typing, 7)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"num_bases": 0}, r"--num-bases \(trainers.app.numBases\): 0 must be >= 1"),
+        ({"num_bases": 2, "model": "sage", "target_ntype": None}, r"trainers.app.numBases"),
+        ({"sparse_lr": 0.0}, r"--sparse-lr \(trainers.app.sparseLr\)"),
+        ({"sparse_lr": 0.1, "model": "gat", "target_ntype": None}, r"trainers.app.sparseLr"),
+    ],
+)
+def test_rgcn_options_name_the_field(kw: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        cfg(**kw)

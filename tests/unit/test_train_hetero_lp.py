@@ -180,3 +180,33 @@ def test_rgcn_link_prediction_on_a_homogeneous_graph_is_refused() -> None:
 def test_target_edge_type_options_are_checked(kw: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         cfg(**kw)
+
+
+def test_featureless_authors_learn_sparse_embeddings_for_the_target_edges(
+    typed_arrays: dict[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Authors without their feature: their table ``node_emb_author`` (SparseAdam,
+    ``--sparse-lr``) is what the link predictor learns for them; the checkpoint carries
+    it and inference writes the authors' embeddings from it."""
+    import distgnn.distributed as dd
+    from distgnn.graph.io import graph_from_arrays
+    from distgnn.partition.partitioner import partition_graph
+    from distgnn.train.layerwise import as_train_graph
+
+    bare = {k: v for k, v in typed_arrays.items() if k != "ndata/author/feat"}
+    partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
+                    progress=False)  # fmt: skip
+    manifest = str(tmp_path / "bare.json")
+    monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
+    with dd.DistGraph.standalone(manifest) as dg:
+        tg = as_train_graph(dg)
+        c = cfg(epochs=2, sparse_lr=0.05, checkpoint_url=str(tmp_path / "ck"),
+                output_url=str(tmp_path / "o"))  # fmt: skip
+        m = link_prediction.run(c, tg, CTX)
+        assert m["test_mrr"] > m["random_mrr"] + MARGIN and m["test_auc"] > 0.7, m
+        inference.run(c, tg, CTX)
+    ck = torch.load(tmp_path / "ck" / "ckpt-epoch-00001.pt", weights_only=True)
+    assert ck["sparse"]["node_emb_author"].shape == (900, 32)
+    assert not any("embed" in k for k in ck["model"])
+    authors = fmt.read_output(str(tmp_path / "o"), "author")
+    assert authors["embedding"].shape == (900, 32) and np.isfinite(authors["embedding"]).all()

@@ -40,13 +40,15 @@ main, ran_in = _thread.get_ident(), []
 def until_teardown(f):  # in gloo's worker: needs the GIL back once teardown has begun
     ran_in.append(_thread.get_ident())
     if ran_in[-1] != main:
-        teardown.acquire(timeout=60)
+        teardown.acquire(timeout=20)
 
-for _ in range(100):  # a callback added to a finished future runs at once, in this thread
+for _ in range(10000):  # a callback added to a finished future runs at once, in this thread
     ran_in.clear()
     fut = dist.all_reduce(torch.ones(4), async_op=True).get_future().then(until_teardown)
     if main not in ran_in:
         break
+else:
+    sys.exit("no callback ran in a gloo worker")
 print("results: 42")
 if sys.argv[1] == "end_process":
     end_process(0)

@@ -142,6 +142,12 @@ def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
         cmd += ["--target-ntype", app.target_ntype]
     if app.target_etype is not None:
         cmd += ["--target-etype", app.target_etype]
+    if app.model == "rgcn":
+        cmd.append("--sparse-embedding" if app.sparse_embedding else "--no-sparse-embedding")
+        if app.sparse_lr is not None:
+            cmd += ["--sparse-lr", _num(app.sparse_lr)]
+        if app.num_bases is not None:
+            cmd += ["--num-bases", str(app.num_bases)]
     if app.name == "link-prediction":
         cmd += ["--num-negs", str(app.num_negs), "--exclude", app.exclude]
     if app.name == "inference" or app.infer_after_training:

@@ -65,6 +65,20 @@ class Meta:
     """URL schemes accepted: the CRD requires a URL with one of them; local mode also
     accepts a plain (relative or absolute) path."""
 
+    def for_items(self) -> Meta:
+        """The bounds a list's items or a map's values get (``item_minimum``/``item_maximum``;
+        no length, format or scheme of the container's own)."""
+        return dataclasses.replace(
+            self,
+            minimum=self.item_minimum,
+            maximum=self.item_maximum,
+            exclusive_minimum=False,
+            exclusive_maximum=False,
+            min_length=None,
+            fmt=None,
+            schemes=None,
+        )
+
 
 def url_pattern(schemes: tuple[str, ...]) -> str:
     """The CRD pattern of a URL field: ``SCHEME://BUCKET[/KEY]`` or ``file:///PATH``."""

@@ -65,19 +65,6 @@ def _scalar(tp: Any, m: Meta) -> dict[str, Any]:
     raise TypeError(f"unsupported field type {tp}")
 
 
-def _item_meta(m: Meta) -> Meta:
-    return dataclasses.replace(
-        m,
-        minimum=m.item_minimum,
-        maximum=m.item_maximum,
-        exclusive_minimum=False,
-        exclusive_maximum=False,
-        min_length=None,
-        fmt=None,
-        schemes=None,
-    )
-
-
 def _value(tp: Any, m: Meta) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
@@ -87,7 +74,7 @@ def _value(tp: Any, m: Meta) -> dict[str, Any]:
         s: dict[str, Any] = {
             "type": "array",
             "maxItems": m.max_items,
-            "items": _value(item, _item_meta(m)),
+            "items": _value(item, m.for_items()),
         }
         if m.min_items is not None:
             s["minItems"] = m.min_items
@@ -99,7 +86,7 @@ def _value(tp: Any, m: Meta) -> dict[str, Any]:
         return {
             "type": "object",
             "maxProperties": m.max_items,
-            "additionalProperties": _value(val, _item_meta(m)),
+            "additionalProperties": _value(val, m.for_items()),
         }
     return _scalar(tp, m)
 

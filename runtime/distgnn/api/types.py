@@ -293,6 +293,30 @@ class App:
         max_length=386,
         pattern=CANONICAL_ETYPE,
     )
+    sparse_embedding: bool = fld(
+        True,
+        doc="Model rgcn: a node type without feat gets a learnt embedding table on the graph "
+        "servers (a DistEmbedding per type, node_emb_NTYPE): each step pulls only the rows "
+        "its batch touches and a sparse optimizer (SparseAdam, sparseLr) updates only "
+        "those (DGL's --sparse-embedding --dgl-sparse, GraphStorm's default). false: a "
+        "dense nn.Embedding that every trainer holds whole and all-reduces every step.",
+    )
+    sparse_lr: float | None = fld(
+        None,
+        doc="Model rgcn: the learning rate of the sparse embeddings (GraphStorm's "
+        "sparse_optimizer_lr); default: lr.",
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=10,
+    )
+    num_bases: int | None = fld(
+        None,
+        doc="Model rgcn: basis decomposition of each layer's relation weights (that many "
+        "shared bases, at most the graph's relations: checked at start); default: one "
+        "weight per relation (DGL's -1).",
+        minimum=1,
+        maximum=65536,
+    )
     epochs: int = fld(10, doc="Training epochs.", minimum=1, maximum=100000)
     num_layers: int = fld(2, doc="GNN layers (one fanout each).", minimum=1, maximum=8)
     hidden: int = fld(128, doc="Hidden size.", minimum=1, maximum=65536)
@@ -403,6 +427,18 @@ class App:
             "targetEtype is for link-prediction with model rgcn",
             lambda a: a.target_etype is None or (a.name == "link-prediction" and a.model == "rgcn"),
             field="targetEtype",
+        ),
+        Rule(
+            "!has(self.numBases) || (has(self.model) && self.model == 'rgcn')",
+            "numBases is for model rgcn",
+            lambda a: a.num_bases is None or a.model == "rgcn",
+            field="numBases",
+        ),
+        Rule(
+            "!has(self.sparseLr) || (has(self.model) && self.model == 'rgcn')",
+            "sparseLr is for model rgcn (its sparse embeddings)",
+            lambda a: a.sparse_lr is None or a.model == "rgcn",
+            field="sparseLr",
         ),
         Rule(
             "self.name != 'inference' || !has(self.inferAfterTraining) || !self.inferAfterTraining",

@@ -126,18 +126,6 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
     raise TypeError(f"unsupported field type {tp}")
 
 
-def _item_meta(m: Meta) -> Meta:
-    return dataclasses.replace(
-        m,
-        minimum=m.item_minimum,
-        maximum=m.item_maximum,
-        exclusive_minimum=False,
-        exclusive_maximum=False,
-        min_length=None,
-        schemes=None,
-    )
-
-
 def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
@@ -151,7 +139,7 @@ def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             errs.add(path, f"must have at most {m.max_items} items")
         if m.min_items is not None and len(v) < m.min_items:
             errs.add(path, f"must have at least {m.min_items} item(s)")
-        return [_load_value(item, _item_meta(m), x, f"{path}[{i}]", errs) for i, x in enumerate(v)]
+        return [_load_value(item, m.for_items(), x, f"{path}[{i}]", errs) for i, x in enumerate(v)]
     if origin is dict:
         _, val = typing.get_args(tp)
         if not isinstance(v, Mapping):
@@ -166,7 +154,7 @@ def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             if not isinstance(k, str) or not k or len(k) > 253 or _BAD_CHARS.search(k):
                 errs.add(path, f"key {short(k)} must be a non-empty string of <= 253 characters")
                 continue
-            out[k] = _load_value(val, _item_meta(m), x, f"{path}.{k}", errs)
+            out[k] = _load_value(val, m.for_items(), x, f"{path}.{k}", errs)
         return out
     return _check_scalar(tp, m, v, path, errs)
 

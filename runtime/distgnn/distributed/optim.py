@@ -46,19 +46,23 @@ def _dist() -> tuple[int, int] | None:
 
 
 def _all_gather(x: torch.Tensor) -> torch.Tensor:
-    """Concatenation of every rank's ``x`` (rows may differ in number), in rank order."""
+    """Concatenation of every rank's ``x`` (rows may differ in number), in rank order, on
+    the CPU. With NCCL (GPU trainers) the exchange goes through this rank's GPU."""
     import torch.distributed as tdist
 
     world = tdist.get_world_size()
-    n = torch.tensor([x.shape[0]], dtype=torch.int64)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dev = torch.device("cpu")
+    if tdist.get_backend() == "nccl":
+        dev = torch.device("cuda", torch.cuda.current_device())
+    n = torch.tensor([x.shape[0]], dtype=torch.int64, device=dev)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(world)]
     tdist.all_gather(sizes, n)
     most = int(max(s.item() for s in sizes))
-    pad = torch.zeros((most, *x.shape[1:]), dtype=x.dtype)
-    pad[: x.shape[0]] = x
+    pad = torch.zeros((most, *x.shape[1:]), dtype=x.dtype, device=dev)
+    pad[: x.shape[0]] = x.to(dev)
     out = [torch.zeros_like(pad) for _ in range(world)]
     tdist.all_gather(out, pad)
-    return torch.cat([o[: int(s.item())] for o, s in zip(out, sizes, strict=True)])
+    return torch.cat([o[: int(s.item())] for o, s in zip(out, sizes, strict=True)]).cpu()
 
 
 def row_owner(policy: Any, ids: np.ndarray, world: int) -> np.ndarray:
@@ -115,9 +119,10 @@ class SparseOptimizer:
         return self._lr
 
     def zero_grad(self) -> None:
-        """Forget the rows handed out so far (``step`` also consumes them)."""
-        for p in self._params:
-            p.reset_trace()
+        """DGL's: nothing to clear, ``step`` consumes the rows handed out since the last
+        step. The rows stay traced, so DGL's loop order (forward, ``zero_grad()``,
+        backward, ``step()``, as in its R-GCN example) updates them."""
+        self._clean_grad = True
 
     def _hyper(self) -> dict[str, float]:
         return {"lr": self._lr}

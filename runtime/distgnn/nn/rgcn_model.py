@@ -5,13 +5,15 @@ rows of every node type are placed in block order, each relation's messages are
 averaged per destination (DGL's entity-classification R-GCN: ``norm="right"`` per
 relation), summed over relations, plus a self-loop. The input layer turns each node
 type's feature into the hidden width (a linear projection per type; a learnt embedding
-for a type without the feature). Layers map ``(block, {ntype: h})`` to ``{ntype: h}``,
+for a type without the feature: a dense ``nn.Embedding`` in the model, or, given
+``tables``, a table held elsewhere, e.g. a ``DistEmbedding`` on the graph servers that a
+sparse optimizer updates row by row). Layers map ``(block, {ntype: h})`` to ``{ntype: h}``,
 which is what :mod:`distgnn.train.hetero_layerwise` runs for inference.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +49,7 @@ class TypedRelLayer(nn.Module):
         num_rels: int,
         activation: bool,
         dropout: float,
+        num_bases: int | None = None,
     ) -> None:
         super().__init__()
         self.out_feat, self.num_rels = out_feat, num_rels
@@ -54,6 +57,8 @@ class TypedRelLayer(nn.Module):
             in_feat,
             out_feat,
             num_rels,
+            regularizer=None if num_bases is None else "basis",
+            num_bases=num_bases,
             activation=F.relu if activation else None,
             self_loop=True,
             dropout=dropout,
@@ -78,21 +83,43 @@ class TypedRelLayer(nn.Module):
         return out
 
 
+Table = Callable[[torch.Tensor], torch.Tensor]
+"""A featureless node type's embedding table held outside the model: type-wise IDs ->
+rows (a ``DistEmbedding``: pulled from the servers, traced for its sparse optimizer)."""
+
+
 class TypedInput(nn.Module):
     """Each node type's input at the hidden width: its feature projected, or (a type
-    without the feature) a learnt embedding row looked up by type-wise ID."""
+    without the feature) a learnt embedding row looked up by type-wise ID: in a dense
+    ``nn.Embedding`` of the model, or in ``tables[ntype]`` when given (the sparse path:
+    no parameter here; see :meth:`set_tables`)."""
 
     def __init__(
-        self, in_feats: Mapping[str, int], num_nodes: Mapping[str, int], hidden: int
+        self,
+        in_feats: Mapping[str, int],
+        num_nodes: Mapping[str, int],
+        hidden: int,
+        tables: Mapping[str, Table] | None = None,
     ) -> None:
         super().__init__()
         self.proj = nn.ModuleDict({t: nn.Linear(d, hidden) for t, d in sorted(in_feats.items())})
-        self.embed = nn.ModuleDict(
-            {t: nn.Embedding(n, hidden) for t, n in sorted(num_nodes.items()) if t not in in_feats}
-        )
+        featureless = sorted(t for t in num_nodes if t not in in_feats)
+        self.tables: dict[str, Table] = {}
+        if tables is not None:
+            self.set_tables(tables, featureless)
+            featureless = []
+        self.embed = nn.ModuleDict({t: nn.Embedding(num_nodes[t], hidden) for t in featureless})
         for e in self.embed.values():
             assert isinstance(e, nn.Embedding)
             nn.init.uniform_(e.weight, -1.0, 1.0)
+
+    def set_tables(self, tables: Mapping[str, Table], want: Sequence[str] | None = None) -> None:
+        """Use ``tables`` (one per featureless type) for the embedding rows, e.g. a
+        snapshot's for evaluating a selected model."""
+        want = sorted(self.tables) if want is None else list(want)
+        if sorted(tables) != sorted(want):
+            raise ConfigError(f"RGCN: embedding tables for {sorted(tables)}, the model has {want}")
+        self.tables = dict(tables)
 
     def forward(self, block: Any, x: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         ntypes, st = _block_types(block)
@@ -115,15 +142,31 @@ class TypedInput(nn.Module):
         for t, emb in self.embed.items():
             ids = torch.from_numpy(tid[st == ntypes.index(t)]).to(dev)
             out[t] = emb(ids)
+        for t, table in self.tables.items():
+            rows = table(torch.from_numpy(tid[st == ntypes.index(t)]))
+            out[t] = rows.to(dev)
         return out
+
+
+def _unattached(ntype: str) -> Table:
+    def table(ids: torch.Tensor) -> torch.Tensor:
+        raise ConfigError(f"RGCN: the embedding table of {ntype!r} is not attached (set_tables)")
+
+    return table
 
 
 class RGCN(nn.Module):
     """``RGCN(ntypes, canonical_etypes, in_feats, num_nodes, hidden, out_feats,
-    num_layers, dropout)``: ``forward(blocks, {ntype: features}) -> {ntype: logits}``.
+    num_layers, dropout, num_bases=None, tables=None)``: ``forward(blocks, {ntype:
+    features}) -> {ntype: logits}``.
 
     ``in_feats``: the feature width of each node type that has the feature;
-    ``num_nodes``: node counts (types without a feature get a learnt embedding).
+    ``num_nodes``: node counts (types without a feature get a learnt embedding: a dense
+    ``nn.Embedding`` each, or the ``tables`` given, one per such type, held outside the
+    model (``sparse_embedding`` in the configuration; :meth:`set_tables` attaches them
+    to a model rebuilt from a checkpoint); ``num_bases``: the basis decomposition of
+    each layer's relation weights (None: one weight per relation; at most the number of
+    relations, as DGL's R-GCN, which uses full weights when it equals it).
     :meth:`config` / :meth:`from_config` rebuild it from a checkpoint (plain values).
     """
 
@@ -137,11 +180,18 @@ class RGCN(nn.Module):
         out_feats: int,
         num_layers: int,
         dropout: float = 0.0,
+        num_bases: int | None = None,
+        tables: Mapping[str, Table] | None = None,
+        sparse_embedding: bool | None = None,
     ) -> None:
         super().__init__()
         unknown = sorted(set(in_feats) - set(ntypes))
         if unknown:
             raise ConfigError(f"RGCN: in_feats names unknown node types {unknown}")
+        rels = len(canonical_etypes)
+        if num_bases is not None and not 1 <= int(num_bases) <= rels:
+            raise ConfigError(f"RGCN: num_bases {num_bases} must be in [1, {rels}] (the relations)")
+        sparse = tables is not None if sparse_embedding is None else bool(sparse_embedding)
         self._config: dict[str, Any] = {
             "ntypes": list(ntypes),
             "canonical_etypes": [list(c) for c in canonical_etypes],
@@ -151,15 +201,28 @@ class RGCN(nn.Module):
             "out_feats": int(out_feats),
             "num_layers": int(num_layers),
             "dropout": float(dropout),
+            "num_bases": None if num_bases is None else int(num_bases),
+            "sparse_embedding": sparse,
         }
-        rels = len(canonical_etypes)
-        self.inputs = TypedInput(in_feats, self._config["num_nodes"], hidden)
+        num = self._config["num_nodes"]
+        if sparse and tables is None:  # rebuilt from a checkpoint: tables attached later
+            tables = {t: _unattached(t) for t in num}
+        self.inputs = TypedInput(in_feats, num, hidden, tables if sparse else None)
         dims = [hidden] * num_layers + [out_feats]
         self.layers = nn.ModuleList(
-            TypedRelLayer(dims[i], dims[i + 1], rels, i < num_layers - 1, dropout)
+            TypedRelLayer(dims[i], dims[i + 1], rels, i < num_layers - 1, dropout, num_bases)
             for i in range(num_layers)
         )
         self.dims = dims[1:]
+
+    @property
+    def sparse_types(self) -> list[str]:
+        """The featureless node types whose tables are held outside the model."""
+        return sorted(self.inputs.tables)
+
+    def set_tables(self, tables: Mapping[str, Table]) -> None:
+        """Attach the featureless types' tables (a model built with ``sparse_embedding``)."""
+        self.inputs.set_tables(tables)
 
     def config(self) -> dict[str, Any]:
         """The constructor's arguments (for checkpoints)."""

@@ -38,6 +38,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the edge type to predict, SRC_TYPE:RELATION:DST_TYPE (link prediction, "
         "--model rgcn: required)",
     )
+    p.add_argument(
+        "--sparse-embedding",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--model rgcn: a node type without --feat gets a DistEmbedding on the servers "
+        "trained by a sparse optimizer (default); --no-sparse-embedding: a dense "
+        "nn.Embedding in every trainer",
+    )
+    p.add_argument(
+        "--sparse-lr",
+        type=float,
+        default=None,
+        help="--model rgcn: the sparse embeddings' learning rate (SparseAdam; default --lr)",
+    )
+    p.add_argument(
+        "--num-bases",
+        type=int,
+        default=None,
+        help="--model rgcn: basis decomposition of the relation weights, 1..relations "
+        "(default: one weight per relation)",
+    )
     p.add_argument("--epochs", type=int, default=10, help="epochs (default 10)")
     p.add_argument("--num-layers", type=int, default=2, help="GNN layers (default 2)")
     p.add_argument("--hidden", type=int, default=128, help="hidden size (default 128)")
@@ -124,6 +145,9 @@ def _config(args: argparse.Namespace) -> object:
         model="sage" if args.app == "link-prediction" and args.model != "rgcn" else args.model,
         target_ntype=args.target_ntype,
         target_etype=args.target_etype,
+        sparse_embedding=args.sparse_embedding,
+        sparse_lr=args.sparse_lr,
+        num_bases=args.num_bases,
         epochs=args.epochs,
         num_layers=args.num_layers,
         hidden=args.hidden,

@@ -14,6 +14,9 @@ from distgnn.errors import ConfigError
 
 TARGET_NTYPE = "--target-ntype (trainers.app.targetNtype)"
 TARGET_ETYPE = "--target-etype (trainers.app.targetEtype)"
+NUM_BASES = "--num-bases (trainers.app.numBases)"
+SPARSE_EMBEDDING = "--sparse-embedding (trainers.app.sparseEmbedding)"
+SPARSE_LR = "--sparse-lr (trainers.app.sparseLr)"
 
 
 @dataclass
@@ -47,11 +50,20 @@ class TrainConfig:
     infer_batch_size: int = 4096
     target_ntype: str | None = None
     target_etype: str | None = None
+    sparse_embedding: bool = True
+    sparse_lr: float | None = None
+    num_bases: int | None = None
+
+    @property
+    def embedding_lr(self) -> float:
+        """The sparse optimizer's learning rate (``--sparse-lr``, default ``--lr``)."""
+        return self.lr if self.sparse_lr is None else self.sparse_lr
 
     def validate(self) -> TrainConfig:
         if self.model not in MODELS:
             raise ConfigError(f"--model: {self.model!r} is not one of {', '.join(MODELS)}")
         self._check_targets()
+        self._check_rgcn()
         if len(self.fanouts) != self.num_layers:
             raise ConfigError(
                 f"--fanouts: {len(self.fanouts)} values for --num-layers {self.num_layers}"
@@ -115,6 +127,17 @@ class TrainConfig:
                 f"{TARGET_ETYPE}: required for link prediction with --model rgcn "
                 "(SRC_TYPE:RELATION:DST_TYPE)"
             )
+
+    def _check_rgcn(self) -> None:
+        """``--num-bases`` and ``--sparse-lr`` go with the typed model (CEL rules too); the
+        bases are checked against the graph's relations when the model is built."""
+        for name, value in ((NUM_BASES, self.num_bases), (SPARSE_LR, self.sparse_lr)):
+            if value is not None and self.model != "rgcn":
+                raise ConfigError(f"{name}: an option of --model rgcn, not {self.model}")
+        if self.num_bases is not None and self.num_bases < 1:
+            raise ConfigError(f"{NUM_BASES}: {self.num_bases} must be >= 1")
+        if self.sparse_lr is not None and self.sparse_lr <= 0:
+            raise ConfigError(f"{SPARSE_LR}: {self.sparse_lr} must be > 0")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

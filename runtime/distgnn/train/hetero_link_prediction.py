@@ -90,7 +90,7 @@ def typed_task(
     all_train, test = split_edges(tg, cet, cfg.seed)
     if train_eids is None:
         train_eids = np.array_split(all_train, ctx.world_size)[ctx.rank]
-    model = build_rgcn(cfg, tg, typing, cfg.hidden)
+    model, sparse = build_rgcn(cfg, tg, typing, cfg.hidden)
     loader = DistEdgeDataLoader(
         g,
         {cet: torch.from_numpy(train_eids)},
@@ -145,4 +145,5 @@ def typed_task(
         test_edges=int(test.size),
         info={"target_etype": cfg.target_etype},
         checkpoint={"rgcn": model.config(), "target_etype": cfg.target_etype},
+        sparse=sparse,
     )

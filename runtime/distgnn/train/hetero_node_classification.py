@@ -79,7 +79,7 @@ def typed_task(
             train_ids = mask_ids(g, tt, cfg.train_mask)
     top = int(read_all(g, tt, cfg.label).max(initial=0))
     num_classes = int(all_reduce(ctx, [float(top + 1)], op="max")[0])
-    model = build_rgcn(cfg, tg, typing, num_classes)
+    model, sparse = build_rgcn(cfg, tg, typing, num_classes)
     loader = DistNodeDataLoader(
         g,
         {tt: torch.from_numpy(train_ids)},
@@ -127,4 +127,5 @@ def typed_task(
         train_nodes=int(train_ids.size),
         info={"target_ntype": tt},
         checkpoint={"rgcn": model.config(), "target_ntype": tt},
+        sparse=sparse,
     )

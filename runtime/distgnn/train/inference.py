@@ -130,6 +130,28 @@ def rgcn_from_checkpoint(ck: checkpoint.Checkpoint) -> nn.Module:
     return model
 
 
+def attach_tables(
+    model: nn.Module, ck: checkpoint.Checkpoint, tg: TrainGraph, ctx: DDPContext
+) -> Any:
+    """An R-GCN trained with sparse embeddings: its tables on the servers (attached by
+    name, created if the job has none), written back from the checkpoint by rank 0, so
+    inference reads the checkpoint's rows. Returns the tables (None: dense)."""
+    from distgnn.train.sparse_emb import NodeEmbeddings
+
+    types = list(getattr(model, "sparse_types", []))
+    if not types:
+        return None
+    cfg = ck.extra["rgcn"]
+    num = {t: int(cfg["num_nodes"][t]) for t in types}
+    embs = NodeEmbeddings(tg.g, num, int(cfg["hidden"]))
+    embs.check(ck.sparse)
+    if ctx.is_main:
+        embs.restore(ck.sparse)
+    barrier(ctx)
+    model.set_tables(embs.lookups())  # type: ignore[operator]
+    return embs
+
+
 def _renamed(state: dict[str, Any], expected: set[str]) -> dict[str, Any]:
     """Keys of checkpoints written before the layers took DGL's parameter names
     (``SAGEConv.fc_self.bias`` is now ``SAGEConv.bias``)."""
@@ -446,6 +468,7 @@ def run(
     ck = checkpoint.load(url)
     typed = ck.extra.get("model") == "rgcn"
     model = (rgcn_from_checkpoint(ck) if typed else model_from_state(ck.model)).to(ctx.device)
+    tables = attach_tables(model, ck, tg, ctx) if typed else None
     app = str(ck.extra.get("app") or "node-classification")
     opts = InferOptions(
         output_url=cfg.output_url or "",
@@ -471,6 +494,7 @@ def run(
         else:
             info["target_ntype"] = opts.target_ntype
         out = hetero_infer_to_storage(tg, model, ctx, opts, info)
+        del tables  # the model's tables stay on the servers for the job
     else:
         out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)
     return {"app": "inference", "checkpoint_epoch": ck.epoch} | out

@@ -37,6 +37,7 @@ from distgnn.train.loop import (
 )
 from distgnn.train.metrics import mrr, random_mrr, roc_auc
 from distgnn.train.proc import use_prefetch
+from distgnn.train.sparse_emb import NodeEmbeddings
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
@@ -67,6 +68,8 @@ class LinkTask:
     """for the log and the metrics"""
     checkpoint: dict[str, Any] = field(default_factory=dict)
     """saved in every checkpoint's ``extra`` (what inference rebuilds the model from)"""
+    sparse: NodeEmbeddings | None = None
+    """the R-GCN's embedding tables on the servers and their sparse optimizer"""
 
 
 def pair_score(
@@ -199,7 +202,8 @@ def run(
         task = homogeneous_task(cfg, tg, ctx, train_eids)
     model = wrap(ctx, task.model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = resume(cfg, ctx, model, opt)
+    sparse = task.sparse
+    start = resume(cfg, ctx, model, opt, sparse)
     metrics: dict[str, Any] = {}
     t_train = 0.0
     with task.loader as loader:
@@ -239,6 +243,8 @@ def run(
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
+                    if sparse:
+                        sparse.step()  # the rows this step touched, on the servers
                     if w:
                         tot_loss += float(loss.item())
                         tot_n += 1
@@ -247,7 +253,7 @@ def run(
             tot_loss, tot_n, n_edges = all_reduce(ctx, [tot_loss, tot_n, n_edges])
             dt = time.monotonic() - t0
             t_train += dt
-            save_epoch(cfg, ctx, epoch, model, opt, lambda: task.checkpoint)
+            save_epoch(cfg, ctx, epoch, model, opt, lambda: task.checkpoint, sparse)
             tel.epoch_end(
                 epoch,
                 cfg.epochs,

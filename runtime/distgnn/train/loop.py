@@ -15,9 +15,10 @@ from distgnn.log import kv
 from distgnn.nn import GAT, GraphSAGE
 from distgnn.sampling.loader import prefetch
 from distgnn.train import checkpoint
-from distgnn.train.config import TrainConfig
-from distgnn.train.ddp import DDPContext, broadcast_int, unwrap
+from distgnn.train.config import SPARSE_EMBEDDING, TrainConfig
+from distgnn.train.ddp import DDPContext, barrier, broadcast_int, unwrap
 from distgnn.train.proc import use_prefetch
+from distgnn.train.sparse_emb import NodeEmbeddings
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
@@ -93,8 +94,16 @@ def padded(batches: Iterator[Any], steps: int) -> Iterator[tuple[Any, float]]:
             yield b, 1.0
 
 
-def resume(cfg: TrainConfig, ctx: DDPContext, model: nn.Module, opt: torch.optim.Optimizer) -> int:
-    """Load the latest checkpoint (if any); returns the first epoch to run."""
+def resume(
+    cfg: TrainConfig,
+    ctx: DDPContext,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    sparse: NodeEmbeddings | None = None,
+) -> int:
+    """Load the latest checkpoint (if any); returns the first epoch to run. ``sparse``:
+    the model's embedding tables on the servers, written back from the checkpoint by
+    rank 0 while the others wait."""
     if not cfg.checkpoint_url:
         return 0
     url = checkpoint.latest(cfg.checkpoint_url) if ctx.is_main else None
@@ -103,10 +112,31 @@ def resume(cfg: TrainConfig, ctx: DDPContext, model: nn.Module, opt: torch.optim
     if found < 0:
         return 0
     ck = checkpoint.load(checkpoint.checkpoint_url(cfg.checkpoint_url, found))
+    check_same_embedding(ck, sparse)
+    if sparse:
+        sparse.check(ck.sparse)
     unwrap(model).load_state_dict(ck.model)
     opt.load_state_dict(ck.optimizer)
+    if sparse and ctx.is_main:
+        sparse.restore(ck.sparse)
+    barrier(ctx)
     log.info("resumed from checkpoint", extra=kv(epoch=ck.epoch, next_epoch=ck.epoch + 1))
     return ck.epoch + 1
+
+
+def check_same_embedding(ck: checkpoint.Checkpoint, sparse: NodeEmbeddings | None) -> None:
+    """ConfigError naming the field when a checkpoint's featureless-type embeddings were
+    kept the other way (sparse tables vs dense weights) than this run's."""
+    cfg = ck.extra.get("rgcn")
+    if not isinstance(cfg, dict) or not cfg.get("num_nodes"):
+        return
+    saved = bool(cfg.get("sparse_embedding", False))
+    if saved != bool(sparse):
+        kept = "DistEmbedding tables" if saved else "dense nn.Embedding weights"
+        raise ConfigError(
+            f"{SPARSE_EMBEDDING}: the checkpoint keeps the featureless types' embeddings as "
+            f"{kept}; resume with the same setting"
+        )
 
 
 def checkpoint_epoch(url: str) -> int:
@@ -120,7 +150,9 @@ def save_epoch(
     model: nn.Module,
     opt: torch.optim.Optimizer,
     extra: Callable[[], dict[str, Any]] | None = None,
+    sparse: NodeEmbeddings | None = None,
 ) -> None:
+    """Rank 0 writes this epoch's checkpoint (with ``sparse``'s tables)."""
     if cfg.checkpoint_url and ctx.is_main:
         checkpoint.save(
             cfg.checkpoint_url,
@@ -128,6 +160,7 @@ def save_epoch(
                 epoch=epoch,
                 model=unwrap(model).state_dict(),
                 optimizer=opt.state_dict(),
+                sparse=sparse.state() if sparse else {},
                 extra={"app": cfg.app, "model": cfg.model} | (extra() if extra else {}),
             ),
         )

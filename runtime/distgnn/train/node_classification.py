@@ -31,6 +31,7 @@ from distgnn.train.loop import (
     to_device,
 )
 from distgnn.train.proc import use_prefetch
+from distgnn.train.sparse_emb import NodeEmbeddings, lookups
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
@@ -54,6 +55,8 @@ class Task:
     """for the log and the metrics"""
     checkpoint: dict[str, Any] = field(default_factory=dict)
     """saved in every checkpoint's ``extra`` (what inference rebuilds the model from)"""
+    sparse: NodeEmbeddings | None = None
+    """the R-GCN's embedding tables on the servers and their sparse optimizer"""
 
 
 @torch.no_grad()
@@ -136,7 +139,8 @@ def run(
         task = homogeneous_task(cfg, tg, ctx, train_ids)
     model = wrap(ctx, task.model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = resume(cfg, ctx, model, opt)
+    sparse = task.sparse
+    start = resume(cfg, ctx, model, opt, sparse)
     info = task.info
     metrics: dict[str, Any] = {}
     t_train = 0.0
@@ -144,6 +148,7 @@ def run(
     evaluated = False  # validation accuracy measured in this run
     best_epoch: int | None = None
     best_state: dict[str, torch.Tensor] | None = None
+    best_tables: dict[str, Any] | None = None  # the selected model's embedding tables
     with task.loader as loader:
         steps = agree_steps(ctx, len(loader))
         log.info(
@@ -174,6 +179,8 @@ def run(
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
+                    if sparse:
+                        sparse.step()  # the rows this step touched, on the servers
                     if w:
                         tot_loss += float(loss.item()) * y.numel()
                         tot_correct += float((logits.argmax(1) == y).sum().item())
@@ -195,8 +202,10 @@ def run(
                     best_state = {
                         k: v.detach().clone() for k, v in unwrap(model).state_dict().items()
                     }
+                    if sparse:  # copied on the servers, not into this trainer
+                        best_tables = sparse.snapshot("best")
                 fields["val_acc"] = round(val_acc, 4)
-            save_epoch(cfg, ctx, epoch, model, opt, lambda: task.checkpoint)
+            save_epoch(cfg, ctx, epoch, model, opt, lambda: task.checkpoint, sparse)
             tel.epoch_end(
                 epoch,
                 cfg.epochs,
@@ -216,7 +225,12 @@ def run(
             test_acc, sel_val = final_test, val_acc
             if best_state is not None:  # model selection on the validation set
                 unwrap(model).load_state_dict(best_state)
+                if sparse and best_tables is not None:
+                    unwrap(model).set_tables(lookups(best_tables))  # type: ignore[operator]
                 test_acc, sel_val = task.evaluate(model, cfg.test_mask), best_val
+                if sparse:  # the trained tables again (what inference and the checkpoint use)
+                    unwrap(model).set_tables(sparse.lookups())  # type: ignore[operator]
+                best_tables = None  # released on the servers
             metrics = {
                 "app": "node-classification",
                 "model": cfg.model,

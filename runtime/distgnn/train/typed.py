@@ -14,8 +14,9 @@ from distgnn.dataloading.types import GraphTyping, graph_typing
 from distgnn.errors import ConfigError
 from distgnn.nn import RGCN
 from distgnn.sampling.local import LocalGraph
-from distgnn.train.config import TrainConfig
+from distgnn.train.config import NUM_BASES, TrainConfig
 from distgnn.train.graph import TrainGraph
+from distgnn.train.sparse_emb import NodeEmbeddings
 
 MODEL = "--model (trainers.app.model)"
 
@@ -54,25 +55,43 @@ def check_feat(cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping) -> list[st
     return have
 
 
-def build_rgcn(cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping, out_feats: int) -> RGCN:
+def build_rgcn(
+    cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping, out_feats: int
+) -> tuple[RGCN, NodeEmbeddings | None]:
     """The built-in R-GCN over every node and edge type of the graph: each type's
-    ``cfg.feat`` projected (a learnt embedding for a type without it), ``out_feats`` wide."""
+    ``cfg.feat`` projected, ``out_feats`` wide; a type without the field gets a learnt
+    embedding: with ``cfg.sparse_embedding`` a ``DistEmbedding`` on the servers (returned,
+    with its sparse optimizer), else a dense ``nn.Embedding`` in the model."""
     g = tg.g
     in_feats = {
         t: int(g.nodes[t].data[cfg.feat].shape[1])
         for t in typing.ntypes
         if cfg.feat in g.nodes[t].data
     }
-    return RGCN(
+    rels = len(typing.types.canonical_etypes)
+    if cfg.num_bases is not None and cfg.num_bases > rels:
+        raise ConfigError(
+            f"{NUM_BASES}: {cfg.num_bases} is more than the graph's {rels} relations "
+            f"{[':'.join(c) for c in typing.types.canonical_etypes]}"
+        )
+    num_nodes = {t: int(g.num_nodes(t)) for t in typing.ntypes}
+    embs = None
+    if cfg.sparse_embedding:
+        bare = {t: n for t, n in num_nodes.items() if t not in in_feats}
+        embs = NodeEmbeddings(g, bare, cfg.hidden, cfg.embedding_lr) or None
+    model = RGCN(
         typing.ntypes,
         typing.types.canonical_etypes,
         in_feats,
-        {t: int(g.num_nodes(t)) for t in typing.ntypes},
+        num_nodes,
         cfg.hidden,
         out_feats,
         cfg.num_layers,
         cfg.dropout,
+        num_bases=cfg.num_bases,
+        tables=embs.lookups() if embs else None,
     )
+    return model, embs
 
 
 def feature_reader(
