@@ -78,8 +78,8 @@ def _distinct_draws(deg: IntArr, f: int, rng: np.random.Generator) -> IntArr:
     f-subset, ascending: Floyd's algorithm over all rows at once (f passes; a
     rejection loop needed a dozen passes, each re-sorting every row, at f = 15). The
     picks are kept pass-major, (f, n), so that a pass compares whole contiguous rows
-    and reduces over the first axis (2.5x faster than the (n, f) layout's short rows
-    at f = 15; the same draw)."""
+    and reduces over the first axis (8k rows at f = 15: 1.2 ms, 3.5 ms with the (n, f)
+    layout's reductions over short rows; the same draw)."""
     n = len(deg)
     picks = np.empty((f, n), dtype=np.int64)
     r = rng.random((n, f))
