@@ -123,6 +123,8 @@ def run_mode(env: dict[str, str], sparse: bool, a: argparse.Namespace, tmp: Path
     if any(codes):
         raise SystemExit(f"trainers failed: {codes}")
     m: dict[str, Any] = json.loads(metrics.read_text())
+    if ("sparse_embedding_types" in m) != sparse:
+        raise SystemExit(f"the trainers ran the other embedding mode: {m}")
     steps = int(m["steps_per_epoch"]) * int(m["epochs"])
     return {
         "step_s": float(m["train_seconds"]) / steps,

@@ -33,6 +33,7 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -237,6 +238,8 @@ def child_train(
     # (2 vCPUs need not double it: they may share a physical core)
     floor_all = compute_floor(model, opt, cfg, kept) if kept else None
     barrier(ctx)
+    cache = getattr(getattr(tg.g, "ctx", None), "feature_cache", None)
+    cstats = tg.client_stats()
     tg.close()
     shutdown(ctx)
     if ctx.rank == 0:
@@ -253,6 +256,8 @@ def child_train(
                     "threads": threads,
                     "trainer_cpu": cpu,
                     "prefetch": use_prefetch,
+                    "pulled_bytes": cstats.bytes_pulled if cstats else 0,
+                    **({"cache": dataclasses.asdict(cache.stats)} if cache else {}),
                     **({"floor_step_s": floor} if floor is not None else {}),
                     **({"floor_all_step_s": floor_all} if floor_all is not None else {}),
                     **med,
@@ -379,6 +384,8 @@ def main() -> None:
         help=f"--colocate: the topologies compared, in order (of {', '.join(TOPOLOGIES)}; "
         "the ratio is the last over the first)",
     )
+    ap.add_argument("--cache-mb", type=float, default=64,
+                    help="--modes ...-cache: feature cache per trainer (MB)")  # fmt: skip
     ap.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_train:
@@ -465,10 +472,13 @@ TOPOLOGIES = {
     "tcp": "TCP",
     "colocated": "co-located",
     "colocated-tcp-sampling": "co-loc., TCP sampling",
+    "tcp-cache": "TCP + cache",
+    "colocated-cache": "co-located + cache",
 }
 """``--modes``: trainers over TCP; co-located (local rows and local seeds sampled from
 the servers' shared memory); co-located with sampling over TCP
-(``DISTGNN_LOCAL_SAMPLING=0``: what co-location did before local sampling)."""
+(``DISTGNN_LOCAL_SAMPLING=0``: what co-location did before local sampling); ``-cache``:
+with a feature cache of ``--cache-mb`` per trainer (``DISTGNN_FEATURE_CACHE_MB``)."""
 
 
 def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -> None:
@@ -487,10 +497,12 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         pids = [p.pid for p in srv.procs]
         for _ in range(a.colocate):
             for topo, runs in got.items():
-                st = None if topo == "tcp" else stores
+                st = None if topo.startswith("tcp") else stores
                 env = dict(srv.env())
                 if topo == "colocated-tcp-sampling":
                     env["DISTGNN_LOCAL_SAMPLING"] = "0"
+                if topo.endswith("-cache"):
+                    env["DISTGNN_FEATURE_CACHE_MB"] = str(a.cache_mb)
                 runs.append(bench_epoch(env, a.trainers, extra, a.num_samplers, pids, st))
 
     def vals(topo: str, key: str) -> list[float]:
@@ -503,6 +515,18 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
             elif key == "server_cpu":
                 n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2
                 out.append(r["server_cpu"] / n)
+            elif key == "pulled_mb":
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2 + a.floor_steps
+                out.append(r["pulled_bytes"] / n / 1e6)
+            elif key.startswith("cache_"):
+                c = r.get("cache", {})
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2 + a.floor_steps
+                if key == "cache_hit":
+                    out.append(c.get("hits", 0) / max(1, c.get("hits", 0) + c.get("misses", 0)))
+                elif key == "cache_saved_mb":
+                    out.append(c.get("bytes_saved", 0) / n / 1e6)
+                else:
+                    out.append(c.get("bytes", 0) / 1e6)
             else:
                 out.append(r[key])
         return out
@@ -521,6 +545,10 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ("waiting for the next batch (s)", "wait"),
         ("CPU s per step: trainer (rank 0)", "trainer_cpu"),
         ("CPU s per step: both servers", "server_cpu"),
+        ("MB pulled over TCP per step", "pulled_mb"),
+        ("cache hit rate (cached tensors)", "cache_hit"),
+        ("MB not pulled (hits) per step", "cache_saved_mb"),
+        ("cache memory (MB)", "cache_mem"),
         ("epoch / floor (rank 0 alone)", "epoch_floor"),
     ):
         if not vals(first, key):

@@ -95,6 +95,9 @@ ENV_LOCAL_STORE = "DISTGNN_LOCAL_STORE"
 ENV_LOCAL_SAMPLING = "DISTGNN_LOCAL_SAMPLING"
 """Co-located trainer: sample the local partition's seeds in-process from the server's
 shared-memory graph (``1``, default) or send them to the server like the others (``0``)."""
+ENV_FEATURE_CACHE_MB = "DISTGNN_FEATURE_CACHE_MB"
+"""Megabytes of hot ``DistTensor`` rows each trainer process caches (default 0: none);
+writes by any trainer invalidate them (:mod:`distgnn.distributed.featcache`)."""
 ENV_TRAINERS_PER_POD = "DISTGNN_TRAINERS_PER_POD"
 """Co-located trainers on Kubernetes: trainer containers per pod (rank = pod index * this
 + LOCAL_RANK)."""

@@ -153,6 +153,7 @@ def test_rgcn_job_trains_a_featureless_types_table_on_the_servers(
     assert res.rc == 0, res.stderr[-4000:]
     m = json.loads(res.stdout.strip().splitlines()[-1])
     assert m["world_size"] == 2 and m["test_accuracy"] > 0.4, m
+    assert m["sparse_embedding_types"] == ["author"], m
     assert abs(m["inference_test_accuracy"] - m["final_test_accuracy"]) <= 0.01, m
     first = torch.load(tmp_path / "ckpt" / "ckpt-epoch-00000.pt", weights_only=True)
     last = torch.load(tmp_path / "ckpt" / "ckpt-epoch-00002.pt", weights_only=True)

@@ -167,6 +167,7 @@ def test_a_type_without_the_feature_gets_a_learnt_embedding(
                 sparse_embedding=sparse)  # fmt: skip
         m = node_classification.run(c, tg, CTX)
         assert m["test_accuracy"] > 0.4, m
+        assert m.get("sparse_embedding_types") == (["author"] if sparse else None), m
         s = inference.run(c, tg, CTX)
         assert abs(s["inference_test_accuracy"] - m["final_test_accuracy"]) <= 0.01, (s, m)
     assert s["inference_node_types"] == ["author", "paper"]

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from distgnn import contract
+from distgnn.distributed.featcache import FeatureCache, cache_budget
 from distgnn.distributed.localread import LocalReader
 from distgnn.distributed.localsample import (
     LocalSampler,
@@ -159,6 +160,8 @@ class DistContext:
     """Co-located trainer: reads the local partition's rows from shared memory."""
     local_sampler: LocalSampler | None = None
     """Co-located trainer: samples the local partition's seeds from shared memory."""
+    feature_cache: FeatureCache | None = None
+    """Hot rows of other partitions kept in this process (``DISTGNN_FEATURE_CACHE_MB``)."""
 
     @property
     def num_parts(self) -> int:
@@ -441,6 +444,7 @@ def initialize(
     tok = token if token is not None else contract.read_token(e)
     common["scope"] = _scope(e, tok)
     local_sampling_enabled(e)  # a bad DISTGNN_LOCAL_SAMPLING fails before connecting
+    budget = cache_budget(e)  # so does a bad DISTGNN_FEATURE_CACHE_MB
     pool = ServerPool(list(servers), tok, t)
     try:
         pool.connect_all()
@@ -467,6 +471,11 @@ def initialize(
         ctx.local_sampler = open_local_sampler(
             ctx.local_reader, man, pool.conns[part].server_info, e
         )
+    if budget:
+        lp = ctx.local_reader.part if ctx.local_reader is not None else None
+        ctx.feature_cache = FeatureCache(budget, lp)
+        log.info("feature cache", extra=kv(budget_mb=round(budget / (1 << 20), 1),
+                                           skips_partition=lp))  # fmt: skip
     DEFAULT.set(ctx)
     return ctx
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ import torch
 
 from distgnn import contract
 from distgnn.distributed.context import DistContext, RequestLimits, resolve_ctx
+from distgnn.distributed.featcache import answer_gen
 from distgnn.distributed.localread import LocalReader
 from distgnn.distributed.partition_book import PartitionPolicy
 from distgnn.errors import ConfigError
@@ -196,6 +197,18 @@ def group(parts: np.ndarray, nparts: int) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(parts, kind="stable")
         counts = np.bincount(parts, minlength=nparts)
     return order, np.concatenate([[0], np.cumsum(counts)])
+
+
+Gens = dict[int, int | None]
+"""The write generation each server's PULL answers reported (None: none or differing)."""
+
+
+def _note(gens: Gens, p: int, f: Frame, gen: bool) -> None:
+    """Record the generation of server ``p``'s answer ``f`` (when asked for)."""
+    if not gen:
+        return
+    g = answer_gen(p, f.meta)
+    gens[p] = g if gens.get(p, g) == g else None
 
 
 InitFunc = str | tuple[str, dict[str, Any]] | Callable[..., Any] | None
@@ -435,46 +448,81 @@ class DistTensor:
         return out
 
     def pull_numpy(self, ids: Any) -> np.ndarray:
-        """Rows ``ids`` as a NumPy array (in the order given)."""
+        """Rows ``ids`` as a NumPy array (in the order given); through the process's
+        feature cache when it has one (:mod:`distgnn.distributed.featcache`)."""
         idx = as_ids(ids, self.shape[0])
+        cache = self.ctx.feature_cache
+        if cache is not None and len(idx):
+            out = np.empty((len(idx), *self.shape[1:]), dtype=self.np_dtype)
+            if cache.read(self, idx, out) is not None:
+                return out
+            return self.pull_into(idx, out)[0]
+        return self.pull_into(idx)[0]
+
+    def _pull_call(self, ids: np.ndarray, gen: bool, into: Into | None = None) -> Call:
+        meta: dict[str, Any] = {"name": self.key, "gen": True} if gen else {"name": self.key}
+        return Call(MsgType.PULL, meta, [ids], into=into)
+
+    def pull_into(
+        self,
+        idx: np.ndarray,
+        out: np.ndarray | None = None,
+        gen: bool = False,
+        check: Sequence[int] = (),
+        skip: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, Gens]:
+        """Rows ``idx`` (int64 IDs) into ``out`` (allocated when None); returns the rows
+        (``out``, or an in-process answer's fresh array) and, with ``gen``, the write
+        generation each server that answered reported (None: none, or several differing).
+        The servers in ``check`` are asked for theirs even without a row to read (a PULL
+        of zero rows). Positions where the mask ``skip`` is true are not read (the
+        caller fills them afterwards; they may hold anything)."""
         row = self.shape[1:]
-        out = np.empty((len(idx), *row), dtype=self.np_dtype)
+        if out is None:
+            out = np.empty((len(idx), *row), dtype=self.np_dtype)
+        gens: Gens = {}
         if len(idx) == 0:
-            return out
+            if check:
+                self._check_gens(check, {}, gens)
+            return out, gens
         parts, local = self.policy.locate(idx)
         nparts = len(self.policy.offsets) - 1
         first = int(parts[0])
         reader = self.ctx.local_reader
         lp = reader.part if reader is not None else -1
-        if (parts == first).all():
+        if skip is not None:  # a partition of its own that is never asked
+            parts = parts.astype(np.int32)
+            parts[skip] = nparts
+        if (parts == first).all() and all(p == first for p in check) and skip is None:
             if first == lp and reader is not None and self._read_local(reader, local, [out]):
-                return out
+                return out, gens
             cap = self._pull_cap(first)
             if len(idx) > cap:  # beyond one request: consecutive slices of ``out``
                 for i in range(0, len(idx), cap):
                     dest = out[i : i + cap]
-                    call = Call(MsgType.PULL, {"name": self.key}, [local[i : i + cap]])
-                    call.into = _into(dest)
-                    got = self.ctx.call(first, call).bufs[0]
+                    f = self.ctx.call(first, self._pull_call(local[i : i + cap], gen, _into(dest)))
+                    _note(gens, first, f, gen)
+                    got = f.bufs[0]
                     if got is not dest:  # in-process answer
                         dest[...] = got
-                return out
-            f = self.ctx.call(
-                first, Call(MsgType.PULL, {"name": self.key}, [local], into=_into(out))
-            )
+                return out, gens
+            f = self.ctx.call(first, self._pull_call(local, gen, _into(out)))
+            _note(gens, first, f, gen)
             got = f.bufs[0]
             if got is out:
-                return out
+                return out, gens
             if got.shape == out.shape and got.dtype == out.dtype and got.flags.writeable:
-                return got  # in-process answer: already a fresh array
+                return got, gens  # in-process answer: already a fresh array
             out[...] = got
-            return out
-        order, b = group(parts, nparts)
+            return out, gens
+        order, b = group(parts, nparts + (skip is not None))
         caps = {p: self._pull_cap(p) for p in range(nparts) if b[p + 1] > b[p]}
         if any(b[p + 1] - b[p] > cap for p, cap in caps.items()):
-            self._pull_split(local, order, b, out, caps)
-            return out
+            self._pull_split(local, order, b, out, caps, gen, gens)
+            self._check_gens(check, gens, gens)
+            return out, gens
         segs, scatter_pos, scratch = _segment_plan(parts, order, b, out)
+        segs.pop(nparts, None)  # the skipped rows
         if (
             reader is not None
             and lp in segs
@@ -482,15 +530,16 @@ class DistTensor:
         ):
             del segs[lp]
         calls = {
-            p: Call(
-                MsgType.PULL,
-                {"name": self.key},
-                [local[order[b[p] : b[p + 1]]]],
-                into=_segments_into(s),
-            )
+            p: self._pull_call(local[order[b[p] : b[p + 1]]], gen, _segments_into(s))
             for p, s in segs.items()
         }
+        for p in check:
+            if p not in calls and not b[p + 1] > b[p]:
+                calls[p] = self._pull_call(np.empty(0, np.int64), True)
         for p, f in self.ctx.call_many(calls).items():
+            _note(gens, p, f, gen or p not in segs)
+            if p not in segs:
+                continue
             if not segs[p].received:  # in-process answer: copy into the destinations
                 pos = 0
                 for d in segs[p].arrays:
@@ -498,7 +547,14 @@ class DistTensor:
                     pos += d.shape[0]
         if scatter_pos.size:
             out[scatter_pos] = scratch
-        return out
+        return out, gens
+
+    def _check_gens(self, check: Sequence[int], asked: Gens, gens: Gens) -> None:
+        """Zero-row PULLs (``gen: true``) to the servers of ``check`` not in ``asked``."""
+        calls = {p: self._pull_call(np.empty(0, np.int64), True) for p in check if p not in asked}
+        if calls:
+            for p, f in self.ctx.call_many(calls).items():
+                _note(gens, p, f, True)
 
     def _pull_cap(self, p: int) -> int:
         """Rows one PULL to partition ``p``'s server may ask for (its announced limits)."""
@@ -522,6 +578,8 @@ class DistTensor:
         b: np.ndarray,
         out: np.ndarray,
         caps: dict[int, int],
+        gen: bool = False,
+        gens: Gens | None = None,
     ) -> None:
         """A read larger than one request to some server: each server's rows in PULLs that
         fit its limits, one request per server in flight per round. Rows at consecutive
@@ -530,7 +588,7 @@ class DistTensor:
         reader = self.ctx.local_reader
         batches: dict[int, list[np.ndarray]] = {}
         for p in range(len(b) - 1):
-            if b[p + 1] == b[p]:
+            if b[p + 1] == b[p] or p not in caps:  # nothing to read, or skipped rows
                 continue
             sel = order[b[p] : b[p + 1]]  # ascending positions (the sort is stable)
             if reader is not None and p == reader.part:
@@ -546,10 +604,11 @@ class DistTensor:
                 p: (sels[r], _dest(out, sels[r])) for p, sels in batches.items() if r < len(sels)
             }
             calls = {
-                p: Call(MsgType.PULL, {"name": self.key}, [local[sel]], into=_into(dest))
-                for p, (sel, dest) in dests.items()
+                p: self._pull_call(local[sel], gen, _into(dest)) for p, (sel, dest) in dests.items()
             }
             for p, f in self.ctx.call_many(calls).items():
+                if gens is not None:
+                    _note(gens, p, f, gen)
                 sel, dest = dests[p]
                 if f.bufs[0] is not dest:  # in-process answer
                     dest[...] = f.bufs[0]

@@ -207,7 +207,17 @@ class Handlers:
 
     # --- tensors ------------------------------------------------------------------
     def pull(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
-        _, arr = self._tensor(meta)
+        """Rows of a tensor. With ``gen`` (clients with a feature cache) the answer also
+        carries the tensor's write generation, read before any row is gathered: a write
+        acknowledged before this request changed it (:mod:`distgnn.server.store`)."""
+        want_gen = meta.get("gen", False)
+        if not isinstance(want_gen, bool):
+            raise TensorError("field 'gen' must be true or false")
+        name = _str(meta, "name")
+        if name.startswith("graph/"):
+            raise TensorError(f"tensor {name[:60]!r} is internal")
+        arr, gen = self.store.get_gen(name)
+        answer: dict[str, Any] = {"gen": gen} if want_gen else {}
         rows = self._ids(bufs, 0, arr.shape[0], "rows")
         row_bytes = arr.itemsize * math.prod(arr.shape[1:])
         if len(rows) * row_bytes > self.lim.max_reply_bytes:
@@ -217,10 +227,10 @@ class Handlers:
                 "split the request"
             )
         if self.zero_copy and arr.ndim > 1:
-            return {}, [Gathered(arr, rows)]
+            return answer, [Gathered(arr, rows)]
         out = np.empty((len(rows), *arr.shape[1:]), dtype=arr.dtype)
         default_gatherer().gather(arr, rows, out)
-        return {}, [out]
+        return answer, [out]
 
     def _values(self, name: str, arr: np.ndarray, bufs: list[np.ndarray], n: int) -> np.ndarray:
         if len(bufs) < 2:
@@ -245,6 +255,7 @@ class Handlers:
                 arr[rows] = vals
             else:
                 np.add.at(arr, rows, vals)
+        self.store.bump(name)
         return {}, []
 
     def init_tensor(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
@@ -349,6 +360,7 @@ class Handlers:
                 s = state[uniq] + g * g
                 state[uniq] = s
                 emb[uniq] -= (lr * g / (np.sqrt(s) + eps)).astype(emb.dtype)
+            self._bump(name, meta, ("sum",))
         else:
             b1, b2 = _num(meta, "beta1", 0.9), _num(meta, "beta2", 0.999)
             t_s = self._state(meta, "step", n)
@@ -363,7 +375,14 @@ class Handlers:
                 mhat = m / (1 - b1**tb)
                 vhat = v / (1 - b2**tb)
                 emb[uniq] -= (lr * mhat / (np.sqrt(vhat) + eps)).astype(emb.dtype)
+            self._bump(name, meta, ("step", "mem", "power"))
         return {}, []
+
+    def _bump(self, name: str, meta: dict[str, Any], states: tuple[str, ...]) -> None:
+        """A sparse update wrote the table and its state tensors: new generations."""
+        self.store.bump(name)
+        for which in states:
+            self.store.bump(meta["state"][which])
 
     # --- structure ------------------------------------------------------------------
     def sample_neighbors(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:

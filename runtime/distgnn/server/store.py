@@ -14,6 +14,12 @@ time (INIT_TENSOR) go to the same folder, so every worker sees them.
   read-modify-write optimizer steps from any worker lose no update.
 * A worker's cached mapping is checked against the file's inode on every use, so
   a deleted (or deleted and re-created) tensor is never served stale.
+* Each tensor has a write generation: 8 bytes after the stripe bytes of its ``.lock``
+  file, mapped by every worker, starting at a random value when the tensor is created
+  (so a re-created tensor never repeats an old one) and bumped after every write
+  (PUSH, sparse update) under a record lock of its own. A PULL reads it before gathering
+  its rows; a client's cache compares it with the one its rows were read at
+  (:mod:`distgnn.distributed.featcache`).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from distgnn.server.sweep import sweep_stale, write_owner
 __all__ = ["ShmStore", "TensorError", "sweep_stale"]
 
 STRIPES = 64
+GEN_BYTES = 8
+"""The write generation after the stripe bytes of a tensor's ``.lock`` file."""
 MAX_NAME_BYTES = 120
 """A stored name is hex-encoded into file names (``2 * 120 + 5 <= 255``, NAME_MAX)."""
 MAX_CLIENT_NAME_BYTES = 100
@@ -66,6 +74,8 @@ class Entry:
     name: str
     array: np.ndarray
     ino: int
+    gen: np.ndarray
+    """The tensor's write generation (one uint64 mapped from its ``.lock`` file)."""
 
 
 @dataclass(frozen=True)
@@ -266,7 +276,9 @@ class ShmStore:
     def _publish(self, name: str, meta: dict[str, Any]) -> None:
         self._write_meta(name, meta)
         with open(self._path(name, ".lock"), "wb") as f:
-            f.truncate(STRIPES)
+            # a random start (62 bits): a re-created tensor never repeats a generation
+            start = int.from_bytes(os.urandom(GEN_BYTES), "little") >> 2
+            f.write(bytes(STRIPES) + start.to_bytes(GEN_BYTES, "little"))
         os.replace(self._path(name, ".tmp"), self._path(name, ".npy"))
 
     def _discard(self, name: str) -> None:
@@ -455,6 +467,9 @@ class ShmStore:
     # --- access ----------------------------------------------------------------------
     def get(self, name: str) -> np.ndarray:
         """The mapped tensor; unknown or deleted names raise :class:`TensorError`."""
+        return self._entry(name).array
+
+    def _entry(self, name: str) -> Entry:
         path = self._path(name, ".npy")
         try:
             ino = os.stat(path).st_ino
@@ -464,18 +479,56 @@ class ShmStore:
             raise TensorError(f"unknown tensor {short(name)}") from None
         e = self._cache.get(name)
         if e is None or e.ino != ino:
-            arr = map_npy(path, writable=not self.readonly)
+            e = self._map(name, path)
+        return e
+
+    def _map(self, name: str, path: str) -> Entry:
+        """Map a tensor with its generation. The ``.lock`` file is mapped first and
+        checked again after the data: a tensor is published lock file first, so an
+        unchanged lock file means the data mapped belongs to it."""
+        lpath = self._path(name, ".lock")
+        for _ in range(8):
+            try:
+                gen, lino = map_gen(lpath, writable=not self.readonly)
+                ino = os.stat(path).st_ino
+                arr = map_npy(path, writable=not self.readonly)
+                if os.stat(lpath).st_ino != lino:
+                    continue  # deleted and re-created meanwhile: map the new one
+            except FileNotFoundError:
+                break
             with self._cache_lock:
-                e = self._cache[name] = Entry(name, arr, ino)
-        return e.array
+                e = self._cache[name] = Entry(name, arr, ino, gen)
+            return e
+        with self._cache_lock:
+            self._cache.pop(name, None)
+        raise TensorError(f"unknown tensor {short(name)}")
+
+    def get_gen(self, name: str) -> tuple[np.ndarray, int]:
+        """The mapped tensor and its write generation (read now, before the caller reads
+        any row: a write finished after this is seen by the next generation read)."""
+        e = self._entry(name)
+        return e.array, int(e.gen[0])
+
+    def bump(self, name: str) -> None:
+        """Advance the write generation of ``name`` (after a write, before its answer)."""
+        e = self._entry(name)
+        with self._lock_bytes(name, [STRIPES]):
+            e.gen[0] += np.uint64(1)
 
     @contextlib.contextmanager
     def lock_rows(self, name: str, rows: np.ndarray) -> Iterator[None]:
         """Hold the stripes covering ``rows`` (threads and processes), in increasing order."""
         stripes = np.unique(rows % STRIPES) if len(rows) else np.empty(0, np.int64)
+        with self._lock_bytes(name, stripes.tolist()):
+            yield
+
+    @contextlib.contextmanager
+    def _lock_bytes(self, name: str, which: list[int]) -> Iterator[None]:
+        """Hold bytes ``which`` (increasing) of the tensor's ``.lock`` file: a per-process
+        ``threading.Lock`` each plus a POSIX record lock."""
         with self._cache_lock:
             if name not in self._tlocks:
-                self._tlocks[name] = [threading.Lock() for _ in range(STRIPES)]
+                self._tlocks[name] = [threading.Lock() for _ in range(STRIPES + 1)]
             tl = self._tlocks[name]
             path = self._path(name, ".lock")
             fd = self._lockfds.get(name)
@@ -490,7 +543,7 @@ class ShmStore:
                 raise TensorError(f"unknown tensor {short(name)}") from None
         held: list[int] = []
         try:
-            for s in stripes.tolist():
+            for s in which:
                 tl[s].acquire()
                 held.append(s)
                 fcntl.lockf(fd, fcntl.LOCK_EX, 1, s, os.SEEK_SET)
@@ -529,6 +582,18 @@ def map_npy(path: str, writable: bool = True) -> np.ndarray:
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         mm = mmap.mmap(f.fileno(), offset + size, flags=flags, prot=prot)
     return np.ndarray(shape, dtype=dtype, buffer=mm, offset=offset)
+
+
+def map_gen(path: str, writable: bool = True) -> tuple[np.ndarray, int]:
+    """The write generation of a tensor's ``.lock`` file, mapped shared (one uint64),
+    and the file's inode. ValueError for a file without one."""
+    with open(path, "r+b" if writable else "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_size < STRIPES + GEN_BYTES:
+            raise TensorError(f"{path}: no write generation")
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        mm = mmap.mmap(f.fileno(), STRIPES + GEN_BYTES, flags=mmap.MAP_SHARED, prot=prot)
+    return np.ndarray((1,), dtype="<u8", buffer=mm, offset=STRIPES), st.st_ino
 
 
 def check_shm_root(path: str) -> str:

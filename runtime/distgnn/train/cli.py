@@ -210,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
     tel = Telemetry.start(ctx.rank)
     try:
         tg = open_train_graph()
-        tel.attach(tg.client_stats(), tg.local_stats(), tg.local_sample_stats())
+        tel.attach(tg.client_stats(), tg.local_stats(), tg.local_sample_stats(), tg.cache_stats())
         try:
             if cfg.app == "inference":
                 metrics = inference.run(cfg, tg, ctx, telemetry=tel)

@@ -154,6 +154,15 @@ class TrainConfig:
             "lr": self.lr,
             "precision": self.precision,
             "samplers": self.num_samplers,
+        } | self._rgcn_fields()
+
+    def _rgcn_fields(self) -> dict[str, Any]:
+        if self.model != "rgcn":
+            return {}
+        return {
+            "sparse_embedding": self.sparse_embedding,
+            "sparse_lr": self.embedding_lr,
+            "num_bases": self.num_bases,
         }
 
 

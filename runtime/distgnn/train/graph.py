@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from distgnn import contract
+from distgnn.distributed.featcache import CacheStats, FeatureCache
 from distgnn.distributed.localread import LocalReader, LocalStats
 from distgnn.distributed.localsample import LocalSampler, SampleStats
 from distgnn.errors import ConfigError
@@ -93,6 +94,11 @@ class TrainGraph:
         process (None: not co-located, or local sampling off)."""
         sampler = getattr(getattr(self.g, "ctx", None), "local_sampler", None)
         return sampler.stats if isinstance(sampler, LocalSampler) else None
+
+    def cache_stats(self) -> CacheStats | None:
+        """The feature cache's counters (None: no cache, ``DISTGNN_FEATURE_CACHE_MB``)."""
+        cache = getattr(getattr(self.g, "ctx", None), "feature_cache", None)
+        return cache.stats if isinstance(cache, FeatureCache) else None
 
     def close(self) -> None:
         self.source.close()

@@ -35,7 +35,7 @@ from distgnn.train.link_prediction import (
     pair_score,
 )
 from distgnn.train.loop import eval_fanouts, to_device
-from distgnn.train.typed import build_rgcn, check_feat, check_model, feature_reader
+from distgnn.train.typed import build_rgcn, check_feat, check_model, feature_reader, sparse_info
 
 EXCLUDE = {"none": None, "self": "self", "reverse": "reverse"}
 """``--exclude`` as the edge loader's ``exclude``: ``reverse`` drops every sampled edge
@@ -143,7 +143,7 @@ def typed_task(
         test_scores=test_scores,
         train_edges=int(train_eids.size),
         test_edges=int(test.size),
-        info={"target_etype": cfg.target_etype},
+        info={"target_etype": cfg.target_etype} | sparse_info(sparse),
         checkpoint={"rgcn": model.config(), "target_etype": cfg.target_etype},
         sparse=sparse,
     )

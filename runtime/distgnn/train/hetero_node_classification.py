@@ -27,6 +27,7 @@ from distgnn.train.typed import (
     feature_reader,
     mask_ids,
     read_all,
+    sparse_info,
 )
 
 TARGET = TARGET_NTYPE
@@ -125,7 +126,7 @@ def typed_task(
         logits=lambda m, blocks, x: m(blocks, x)[tt],
         evaluate=accuracy,
         train_nodes=int(train_ids.size),
-        info={"target_ntype": tt},
+        info={"target_ntype": tt} | sparse_info(sparse),
         checkpoint={"rgcn": model.config(), "target_ntype": tt},
         sparse=sparse,
     )

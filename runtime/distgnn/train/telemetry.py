@@ -37,6 +37,7 @@ from distgnn.metrics_http import MetricsEndpoint, serve
 from distgnn.rpc.stats import ClientStats
 
 if TYPE_CHECKING:  # the distributed package imports torch; the collector needs no import
+    from distgnn.distributed.featcache import CacheStats
     from distgnn.distributed.localread import LocalStats
     from distgnn.distributed.localsample import SampleStats
 
@@ -92,10 +93,11 @@ class _ClientCollector(Collector):
         self.stats: ClientStats | None = None
         self.local: LocalStats | None = None
         self.sampled: SampleStats | None = None
+        self.cache: CacheStats | None = None
 
     def collect(self) -> Iterator[Any]:
         s = self.stats or ClientStats()
-        loc, smp = self.local, self.sampled
+        loc, smp, c = self.local, self.sampled, self.cache
         for short, doc, value in (
             ("server_requests", "Requests answered by the graph servers.", s.requests),
             ("pull_requests", "PULL requests answered.", s.pull_requests),
@@ -107,6 +109,16 @@ class _ClientCollector(Collector):
              loc.bytes if loc else 0),
             ("local_sample_requests", "Sampling requests of the co-located partition answered "
              "from its server's shared memory in this process.", smp.requests if smp else 0),
+            ("cache_hits", "Feature rows answered from this process's feature cache.",
+             c.hits if c else 0),
+            ("cache_misses", "Feature rows of cached tensors pulled from the graph servers.",
+             c.misses if c else 0),
+            ("cache_invalidations", "Times a server's write dropped cached rows.",
+             c.invalidations if c else 0),
+            ("cache_refetched_rows", "Cached rows found stale at a read and pulled again.",
+             c.refetched if c else 0),
+            ("cache_saved_bytes", "Feature bytes not pulled thanks to cache hits.",
+             c.bytes_saved if c else 0),
         ):  # fmt: skip
             yield CounterMetricFamily(f"distgnn_trainer_{short}", doc, value=float(value))
 
@@ -214,14 +226,17 @@ class Telemetry:
         stats: ClientStats | None,
         local: LocalStats | None = None,
         sampled: SampleStats | None = None,
+        cache: CacheStats | None = None,
     ) -> None:
         """Report this pool's counters (the graph-server connections) as pulled rows/bytes,
         a co-located trainer's shared-memory reads (``local``) as local rows/bytes and its
-        local sampling (``sampled``) as local sample requests."""
+        local sampling (``sampled``) as local sample requests, and its feature cache's
+        counters (``cache``)."""
         if self.metrics is not None:
             self.metrics.client.stats = stats
             self.metrics.client.local = local
             self.metrics.client.sampled = sampled
+            self.metrics.client.cache = cache
 
     def begin(self, epochs: int, start_epoch: int) -> None:
         if self.progress is not None:

@@ -94,6 +94,11 @@ def build_rgcn(
     return model, embs
 
 
+def sparse_info(sparse: NodeEmbeddings | None) -> dict[str, Any]:
+    """For the log and the metrics: the node types trained as sparse embedding tables."""
+    return {"sparse_embedding_types": sorted(sparse.tables)} if sparse else {}
+
+
 def feature_reader(
     cfg: TrainConfig, tg: TrainGraph, typing: GraphTyping
 ) -> Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
