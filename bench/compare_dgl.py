@@ -1,7 +1,7 @@
 """DistGNN and DGL 2.1 side by side on exactly the same work (one command; not part of CI).
 
 Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [--rounds 3]
-[--train-nodes 50000] [--epochs 1] [--parts-only | --train-only] [--quick]``.
+[--train-nodes 50000] [--epochs 1] [--parts-only [--num-parts K] | --train-only] [--quick]``.
 
 * **DGL's environment** is created once and cached in ``.tools/dgl-venv`` (DGL 2.1.0 and
   the torch it supports, 2.2.1, with NumPy 1.x; about 5 GB, from the package registry).
@@ -13,7 +13,8 @@ Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [
   ``train_mask``), written beside the shared arrays, so both systems balance, split and
   train on the same nodes: ``--train-nodes 50000`` is 25 steps per trainer (batch 1000, 2
   trainers).
-* **Partitioning** (METIS, 2 parts, training nodes and edges balanced): wall time, peak
+* **Partitioning** (METIS, 2 parts, or ``--num-parts K`` with ``--parts-only``: one part
+  per machine, as users partition; training nodes and edges balanced): wall time, peak
   RSS of the partitioning process, edge cut (the fraction of input edges whose ends fall
   in different partitions, computed here the same way from both assignments).
 * **Training**: 2 servers + 2 DDP trainers, 3-layer GraphSAGE (mean) hidden 256, fanouts
@@ -137,7 +138,7 @@ def edge_cut(graph: Path, assignment: Any) -> float:
 
 
 # ---------------------------------------------------------------- partitioning
-def child_partition(graph: str, out: str) -> None:
+def child_partition(graph: str, out: str, num_parts: int) -> None:
     """DistGNN's partitioning in this process; one JSON line (time, peak RSS, assignment)."""
     import resource
 
@@ -149,14 +150,14 @@ def child_partition(graph: str, out: str) -> None:
     t0 = time.perf_counter()
     # the same work as dgl_side.py: training nodes and in-edges balanced (DGL:
     # balance_ntypes=train_mask, balance_edges=True); --balance-train is also the CLI default
-    partition_graph(graph, 2, out, "bench", method="metis", balance_train=True,
+    partition_graph(graph, num_parts, out, "bench", method="metis", balance_train=True,
                     balance_edges=True, progress=False)  # fmt: skip
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     manifest = f"{out}/bench.json"
     n = int(np.load(f"{graph}/label.npy", mmap_mode="r").shape[0])
     assign = np.full(n, -1, dtype=np.int32)
-    for p in range(2):
+    for p in range(num_parts):
         assign[load_partition(manifest, p).orig_nid] = p
     np.save(f"{out}/assignment.npy", assign)
     print(json.dumps({"seconds": seconds, "peak_rss_bytes": peak,
@@ -181,15 +182,19 @@ def run_json(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any
     return last_json(p.stdout)
 
 
-def partition_round(system: str, graph: Path, dgl_py: Path, work: Path) -> dict[str, Any]:
+def partition_round(
+    system: str, graph: Path, dgl_py: Path, work: Path, num_parts: int = 2
+) -> dict[str, Any]:
     import numpy as np
 
     out = work / f"parts-{system}"
     shutil.rmtree(out, ignore_errors=True)
     if system == "distgnn":
-        cmd = [sys.executable, __file__, "--child-partition", str(graph), str(out)]
+        cmd = [sys.executable, __file__, "--child-partition", str(graph), str(out),
+               str(num_parts)]  # fmt: skip
     else:
-        cmd = [str(dgl_py), str(BENCH / "dgl_side.py"), "partition", str(graph), str(out)]
+        cmd = [str(dgl_py), str(BENCH / "dgl_side.py"), "partition", str(graph), str(out),
+               "--parts", str(num_parts)]  # fmt: skip
     res = run_json(cmd)
     res["edge_cut"] = edge_cut(graph, np.load(res["assignment"]))
     res["parts"] = str(out)
@@ -327,13 +332,15 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
             order = ["distgnn", "dgl"] if r % 2 == 0 else ["dgl", "distgnn"]
             for system in order:
                 log(f"{kind} round {r + 1}: partitioning with {system}")
-                res = partition_round(system, graph, dgl_py, work / f"r{r}")
+                res = partition_round(system, graph, dgl_py, work / f"r{r}", a.num_parts)
                 part[system].append(res)
                 print(f"round {r + 1} {system:8s} partition: {res['seconds']:.2f} s, "
                       f"peak RSS {res['peak_rss_bytes'] / 2**30:.2f} GiB, "
                       f"edge cut {res['edge_cut']:.4f}", flush=True)  # fmt: skip
         if not a.train_only:
-            report(f"Partitioning, graph '{kind}' ({a.nodes} nodes), {a.rounds} rounds", [
+            title = (f"Partitioning, graph '{kind}' ({a.nodes} nodes), {a.num_parts} parts, "
+                     f"{a.rounds} rounds")  # fmt: skip
+            report(title, [
                 ("time", "s", [x["seconds"] for x in part["distgnn"]],
                  [x["seconds"] for x in part["dgl"]], 1.0, ".2f"),
                 ("peak RSS", "GiB", [x["peak_rss_bytes"] for x in part["distgnn"]],
@@ -429,22 +436,31 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1, help="timed epochs per training run")
     ap.add_argument("--floor-steps", type=int, default=5, help="batches re-run for the floor")
     ap.add_argument("--parts-only", action="store_true", help="partitioning only")
+    ap.add_argument("--num-parts", type=int, default=2,
+                    help="METIS parts (default 2; other counts with --parts-only: training "
+                    "runs 2 machines)")  # fmt: skip
     ap.add_argument("--train-only", action="store_true", help="one partitioning, then training")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 100k nodes, 5k training nodes, 1 round")  # fmt: skip
     ap.add_argument("--dgl-env", default=str(DGL_ENV), help="DGL's cached environment")
-    ap.add_argument("--child-partition", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--child-partition", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_partition:
-        child_partition(*a.child_partition)
+        graph, out, parts = a.child_partition
+        child_partition(graph, out, int(parts))
         return
+    if a.num_parts < 2:
+        raise SystemExit("--num-parts: at least 2")
+    if a.num_parts != 2 and not a.parts_only:
+        raise SystemExit("--num-parts: only with --parts-only (training runs 2 machines)")
     if a.quick:
         a.nodes, a.train_nodes, a.rounds = 100_000, 5_000, 1
     if os.geteuid() != 0 and not a.parts_only:
         raise SystemExit("DGL's emulated machines need mount namespaces: run as root")
     CACHE.mkdir(parents=True, exist_ok=True)
     dgl_py = ensure_dgl_env(Path(a.dgl_env))
-    print(f"compare_dgl: {a.nodes} nodes, graphs {a.graphs}, {a.rounds} interleaved rounds, "
+    print(f"compare_dgl: {a.nodes} nodes, graphs {a.graphs}, {a.num_parts} parts, "
+          f"{a.rounds} interleaved rounds, "
           f"{a.train_nodes} training nodes, {os.cpu_count()} CPUs", flush=True)  # fmt: skip
     for kind in a.graphs.split(","):
         compare_graph(kind.strip(), a, dgl_py)

@@ -4,9 +4,9 @@ Never imported by DistGNN and never run by the test suite. It imports only DGL, 
 NumPy and the standard library, and reads the graph from the ``.npy`` folder that
 ``compare_dgl.py`` prepared (the same arrays DistGNN partitions). Subcommands:
 
-* ``partition GRAPH OUT``: ``dgl.distributed.partition_graph`` (METIS, 2 parts, training
-  nodes and edges balanced, 1-hop halo, as DGL's examples call it); prints one JSON line
-  with the time, the peak RSS and the node -> partition assignment file.
+* ``partition GRAPH OUT [--parts K]``: ``dgl.distributed.partition_graph`` (METIS, 2
+  parts or K, training nodes and edges balanced, 1-hop halo, as DGL's examples call it);
+  prints one JSON line with the time, the peak RSS and the node -> partition assignment file.
 * ``server``: one DGL graph server (its machine's ``/dev/shm`` is private: see
   ``compare_dgl.py``); serves until the trainers exit.
 * ``trainer``: one trainer of DGL's distributed GraphSAGE example loop (3 SAGEConv mean

@@ -325,3 +325,12 @@ def test_rgcn_link_prediction_passes_its_target_edge_type() -> None:
 def test_rgcn_fields_are_validated(app: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _app_job(app, True)
+
+
+def test_feature_cache_field_sets_the_trainers_environment() -> None:
+    kw: dict[str, Any] = {"servers": "a:1", "manifest": "m", "world_size": 2, "master_addr": "x"}
+    assert contract.ENV_FEATURE_CACHE_MB not in trainer_env(_job(), **kw)  # off by default
+    env = trainer_env(_job(featureCacheMB=128), **kw)
+    assert env[contract.ENV_FEATURE_CACHE_MB] == "128"
+    with pytest.raises(ConfigError, match="featureCacheMB"):
+        _job(featureCacheMB=-1)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from distgnn.partition.refine import GROUP_SLACK, IMBALANCE, refine_boundary
-from distgnn.partition.regroup import best_grouping
+from distgnn.partition.regroup import best_grouping, local_grouping
 from distgnn.partition.regroup import regroup_now as regroup
 
 
@@ -102,3 +103,48 @@ def test_best_grouping_respects_the_balance_bounds() -> None:
     # grouped nodes (training nodes) are bounded too: 50 of them, all in clusters 0 and 3
     gload = np.array([40, 0, 0, 10, 0, 0])
     assert best_grouping(quot, load, gload, k) is None
+
+
+@pytest.mark.parametrize(("k", "weighted"), [(4, True), (8, False)])
+def test_regroup_into_more_parts_puts_linked_communities_together(k: int, weighted: bool) -> None:
+    src, dst, comm = communities(seed=5)
+    n = comm.shape[0]
+    # every pair (2i, 2i + 1) split: each community whole, 16 / k of them a part
+    start = ((comm + comm // 2) % k).astype(np.int64)
+    assert np.bincount(start, minlength=k).max() == n // k
+    # 8 parts: a pair of communities is a part, within the bounds only by node count
+    vw = 1 + np.bincount(dst, minlength=n) if weighted else np.ones(n, np.int64)
+    # a fifth of every community trains
+    rng = np.random.default_rng(2)
+    train = (rng.permuted(np.arange(n).reshape(16, -1), axis=1) % 100 < 20).reshape(-1)
+    alone = refine_boundary(start, src, dst, k, vw, train).parts
+    assert cut(alone, src, dst) > 0.9 * cut(start, src, dst)  # no single node gains
+    res = regroup(start, src, dst, vw, train, num_parts=k)
+    assert res.adopted and res.moved_clusters > 0
+    assert res.cut_before == cut(start, src, dst)
+    assert res.cut_after == cut(res.parts, src, dst) < 0.8 * res.cut_before
+    load = np.bincount(res.parts, weights=vw, minlength=k)
+    assert load.max() <= (1 + IMBALANCE) * vw.sum() / k
+    assert np.bincount(res.parts[train], minlength=k).max() <= np.ceil(
+        train.sum() / k * GROUP_SLACK
+    )
+    final = refine_boundary(res.parts, src, dst, k, vw, train).parts
+    # every pair in one part (but for a few nodes): only random edges are cut
+    pair = comm // 2
+    for p in range(8):
+        assert np.bincount(final[pair == p], minlength=k).max() >= 0.98 * np.sum(pair == p)
+    assert cut(final, src, dst) <= 0.05 * src.shape[0]
+
+
+def test_local_grouping_reaches_the_bounds_from_an_unbalanced_start() -> None:
+    # 4 clusters of equal weight, all started in part 0 (of 2): the search first
+    # restores the balance, then lowers the cut
+    quot = np.zeros((6, 6), dtype=np.int64)
+    quot[0, 1] = quot[2, 3] = 50
+    quot[1, 2] = 5
+    load = np.array([10, 10, 10, 10, 0, 0])
+    res = local_grouping(quot, load, np.zeros(6, np.int64), 4, 2, np.zeros(4, np.int64))
+    assert res is not None
+    side, c = res
+    # two parts of 20: clusters 0-1 together, 2-3 together, only the 1-2 edges cut
+    assert side[0] == side[1] != side[2] == side[3] and c == 5

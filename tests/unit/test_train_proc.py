@@ -109,3 +109,14 @@ def test_local_mode_tells_trainers_how_many_share_the_machine(tmp_path: Path) ->
     plan = dataclasses.replace(plan, env={"LOCAL_WORLD_SIZE": "1"})
     specs = runner.trainer_specs(plan, servers, tmp_path, runner.TrainerPorts(1, 2))
     assert specs[0].env["LOCAL_WORLD_SIZE"] == "1"
+
+
+def test_local_mode_passes_the_feature_cache_budget(tmp_path: Path) -> None:
+    """``trainers.featureCacheMB`` reaches every local trainer (off by default)."""
+    plan = LocalPlan(kind="DistGNNJob", name="j", trainer_argv=["x"], replicas=2)
+    servers = runner.Servers(["127.0.0.1:1"], str(tmp_path / "tok"), "file:///m.json")
+    specs = runner.trainer_specs(plan, servers, tmp_path, runner.TrainerPorts(1, 2))
+    assert all("DISTGNN_FEATURE_CACHE_MB" not in s.env for s in specs)
+    plan = dataclasses.replace(plan, feature_cache_mb=64)
+    specs = runner.trainer_specs(plan, servers, tmp_path, runner.TrainerPorts(1, 2))
+    assert [s.env["DISTGNN_FEATURE_CACHE_MB"] for s in specs] == ["64", "64"]

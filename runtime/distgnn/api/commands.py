@@ -236,6 +236,8 @@ def trainer_env(
         env[contract.ENV_TERMINATION_LOG] = termination_log
     if spec.trainers.checkpoint is not None:
         env[contract.ENV_CHECKPOINT_URL] = spec.trainers.checkpoint.url
+    if spec.trainers.feature_cache_mb:
+        env[contract.ENV_FEATURE_CACHE_MB] = str(spec.trainers.feature_cache_mb)
     if metrics_port is not None and spec.monitoring.metrics:
         env[contract.ENV_METRICS_PORT] = str(metrics_port)
     if progress_port is not None:

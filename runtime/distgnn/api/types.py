@@ -491,6 +491,16 @@ class Trainers:
         "with graph.graphServer. Kubernetes >= 1.29 (native sidecar; on an older API "
         "server the job fails with reason SidecarsUnsupported, creating nothing).",
     )
+    feature_cache_mb: int = fld(
+        0,
+        name="featureCacheMB",
+        doc="Megabytes of hot feature rows each trainer process caches (0: none): rows "
+        "every batch reads again are not pulled; any trainer's write is still seen by "
+        "every later read. Fewer bytes on the network for more copies in the trainer: "
+        "sets DISTGNN_FEATURE_CACHE_MB.",
+        minimum=0,
+        maximum=1 << 20,
+    )
 
     RULES: ClassVar[tuple[Rule, ...]] = (
         Rule(

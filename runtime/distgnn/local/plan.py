@@ -87,6 +87,8 @@ class LocalPlan:
     """``spec.monitoring.metrics``: servers and trainers serve Prometheus /metrics."""
     colocate: bool = False
     """``spec.trainers.colocate``: trainers read their partition from its server's memory."""
+    feature_cache_mb: int = 0
+    """``spec.trainers.featureCacheMB``: each trainer's feature cache (0: none)."""
 
 
 def load_yaml(path: Path) -> Any:
@@ -196,6 +198,7 @@ def plan_from_manifest(
             replicas=tr.replicas,
             num_samplers=tr.num_samplers,
             colocate=tr.colocate,
+            feature_cache_mb=tr.feature_cache_mb,
             checkpoint_url=(
                 resolve(tr.checkpoint.url, base, "spec.trainers.checkpoint.url")
                 if tr.checkpoint

@@ -323,6 +323,8 @@ def trainer_specs(
             extra.update(colocated_env(rank, plan.replicas, servers.stores))
         if plan.checkpoint_url:
             extra[contract.ENV_CHECKPOINT_URL] = plan.checkpoint_url
+        if plan.feature_cache_mb:
+            extra.setdefault(contract.ENV_FEATURE_CACHE_MB, str(plan.feature_cache_mb))
         env = child_env(extra, log_format)
         env.setdefault("OMP_NUM_THREADS", str(threads))
         specs.append(ProcessSpec(f"trainer-{rank}", plan.trainer_argv, env=env, cwd=plan.cwd))

@@ -1,10 +1,17 @@
 """Vectorised boundary refinement of a partition on the full graph.
 
-Each pass splits the partitions into sources and targets (for two parts: 0 -> 1, then
-1 -> 0) and moves every node of a source partition whose edges to one target partition
-outnumber its edges inside its own (its gain), highest gains first, as far as the balance
-bounds of each target allow. Moves of one pass never undo each other's gain (no node
-moves into a partition that others leave), so the edge cut never grows.
+Each pass moves every boundary node whose edges to another partition outnumber its edges
+inside its own (its gain) to its best partition, highest gains first, as far as the
+balance bounds of each target allow. Moves of one pass never undo each other's gain, so
+the edge cut never grows:
+
+* two parts: a pass moves one way only (0 -> 1, then 1 -> 0), so no node moves into a
+  partition that others leave;
+* more parts: every pair of partitions at once. Two moves can only spoil each other's
+  gain across an edge joining them where one node enters the partition the other leaves
+  (``u: A -> B``, ``v: B -> D`` or ``v: C -> A``); of two such movers the one with the
+  lower gain stays. Every other pair of moves removes at least the sum of their gains
+  (two neighbours leaving one partition together lose no edge between them).
 
 Gains come from the cut edges only: one gather of both ends' partitions per pass, then a
 sort of the cut edges' ``(node, other partition)`` keys. Edges count as the edge cut
@@ -24,8 +31,8 @@ log = logging.getLogger("distgnn.partition")
 
 IMBALANCE = 0.03  # METIS's default load imbalance bound (ufactor 30)
 GROUP_SLACK = 1.02  # the bound on grouped (training) nodes, as rebalance's
-MAX_PASSES = 10  # two parts; more parts: 3x as many (each pass moves between fewer pairs)
-MIN_GAIN = 1e-3  # stop when the last passes (2; more parts: 6) together cut less than this
+MAX_PASSES = 10
+MIN_GAIN = 1e-3  # stop when the last two passes together cut less than this fraction
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,6 @@ def refine_boundary(
     vweights: np.ndarray | None = None,
     group: np.ndarray | None = None,
     *,
-    seed: int = 0,
     max_passes: int | None = None,
 ) -> RefineResult:
     """Greedy boundary moves that lower the edge cut within the balance bounds.
@@ -73,11 +79,8 @@ def refine_boundary(
     loops = np.flatnonzero(np.equal(src, dst))
     if loops.shape[0]:
         deg -= 2 * np.bincount(np.take(src, loops), minlength=n)
-    rng = np.random.default_rng(seed)
-    # with more than two parts a pass moves from a random half of them to the others
-    window = 2 if k == 2 else 6
     if max_passes is None:
-        max_passes = MAX_PASSES if k == 2 else 3 * MAX_PASSES
+        max_passes = MAX_PASSES
     pdt = _part_dtype(k)
     gains: list[int] = []
     moved = 0
@@ -95,10 +98,10 @@ def refine_boundary(
         if cut == 0:
             break
         # (node, partition of the other end) for both ends of every cut edge
-        keys = np.concatenate(
-            [np.take(src, at) * k + np.take(pd, at), np.take(dst, at) * k + np.take(ps, at)]
-        )
+        cu, cv = np.take(src, at), np.take(dst, at)
+        pu, pv = np.take(ps, at), np.take(pd, at)
         del ps, pd, at
+        keys = np.concatenate([cu * k + pv, cv * k + pu])
         keys.sort()
         first = np.empty(keys.shape[0], dtype=bool)
         first[0] = True
@@ -109,14 +112,10 @@ def refine_boundary(
         node, other = np.divmod(keys[starts], k)
         del keys, starts
         inside = deg - np.bincount(node, weights=count, minlength=n).astype(np.int64)
-        sources = np.zeros(k, dtype=bool)
-        if k == 2:
-            sources[it % 2] = True
-        else:
-            sources[rng.permutation(k)[: k // 2]] = True
-        sel = sources[np.take(parts, node)] & ~sources[other]
-        node, other = node[sel], other[sel]
-        gain = count[sel] - np.take(inside, node)
+        if k == 2:  # one way per pass
+            sel = np.take(parts, node) == it % 2
+            node, other, count = node[sel], other[sel], count[sel]
+        gain = count - np.take(inside, node)
         pos = gain > 0
         node, other, gain = node[pos], other[pos], gain[pos]
         # the best target of each node, then the nodes by falling gain
@@ -127,18 +126,14 @@ def refine_boundary(
         node, other, gain = node[best], other[best], gain[best]
         order = np.argsort(-gain, kind="stable")
         node, other, gain = node[order], other[order], gain[order]
-        load = np.bincount(parts, weights=vw, minlength=k)
-        gload = np.bincount(parts, weights=grp, minlength=k)
-        ok = np.zeros(node.shape[0], dtype=bool)
-        for t in np.unique(other):
-            into = np.flatnonzero(other == t)
-            w = np.cumsum(np.take(vw, node[into]))
-            g = np.cumsum(np.take(grp, node[into]))
-            ok[into] = (w <= cap - load[t]) & (g <= gcap - gload[t])
+        if k > 2:
+            node, other, gain = _compatible(node, other, gain, n, cu, cv, pu, pv, pdt)
+        del cu, cv, pu, pv
+        ok = _within_bounds(parts, node, other, vw, grp, k, cap, gcap)
         parts[node[ok]] = other[ok]
         moved += int(ok.sum())
         gains.append(int(gain[ok].sum()))
-        if len(gains) >= window and sum(gains[-window:]) <= MIN_GAIN * cut:
+        if len(gains) >= 2 and sum(gains[-2:]) <= MIN_GAIN * cut:
             break
     cut_before = max(cut_before, 0)
     log.info(
@@ -146,3 +141,83 @@ def refine_boundary(
         extra=kv(passes=len(gains), moved=moved, cut_before=cut_before, gain=sum(gains)),
     )
     return RefineResult(parts, len(gains), moved, cut_before, sum(gains))
+
+
+def _within_bounds(
+    parts: np.ndarray,
+    node: np.ndarray,
+    other: np.ndarray,
+    vw: np.ndarray,
+    grp: np.ndarray,
+    k: int,
+    cap: float,
+    gcap: int,
+) -> np.ndarray:
+    """Which moves (``node`` to ``other``, by falling gain) stay within the bounds: into
+    each partition, the best moves whose weight fits below ``cap`` (grouped nodes below
+    ``gcap``), counting the room that accepted moves out of it free. A move refused
+    frees no room, so the acceptance is repeated until nothing more is refused (two
+    parts: one pass, as the moves go one way)."""
+    load = np.bincount(parts, weights=vw, minlength=k)
+    gload = np.bincount(parts, weights=grp, minlength=k)
+    src_part = np.take(parts, node)
+    wn, gn = np.take(vw, node), np.take(grp, node)
+    ok = np.ones(node.shape[0], dtype=bool)
+    while True:
+        out = np.bincount(src_part[ok], weights=wn[ok], minlength=k)
+        gout = np.bincount(src_part[ok], weights=gn[ok], minlength=k)
+        now = np.zeros_like(ok)
+        for t in np.unique(other[ok]):
+            into = np.flatnonzero(ok & (other == t))
+            w, g = np.cumsum(wn[into]), np.cumsum(gn[into])
+            now[into] = (w <= cap - load[t] + out[t]) & (g <= gcap - gload[t] + gout[t])
+        if np.array_equal(now, ok):
+            return ok
+        ok = now
+
+
+def _compatible(
+    node: np.ndarray,
+    other: np.ndarray,
+    gain: np.ndarray,
+    n: int,
+    cu: np.ndarray,
+    cv: np.ndarray,
+    pu: np.ndarray,
+    pv: np.ndarray,
+    pdt: type[np.signedinteger],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The moves (``node`` to ``other``, by falling ``gain``) that keep a positive gain
+    whatever the others do, each with the gain it is sure of.
+
+    A move ``u: A -> B`` loses one edge of its gain for each neighbour in ``B`` that moves
+    too (across a cut edge ``(cu, cv)``, partitions ``pu``, ``pv``); no other move changes
+    it for the worse. Moves whose gain exceeds that loss with every other move made are
+    kept whatever is later refused. Of the others, a move is made if no kept move
+    lowers it and it comes before (higher gain) every other such move it shares an edge
+    with in either direction: then no made move lowers it (two neighbours about to swap
+    parts: the first moves)."""
+    target = np.full(n, -1, dtype=pdt)
+    target[node] = other
+    tu, tv = target[cu], target[cv]
+    hurts_u = (tu >= 0) & (tv >= 0) & (pv == tu)  # cv leaves the part cu enters
+    hurts_v = (tu >= 0) & (tv >= 0) & (pu == tv)
+    if not (hurts_u.any() or hurts_v.any()):
+        return node, other, gain
+    loss = np.bincount(cu[hurts_u], minlength=n) + np.bincount(cv[hurts_v], minlength=n)
+    sure = gain > np.take(loss, node)
+    kept = np.zeros(n, dtype=bool)
+    kept[node[sure]] = True
+    rest = np.zeros(n, dtype=bool)
+    rest[node[~sure]] = True
+    rank = np.zeros(n, dtype=np.int64)
+    rank[node] = np.arange(node.shape[0])
+    blocked = np.zeros(n, dtype=bool)
+    blocked[cu[hurts_u & kept[cv]]] = True  # lowered by a kept move
+    blocked[cv[hurts_v & kept[cu]]] = True
+    pair = (hurts_u | hurts_v) & rest[cu] & rest[cv]
+    a, b = cu[pair], cv[pair]
+    blocked[np.where(rank[a] > rank[b], a, b)] = True  # the later of two such moves
+    made = sure | ~blocked[node]
+    sure_gain = np.where(sure, gain - np.take(loss, node), gain)
+    return node[made], other[made], sure_gain[made]

@@ -1,6 +1,7 @@
-"""Regrouping a two-way partition's clusters on the full graph, before the refinement.
+"""Regrouping a partition's clusters (up to eight parts) on the full graph, before the
+refinement.
 
-On a graph of communities, METIS on an edge sample puts every community on one side, but
+On a graph of communities, METIS on an edge sample puts every community in one part, but
 which communities go together is decided on the sample: the cut edges *between*
 communities differ from one grouping to another by a few thousand out of a million, less
 than the sample's own noise, so its choice is as good as a random one, and no boundary
@@ -17,9 +18,11 @@ the grouping is chosen on every edge:
    fewer than :data:`SURE` core neighbours or no majority of them agreed take the cluster
    most of all their labelled neighbours have. Nodes without a labelled neighbour stay
    unlabelled. The clusters' edge counts come from one more pass over the edges.
-2. **Grouping** (:func:`regroup`): each cluster goes wholly to one side, unlabelled nodes
-   keep the partition's side; the edge cut of every one of the ``2^CLUSTERS`` groupings
-   follows from the edge counts, and the lowest within the balance bounds (the
+2. **Grouping** (:func:`regroup`): each cluster goes wholly to one part, unlabelled nodes
+   keep the partition's part; the edge cut of a grouping follows from the edge counts.
+   Two parts: every one of the ``2^CLUSTERS`` groupings is tried (:func:`best_grouping`);
+   more parts: a local search from the part holding most of each cluster
+   (:func:`local_grouping`). The lowest found within the balance bounds (the
    refinement's: vertex weight at most ``1.03 x`` the mean, grouped nodes at most
    ``1.02 x`` theirs) replaces the partition if it cuts fewer edges than the partition.
 
@@ -129,27 +132,30 @@ def find_clusters(
     cid = np.cumsum(core) - 1  # core node -> 0..m-1
     inner_s: list[np.ndarray] = []
     inner_d: list[np.ndarray] = []
-    cross_node: list[np.ndarray] = []  # the non-core end of an edge with one core end
-    cross_core: list[np.ndarray] = []  # its core end
     idt = np.int32 if n < 2**31 else np.int64
     for lo, hi in blocks:
         s, d = _read(src, dst, lo, hi)
-        in_s, in_d = core[s], core[d]
-        both = in_s & in_d
+        both = core[s] & core[d]
         inner_s.append(np.take(cid, s[both]))
         inner_d.append(np.take(cid, d[both]))
-        one = np.not_equal(in_s, in_d)
-        s, d, in_s = s[one], d[one], in_s[one]
-        cross_node.append(np.where(in_s, d, s).astype(idt))
-        cross_core.append(np.where(in_s, s, d).astype(idt))
     del cid
     cs, cd = np.concatenate(inner_s), np.concatenate(inner_d)
     del inner_s, inner_d
     keep = min(1.0, CORE_DEGREE * m / max(2 * int(cs.shape[0]), 1))
     run = metis_run(cs, cd, m, k, seed=seed, keep=keep)
+    # the partition's METIS call waits for this one: the rest runs beside it
     if core_done is not None:
         core_done()
     del cs, cd
+    cross_node: list[np.ndarray] = []  # the non-core end of an edge with one core end
+    cross_core: list[np.ndarray] = []  # its core end
+    for lo, hi in blocks:
+        s, d = _read(src, dst, lo, hi)
+        in_s = core[s]
+        one = np.not_equal(in_s, core[d])
+        s, d, in_s = s[one], d[one], in_s[one]
+        cross_node.append(np.where(in_s, d, s).astype(idt))
+        cross_core.append(np.where(in_s, s, d).astype(idt))
     ldt = np.int8 if k <= 127 else np.int32
     labels = np.full(n, -1, dtype=ldt)
     labels[core] = run.parts
@@ -256,6 +262,52 @@ def best_grouping(
     return sides[b], int(cuts[b])
 
 
+def local_grouping(
+    quot: np.ndarray, load: np.ndarray, gload: np.ndarray, k: int, num_parts: int, start: np.ndarray
+) -> tuple[np.ndarray, int] | None:
+    """(part of each cluster, cut) of a grouping of ``k`` clusters into ``num_parts`` parts
+    found by local search from ``start``: moving one cluster to another part or swapping
+    two clusters' parts, the best such change at a time, while one lowers the balance
+    bounds' excess or, within them, the cut; None if it ends outside the bounds. Pieces
+    ``k + p`` (unlabelled nodes of part ``p``) stay in part ``p``; ``quot``, ``load`` and
+    ``gload`` as in :func:`best_grouping`. Deterministic: no random choice."""
+    sym = quot + quot.T
+    total, gtotal = float(load.sum()), float(gload.sum())
+    cap = (1 + IMBALANCE) * total / num_parts
+    gcap = float(np.ceil(gtotal / num_parts * GROUP_SLACK))
+    fixed = np.arange(num_parts)
+    # every candidate grouping: one cluster moved, or two swapped
+    moves = [(i, t) for i in range(k) for t in range(num_parts)]
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+
+    def score(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = np.concatenate([cands, np.broadcast_to(fixed, (cands.shape[0], num_parts))], 1)
+        onehot = (a[:, :, None] == np.arange(num_parts)).astype(np.int64)  # (c, pieces, P)
+        inside = np.einsum("cip,ij,cjp->c", onehot, sym, onehot)
+        cut = (int(sym.sum()) - inside) // 2
+        w = np.einsum("cip,i->cp", onehot, load)
+        g = np.einsum("cip,i->cp", onehot, gload)
+        excess = np.maximum(w - cap, 0).sum(1) + np.maximum(g - gcap, 0).sum(1)
+        return excess, cut
+
+    cur = np.asarray(start, dtype=np.int64).copy()
+    excess, cut = (x[0] for x in score(cur[None]))
+    for _ in range(4 * k * num_parts):  # each step lowers (excess, cut): a bound, not a limit
+        cands = np.repeat(cur[None], len(moves) + len(pairs), axis=0)
+        for c, (i, t) in enumerate(moves):
+            cands[c, i] = t
+        for c, (i, j) in enumerate(pairs, start=len(moves)):
+            cands[c, i], cands[c, j] = cur[j], cur[i]
+        ex, ct = score(cands)
+        b = int(np.lexsort((ct, ex))[0])
+        if (ex[b], ct[b]) >= (excess, cut):
+            break
+        cur, excess, cut = cands[b], ex[b], ct[b]
+    if excess > 0:
+        return None
+    return cur, int(cut)
+
+
 def regroup(
     parts: np.ndarray,
     src: np.ndarray,
@@ -265,9 +317,10 @@ def regroup(
     group: np.ndarray | None = None,
     *,
     cut: int | None = None,
+    num_parts: int = 2,
 ) -> RegroupResult:
-    """The best grouping of ``clusters`` for a two-way partition ``parts`` (see the module
-    docstring, step 2). ``cut``: the input edges ``parts`` cuts, if known."""
+    """The best grouping of ``clusters`` for a partition ``parts`` into ``num_parts`` (see
+    the module docstring, step 2). ``cut``: the input edges ``parts`` cuts, if known."""
     parts = np.asarray(parts, dtype=np.int64)
     n = int(parts.shape[0])
     if cut is None:
@@ -276,9 +329,9 @@ def regroup(
     k = int(clusters.quot.shape[0])
     if cut == 0:
         return RegroupResult(parts, False, cut, cut, 0)
-    # pieces: clusters 0..k-1, then the unlabelled nodes on side 0 (k) and side 1 (k + 1)
+    # pieces: clusters 0..k-1, then the unlabelled nodes of each part (k + part)
     piece = np.where(labels >= 0, labels.astype(np.int64), k + parts)
-    npieces = k + 2
+    npieces = k + num_parts
     quot = np.zeros((npieces, npieces), dtype=np.int64)
     quot[:k, :k] = clusters.quot
     if clusters.loose.shape[0]:
@@ -290,24 +343,35 @@ def regroup(
     free = np.flatnonzero(labels < 0)
     vw = np.ones(n, np.int64) if vweights is None else np.asarray(vweights, np.int64)
     grp = np.zeros(n, np.int64) if group is None else np.asarray(group).astype(np.int64)
-    side_of_free = np.take(parts, free)
+    part_of_free = np.take(parts, free)
     load = np.concatenate(
-        [clusters.load, np.bincount(side_of_free, weights=vw[free], minlength=2).astype(np.int64)]
+        [
+            clusters.load,
+            np.bincount(part_of_free, weights=vw[free], minlength=num_parts).astype(np.int64),
+        ]
     )
     gload = np.concatenate(
-        [clusters.gload, np.bincount(side_of_free, weights=grp[free], minlength=2).astype(np.int64)]
+        [
+            clusters.gload,
+            np.bincount(part_of_free, weights=grp[free], minlength=num_parts).astype(np.int64),
+        ]
     )
-    found = best_grouping(quot, load, gload, k)
+    lab = labels.astype(np.int64)
+    known = lab >= 0
+    # the part holding most of each cluster's nodes
+    held = np.bincount(lab[known] * num_parts + parts[known], minlength=k * num_parts).reshape(
+        k, num_parts
+    )
+    majority = np.argmax(held, axis=1)
+    if num_parts == 2:
+        found = best_grouping(quot, load, gload, k)
+    else:
+        found = local_grouping(quot, load, gload, k, num_parts, majority)
     if found is None or found[1] >= cut:
         log.info("regrouped", extra=kv(adopted=False, cut_before=cut))
         return RegroupResult(parts, False, cut, cut, 0)
     side, new_cut = found
-    lab = labels.astype(np.int64)
-    known = lab >= 0
-    # clusters put on the side opposite to most of their nodes'
-    on1 = np.bincount(lab[known], weights=parts[known], minlength=k)
-    size = np.bincount(lab[known], minlength=k)
-    moved = int(np.count_nonzero((2 * on1 > size) != (side == 1)))
+    moved = int(np.count_nonzero(majority != side))  # clusters put in another part
     out = np.where(known, side[np.maximum(lab, 0)], parts)
     log.info("regrouped", extra=kv(adopted=True, cut_before=cut, cut_after=new_cut, moved=moved))
     return RegroupResult(out, True, cut, new_cut, moved)
@@ -321,8 +385,9 @@ def regroup_now(
     group: np.ndarray | None = None,
     *,
     seed: int = 0,
+    num_parts: int = 2,
 ) -> RegroupResult:
     """:func:`find_clusters` then :func:`regroup`, in this thread."""
     with step("clusters", log, clusters=CLUSTERS):
         clusters = find_clusters(src, dst, int(parts.shape[0]), vweights, group, seed=seed)
-    return regroup(parts, src, dst, clusters, vweights, group)
+    return regroup(parts, src, dst, clusters, vweights, group, num_parts=num_parts)

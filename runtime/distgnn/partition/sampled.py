@@ -2,12 +2,13 @@
 
 :func:`sampled_metis` samples the edges (:mod:`distgnn.partition.sparsify`; sparse or
 small graphs go to METIS whole), partitions the sample with METIS, checks that the sample
-represented the graph, for two parts regroups its clusters on the full graph
-(:mod:`distgnn.partition.regroup`), and refines the partition on the full graph
-(:mod:`distgnn.partition.refine`). For two parts METIS bisects the sample
-(``METIS_PartGraphRecursive``: one multilevel bisection, where ``METIS_PartGraphKway``
-bisects its coarsest graph several times and refines k-way): after the refinement the
-cut is the same (benchmark graphs, 3 seeds) in about half METIS's time.
+represented the graph, for up to :data:`MAX_GROUPED_PARTS` parts regroups its clusters on
+the full graph (:mod:`distgnn.partition.regroup`), and refines the partition on the full
+graph (:mod:`distgnn.partition.refine`). Up to :data:`MAX_GROUPED_PARTS` parts METIS bisects
+the sample recursively (``METIS_PartGraphRecursive``; two parts: one multilevel bisection,
+where ``METIS_PartGraphKway`` bisects its coarsest graph several times and refines k-way):
+after the regrouping and the refinement the cut is the same or lower (benchmark graphs) in
+about half METIS's time; more parts: k-way.
 
 The check: METIS fits its partition to the sample, so the fraction of *all* edges cut is
 a little above the fraction of sampled edges it cut where the sample shows the graph's
@@ -41,6 +42,7 @@ from distgnn.partition.sparsify import keep_fraction
 
 log = logging.getLogger("distgnn.partition")
 
+MAX_GROUPED_PARTS = CLUSTERS // 2  # more parts: METIS k-way, no regrouping
 OVERFIT = 1.4  # all-edge cut fraction / sample cut fraction above which the sample fails
 MIN_CUT = 1e-3  # a cut below this fraction of all edges passes whatever the ratio
 
@@ -75,14 +77,17 @@ def sampled_metis(
     keep = keep_fraction(n, e)
     if keep >= 1.0 or num_parts == 1:
         return metis_assign(src, dst, n, num_parts, vweights=vweights, seed=seed, on_start=on_start)
-    two = num_parts == 2 and n >= 2 * CLUSTERS
+    # the clusters' grouping: up to CLUSTERS / 2 parts (at least two clusters a part)
+    grouped = num_parts <= MAX_GROUPED_PARTS and n >= 2 * CLUSTERS
     with ThreadPoolExecutor(1, thread_name_prefix="clusters") as pool:
         # the clusters for the regrouping need no partition: they are found on another
         # core while the sample is drawn and METIS bisects it (METIS releases the GIL);
         # their own METIS call runs before that one (METIS's random state is shared)
         core_done = threading.Event()
         clusters = (
-            pool.submit(_clusters, src, dst, n, vweights, group, seed, core_done) if two else None
+            pool.submit(_clusters, src, dst, n, vweights, group, seed, core_done)
+            if grouped
+            else None
         )
 
         def started() -> None:
@@ -91,8 +96,9 @@ def sampled_metis(
             if on_start is not None:
                 on_start()
 
-        # two parts: one multilevel bisection; on the sample it cuts as k-way does after
-        # the refinement, in about half the time (k-way runs several on its coarsest graph)
+        # recursive bisection (two parts: one multilevel bisection): in about half
+        # k-way's time (k-way bisects its coarsest graph several times); after the
+        # regrouping and the refinement it cuts as k-way does, or less
         run = metis_run(
             src,
             dst,
@@ -102,7 +108,7 @@ def sampled_metis(
             seed=seed,
             on_start=started,
             keep=keep,
-            recursive=num_parts == 2,
+            recursive=grouped or num_parts == 2,
         )
         # METIS's freed levels: back to the system (the cluster thread's frees raise
         # glibc's mmap threshold, so METIS's blocks came from the heap, which keeps them)
@@ -124,9 +130,11 @@ def sampled_metis(
         if clusters is not None:  # which clusters go together: chosen on every edge
             with step("regroup", log):
                 found = clusters.result()
-                parts = regroup(parts, src, dst, found, vweights, group, cut=cut_all).parts
+                parts = regroup(
+                    parts, src, dst, found, vweights, group, cut=cut_all, num_parts=num_parts
+                ).parts
     with step("refine", log, parts=num_parts):
-        parts = refine_boundary(parts, src, dst, num_parts, vweights, group, seed=seed).parts
+        parts = refine_boundary(parts, src, dst, num_parts, vweights, group).parts
     release_freed()  # relabelling, the next peak, starts from a trimmed heap
     return parts
 
