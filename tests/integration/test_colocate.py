@@ -15,6 +15,7 @@ from servers import Servers, partition_cora, running_servers
 
 from distgnn.distributed import DistGraph, DistTensor, initialize
 from distgnn.distributed.context import DistContext
+from distgnn.errors import ConfigError
 from distgnn.train.graph import TrainGraph
 
 
@@ -115,3 +116,25 @@ def test_a_mapped_file_that_disagrees_with_its_header_is_not_read(tmp_path: Path
         f.truncate(os.path.getsize(path) - 16)
     with pytest.raises(ValueError, match="data bytes"):
         map_readonly(str(path))
+
+
+def test_a_trainers_feature_read_makes_no_request_but_its_pulls(srv: Servers) -> None:
+    """``TrainGraph.read`` (two per training step) asks the servers for rows only: no
+    tensor-list round trip per read (it used to ask server 0 for its tensor list each
+    time); co-located, a read of local rows makes no request at all."""
+    store = srv.ready[0]["shm_dir"]
+    with initialize(servers=srv.addrs, token=srv.token) as tcp, _colocated(srv, 0, store) as co:
+        for ctx, local in ((tcp, False), (co, True)):
+            tg = TrainGraph(DistGraph(ctx=ctx), cast(Any, None))
+            off = tg.g.ndata["feat"].policy.offsets
+            ids = torch.arange(off[0], off[0] + 200)
+            tg.read("feat", ids)  # the first read may list the tensors
+            stats = ctx.backend.stats  # type: ignore[attr-defined]
+            requests, pulls = stats.requests, stats.pull_requests
+            for _ in range(3):
+                assert tg.read("feat", ids).shape[0] == 200
+                assert tg.read("label", ids).shape == (200,)
+            assert stats.requests - requests == stats.pull_requests - pulls
+            assert stats.requests - requests == (0 if local else 6)
+            with pytest.raises(ConfigError, match="'nope' not found"):
+                tg.read("nope", ids)

@@ -94,6 +94,23 @@ def test_segment_plan_covers_every_row_once() -> None:
     assert all(len(s.arrays) == 1 for s in r_segs.values()) and len(r_segs) == 3
 
 
+def test_group_is_the_stable_sort_by_partition() -> None:
+    """Both ways of grouping (a scan per partition up to GROUP_SCAN_PARTS, a stable sort
+    beyond) give the stable sort's order and bounds, empty partitions and IDs included."""
+    from distgnn.distributed.tensor import GROUP_SCAN_PARTS, group
+
+    rng = np.random.default_rng(11)
+    for nparts in range(1, GROUP_SCAN_PARTS + 3):
+        for n in (0, 1, 7, 5000):
+            parts = rng.integers(0, max(1, nparts - 1), n).astype(np.int16)  # last one empty
+            order, b = group(parts, nparts)
+            np.testing.assert_array_equal(order, np.argsort(parts, kind="stable"))
+            np.testing.assert_array_equal(
+                b, np.r_[0, np.cumsum(np.bincount(parts, minlength=nparts))]
+            )
+            assert order.dtype == np.int64 and b.dtype == np.int64
+
+
 def test_structure_matches_input(g: DistGraph, cora_path: Path, new2orig) -> None:
     data = np.load(cora_path)
     orig_n, orig_e = new2orig

@@ -181,10 +181,21 @@ def _segment_plan(
     return segs, pos_all, tmp
 
 
+GROUP_SCAN_PARTS = 4
+"""Up to this many partitions, :func:`group` scans once per partition instead of sorting
+(272k IDs in 2 partitions, a step's feature pull: 0.5 vs 2.0 ms)."""
+
+
 def group(parts: np.ndarray, nparts: int) -> tuple[np.ndarray, np.ndarray]:
-    """(order, bounds): ``order`` sorts by partition; partition p is ``order[b[p]:b[p+1]]``."""
-    order = np.argsort(parts, kind="stable")
-    counts = np.bincount(parts, minlength=nparts)
+    """(order, bounds): ``order`` sorts by partition (stable: positions ascending within
+    a partition); partition p is ``order[b[p]:b[p+1]]``."""
+    if nparts <= GROUP_SCAN_PARTS:
+        idx = [np.flatnonzero(parts == p) for p in range(nparts)]
+        counts = np.array([len(i) for i in idx], dtype=np.int64)
+        order = np.concatenate(idx) if idx else np.empty(0, np.int64)
+    else:
+        order = np.argsort(parts, kind="stable")
+        counts = np.bincount(parts, minlength=nparts)
     return order, np.concatenate([[0], np.cumsum(counts)])
 
 

@@ -410,11 +410,12 @@ class Handlers:
                 "field 'fanout' must be an int in [-1, 2**31) or an object etype -> such int"
             )
         typed = isinstance(fanout, dict) or prob is not None
-        self._check_sample_work(seeds, fans, replace, typed)
+        start_deg = sampling.seed_ranges(g.indptr, seeds)  # once: the check and the draw
+        self._check_sample_work(len(seeds), start_deg[1], fans, replace, typed)
         rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
         if isinstance(fanout, int) and prob is None:
             pos, run_seed, run_len = sampling.sample_uniform_runs(
-                g.indptr, seeds, fanout, replace, rng
+                g.indptr, seeds, fanout, replace, rng, start_deg
             )
         else:
             pos, seg = self._sample_typed(seeds, fanout, replace, prob, rng)
@@ -431,12 +432,12 @@ class Handlers:
         return {}, [src, dst, eid, et]
 
     def _check_sample_work(
-        self, seeds: np.ndarray, fans: list[int], replace: bool, typed: bool
+        self, num_seeds: int, deg: np.ndarray, fans: list[int], replace: bool, typed: bool
     ) -> None:
         """Refuse a request that would touch more than ``max_sample_edges`` edges: all
-        in-edges of the seeds for typed or weighted sampling (candidates are listed), else
-        ``min(degree, fanout)`` per seed (``fanout`` per seed with edges, with replacement)."""
-        deg = self.g.indptr[seeds + 1] - self.g.indptr[seeds]
+        in-edges of the seeds (``deg``: their in-degrees) for typed or weighted sampling
+        (candidates are listed), else ``min(degree, fanout)`` per seed (``fanout`` per
+        seed with edges, with replacement)."""
         if typed or any(f < 0 for f in fans):
             work = int(deg.sum())
             if replace:
@@ -447,7 +448,7 @@ class Handlers:
             work = int(np.minimum(deg, fans[0]).sum())
         if work > self.lim.max_sample_edges:
             raise TensorError(
-                f"SAMPLE_NEIGHBORS of {len(seeds)} seeds would touch {work} edges, over the "
+                f"SAMPLE_NEIGHBORS of {num_seeds} seeds would touch {work} edges, over the "
                 f"limit of {self.lim.max_sample_edges} "
                 f"({self.lim.env_name('max_sample_edges')}); use fewer seeds or a smaller fanout"
             )

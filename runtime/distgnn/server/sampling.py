@@ -76,9 +76,12 @@ def _topk_by_key(
 def _distinct_draws(deg: IntArr, f: int, rng: np.random.Generator) -> IntArr:
     """(n, f) distinct offsets in ``[0, deg)`` per row (deg > 2f), each row a uniform
     f-subset, ascending: Floyd's algorithm over all rows at once (f passes; a
-    rejection loop needed a dozen passes, each re-sorting every row, at f = 15)."""
+    rejection loop needed a dozen passes, each re-sorting every row, at f = 15). The
+    picks are kept pass-major, (f, n), so that a pass compares whole contiguous rows
+    and reduces over the first axis (8k rows at f = 15: 1.2 ms, 3.5 ms with the (n, f)
+    layout's reductions over short rows; the same draw)."""
     n = len(deg)
-    picks = np.empty((n, f), dtype=np.int64)
+    picks = np.empty((f, n), dtype=np.int64)
     r = rng.random((n, f))
     last = deg.astype(np.int64) - f  # pass i draws from [0, last + i]
     for i in range(f):
@@ -87,10 +90,17 @@ def _distinct_draws(deg: IntArr, f: int, rng: np.random.Generator) -> IntArr:
         np.minimum(t, j, out=t)  # float round-off at the top of the range
         if i:
             # already picked: take j instead (not yet pickable before this pass)
-            t = np.where((picks[:, :i] == t[:, None]).any(axis=1), j, t)
-        picks[:, i] = t
-    picks.sort(axis=1)
-    return picks
+            np.copyto(t, j, where=(picks[:i] == t).any(axis=0))
+        picks[i] = t
+    out = picks.T.copy()
+    out.sort(axis=1)
+    return out
+
+
+def seed_ranges(indptr: IntArr, seeds: IntArr) -> tuple[IntArr, IntArr]:
+    """``(start, degree)`` of each seed's in-edges in a CSC ``indptr``."""
+    start = indptr[seeds]
+    return start, indptr[seeds + 1] - start
 
 
 def sample_uniform(
@@ -102,12 +112,17 @@ def sample_uniform(
 
 
 def sample_uniform_runs(
-    indptr: IntArr, seeds: IntArr, fanout: int, replace: bool, rng: np.random.Generator
+    indptr: IntArr,
+    seeds: IntArr,
+    fanout: int,
+    replace: bool,
+    rng: np.random.Generator,
+    start_deg: tuple[IntArr, IntArr] | None = None,
 ) -> tuple[IntArr, IntArr, IntArr]:
     """:func:`sample_uniform` as ``(pos, run_seed, run_len)``: the same draw and order,
-    the seeds as runs (O(seeds), no per-edge seed array)."""
-    start = indptr[seeds]
-    deg = indptr[seeds + 1] - start
+    the seeds as runs (O(seeds), no per-edge seed array). ``start_deg``: the seeds'
+    :func:`seed_ranges` when the caller has them already."""
+    start, deg = seed_ranges(indptr, seeds) if start_deg is None else start_deg
     if fanout < 0:
         return range_positions(start, deg), np.arange(len(seeds), dtype=np.int64), deg
     empty = np.empty(0, np.int64)
@@ -130,7 +145,7 @@ def sample_uniform_runs(
     if len(idx):
         # fanout < deg <= 2*fanout: the fanout smallest of deg random keys per row
         keys = rng.random((len(idx), 2 * fanout))
-        keys[np.arange(2 * fanout)[None, :] >= deg[idx, None]] = np.inf
+        np.copyto(keys, np.inf, where=np.arange(2 * fanout)[None, :] >= deg[idx, None])
         off = np.argpartition(keys, fanout - 1, axis=1)[:, :fanout]
         parts_pos.append((start[idx, None] + off).ravel())
         parts_seed.append(idx)

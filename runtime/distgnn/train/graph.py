@@ -44,9 +44,14 @@ class TrainGraph:
         return int(self.g.num_edges())
 
     def read(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        if name not in self.g.ndata:
-            raise ConfigError(f"node data {name!r} not found in the graph")
-        out = self.g.ndata[name][ids]
+        # indexing, not ``name in ndata``: a DistGraph's ``in`` asks server 0 for its
+        # tensor list every time (a round trip per read, two per step); indexing uses
+        # the cached list and asks only when the name is not in it
+        try:
+            data = self.g.ndata[name]
+        except KeyError:
+            raise ConfigError(f"node data {name!r} not found in the graph") from None
+        out = data[ids]
         return out if isinstance(out, torch.Tensor) else torch.as_tensor(np.asarray(out))
 
     def read_all(self, name: str) -> np.ndarray:
