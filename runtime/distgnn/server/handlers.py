@@ -199,10 +199,15 @@ class Handlers:
             out[name] = {"dtype": dt.name, "shape": list(shape)}
         return {"tensors": out, "next": nxt}, []
 
-    def _tensor(self, meta: dict[str, Any]) -> tuple[str, np.ndarray]:
+    def _public_name(self, meta: dict[str, Any]) -> str:
+        """The request's tensor name; TensorError for the partition's internal ones."""
         name = _str(meta, "name")
         if name.startswith("graph/"):
             raise TensorError(f"tensor {name[:60]!r} is internal")
+        return name
+
+    def _tensor(self, meta: dict[str, Any]) -> tuple[str, np.ndarray]:
+        name = self._public_name(meta)
         return name, self.store.get(name)
 
     # --- tensors ------------------------------------------------------------------
@@ -213,10 +218,7 @@ class Handlers:
         want_gen = meta.get("gen", False)
         if not isinstance(want_gen, bool):
             raise TensorError("field 'gen' must be true or false")
-        name = _str(meta, "name")
-        if name.startswith("graph/"):
-            raise TensorError(f"tensor {name[:60]!r} is internal")
-        arr, gen = self.store.get_gen(name)
+        arr, gen = self.store.get_gen(self._public_name(meta))
         answer: dict[str, Any] = {"gen": gen} if want_gen else {}
         rows = self._ids(bufs, 0, arr.shape[0], "rows")
         row_bytes = arr.itemsize * math.prod(arr.shape[1:])
