@@ -234,14 +234,12 @@ class TensorCache:
         self.rows[slots[ok]] = rows[ok]
         self.filled[slots[ok]] = True
 
-    def _drop(self, p: int) -> bool:
-        """Forget server ``p``'s cached rows; True when any was filled."""
+    def _drop(self, p: int) -> None:
+        """Forget server ``p``'s cached rows (an invalidation when any was filled)."""
         mine = self.part == p
-        any_filled = bool(self.filled[mine].any())
-        self.filled[mine] = False
-        if any_filled:
+        if self.filled[mine].any():
+            self.filled[mine] = False
             self.stats.invalidations += 1
-        return any_filled
 
 
 class FeatureCache:
