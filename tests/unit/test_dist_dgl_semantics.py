@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tests.support.cora import partition_cora
 
 import distgnn.distributed as dd
 from distgnn.distributed.context import DEFAULT
@@ -43,9 +44,7 @@ def _hetero_arrays() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def cora_parts(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
-    out = tmp_path_factory.mktemp("cora2dgl")
-    partition_graph(str(cora_path), 2, str(out), "cora", method="metis", progress=False)
-    return str(out / "cora.json")
+    return partition_cora(tmp_path_factory.mktemp("cora2dgl"), cora_path, 2)
 
 
 @pytest.fixture(scope="module")

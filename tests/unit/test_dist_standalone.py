@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tests.support.cora import partition_cora
 
 from distgnn.distributed import (
     DistEmbedding,
@@ -20,14 +21,11 @@ from distgnn.distributed import (
 )
 from distgnn.errors import ConfigError, ServerError
 from distgnn.partition.loader import load_partition
-from distgnn.partition.partitioner import partition_graph
 
 
 @pytest.fixture(scope="module")
 def cora_parts(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
-    out = tmp_path_factory.mktemp("cora3")
-    partition_graph(str(cora_path), 3, str(out), "cora", method="metis", progress=False)
-    return str(out / "cora.json")
+    return partition_cora(tmp_path_factory.mktemp("cora3"), cora_path, 3)
 
 
 @pytest.fixture(scope="module")

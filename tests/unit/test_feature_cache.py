@@ -11,16 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tests.support.cora import handlers_on, partition_cora
 
 from distgnn.distributed import DistEmbedding, DistGraph, DistTensor, SparseAdagrad
 from distgnn.distributed.context import initialize
 from distgnn.distributed.featcache import FeatureCache, answer_gen, cache_budget
 from distgnn.errors import ConfigError, ProtocolError
-from distgnn.partition.partitioner import partition_graph
 from distgnn.rpc.protocol import MsgType
 from distgnn.server.handlers import Handlers
-from distgnn.server.state import GraphState, load_into_store
-from distgnn.server.store import ShmStore, TensorError
+from distgnn.server.store import TensorError
 
 PULL, PUSH = MsgType.PULL, MsgType.PUSH
 FEAT = "node/_N/feat"
@@ -28,19 +27,13 @@ FEAT = "node/_N/feat"
 
 @pytest.fixture(scope="module")
 def cora2(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
-    out = tmp_path_factory.mktemp("cora2fc")
-    partition_graph(str(cora_path), 2, str(out), "cora", method="metis", progress=False)
-    return str(out / "cora.json")
+    return partition_cora(tmp_path_factory.mktemp("cora2fc"), cora_path, 2)
 
 
 @pytest.fixture
 def h(cora2: str) -> Iterator[Handlers]:
-    store = ShmStore.create()
-    try:
-        load_into_store(cora2, 0, store)
-        yield Handlers(store, GraphState.attach(store))
-    finally:
-        store.close()
+    with handlers_on(cora2) as h:
+        yield h
 
 
 @pytest.fixture

@@ -11,27 +11,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.support.cora import handlers_on, partition_cora
 
 from distgnn.distributed import DistGraph, sample_neighbors
 from distgnn.distributed.sampling import _Columns, decode_sample_answer, sample_hop_edges
 from distgnn.errors import ProtocolError
-from distgnn.partition.partitioner import partition_graph
 from distgnn.rpc.protocol import Frame, MsgType
 from distgnn.sampling import NeighborSampler
 from distgnn.sampling.source import source_for
 from distgnn.server import sampling
 from distgnn.server.handlers import Handlers
-from distgnn.server.state import GraphState, load_into_store
-from distgnn.server.store import ShmStore
 
 SAMPLE = MsgType.SAMPLE_NEIGHBORS
 
 
 @pytest.fixture(scope="module")
 def cora_parts(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
-    out = tmp_path_factory.mktemp("cora3w")
-    partition_graph(str(cora_path), 3, str(out), "cora", method="metis", progress=False)
-    return str(out / "cora.json")
+    return partition_cora(tmp_path_factory.mktemp("cora3w"), cora_path, 3)
 
 
 @pytest.fixture()
@@ -42,12 +38,8 @@ def g(cora_parts: str) -> Iterator[DistGraph]:
 
 @pytest.fixture()
 def h(cora_parts: str) -> Iterator[Handlers]:
-    store = ShmStore.create()
-    try:
-        load_into_store(cora_parts, 1, store)
-        yield Handlers(store, GraphState.attach(store))
-    finally:
-        store.close()
+    with handlers_on(cora_parts, 1) as h:
+        yield h
 
 
 def test_uniform_draw_is_the_one_of_the_per_edge_code() -> None:

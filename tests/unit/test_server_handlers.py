@@ -8,33 +8,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.support.cora import handlers_on, partition_cora
 
 from distgnn.errors import ConfigError
-from distgnn.partition.partitioner import partition_graph
 from distgnn.rpc.protocol import MsgType, encode_bytes
 from distgnn.server.handlers import LIST_PAGE, Handlers
 from distgnn.server.limits import ServerLimits, parse_size
-from distgnn.server.state import GraphState, load_into_store
-from distgnn.server.store import ShmStore, TensorError
+from distgnn.server.store import TensorError
 
 LIMITS = ServerLimits(max_ids=5000, max_reply_bytes=4 << 20, max_sample_edges=20_000)
 
 
 @pytest.fixture(scope="module")
 def cora1(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
-    out = tmp_path_factory.mktemp("cora1h")
-    partition_graph(str(cora_path), 1, str(out), "cora", method="metis", progress=False)
-    return str(out / "cora.json")
+    return partition_cora(tmp_path_factory.mktemp("cora1h"), cora_path, 1)
 
 
 @pytest.fixture
 def h(cora1: str) -> Iterator[Handlers]:
-    store = ShmStore.create()
-    try:
-        load_into_store(cora1, 0, store)
-        yield Handlers(store, GraphState.attach(store), limits=LIMITS)
-    finally:
-        store.close()
+    with handlers_on(cora1, limits=LIMITS) as h:
+        yield h
 
 
 def _refused(h: Handlers, mtype: MsgType, meta: dict, bufs: list, match: str) -> None:
