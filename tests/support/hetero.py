@@ -28,6 +28,11 @@ def typed_cora(cora_path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
+def without_author_features(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The typed Cora with featureless authors (the R-GCN apps learn an embedding)."""
+    return {k: v for k, v in arrays.items() if k != "ndata/author/feat"}
+
+
 @contextlib.contextmanager
 def standalone_graph(arrays: dict[str, np.ndarray], out: Path) -> Iterator[TrainGraph]:
     """``arrays`` in 2 random partitions under ``out``, opened as a standalone DistGraph

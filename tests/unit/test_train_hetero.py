@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tests.support.hetero import standalone_graph, without_author_features
 
 import distgnn.distributed as dd
 from distgnn.errors import ConfigError
-from distgnn.graph.io import graph_from_arrays
 from distgnn.nn import RGCN
-from distgnn.partition.partitioner import partition_graph
 from distgnn.sampling import LocalGraph
 from distgnn.sampling.source import LocalSource
 from distgnn.train import infer_output as fmt
@@ -25,7 +24,6 @@ from distgnn.train.config import TrainConfig
 from distgnn.train.ddp import DDPContext
 from distgnn.train.graph import TrainGraph
 from distgnn.train.hetero_node_classification import check_graph
-from distgnn.train.layerwise import as_train_graph
 
 CTX = DDPContext(0, 1, torch.device("cpu"))
 
@@ -156,13 +154,8 @@ def test_a_type_without_the_feature_gets_a_learnt_embedding(
 ) -> None:
     """Sparse (default): a DistEmbedding table per featureless type, in the checkpoint's
     ``sparse`` part and not among the model's weights; dense: an nn.Embedding weight."""
-    bare = {k: v for k, v in typed_arrays.items() if k != "ndata/author/feat"}
-    partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
-                    progress=False)  # fmt: skip
-    manifest = str(tmp_path / "bare.json")
-    monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
-    with dd.DistGraph.standalone(manifest) as dg:
-        tg = as_train_graph(dg)
+    with standalone_graph(without_author_features(typed_arrays), tmp_path) as tg:
+        monkeypatch.setenv("DISTGNN_MANIFEST", str(tg.owner))
         c = cfg(epochs=2, checkpoint_url=str(tmp_path / "ck"), output_url=str(tmp_path / "o"),
                 sparse_embedding=sparse)  # fmt: skip
         m = node_classification.run(c, tg, CTX)
@@ -189,18 +182,15 @@ def test_inference_reads_the_checkpoints_tables(
 ) -> None:
     """The inference app writes the checkpoint's rows back to the servers before its pass
     (a new job's servers have none; here the live table is scrambled first)."""
-    bare = {k: v for k, v in typed_arrays.items() if k != "ndata/author/feat"}
-    partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
-                    progress=False)  # fmt: skip
-    manifest = str(tmp_path / "bare.json")
-    monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
-    with dd.DistGraph.standalone(manifest) as dg:
-        tg = as_train_graph(dg)
+    with standalone_graph(without_author_features(typed_arrays), tmp_path) as tg:
+        monkeypatch.setenv("DISTGNN_MANIFEST", str(tg.owner))
         c = cfg(epochs=1, checkpoint_url=str(tmp_path / "ck"), output_url=str(tmp_path / "o"))
         node_classification.run(c, tg, CTX)
         first = inference.run(c, tg, CTX)
-        emb = dd.DistTensor((900, 16), torch.float32, "node_emb_author",
-                            part_policy=dg.get_node_partition_policy("author"), ctx=dg)  # fmt: skip
+        policy = tg.g.get_node_partition_policy("author")
+        emb = dd.DistTensor(
+            (900, 16), torch.float32, "node_emb_author", part_policy=policy, ctx=tg.g
+        )
         emb[torch.arange(900)] = torch.rand(900, 16) * 100
         again = inference.run(c, tg, CTX)
         rows = emb[torch.arange(900)]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tests.support.hetero import standalone_graph, without_author_features
 
 from distgnn.errors import ConfigError
 from distgnn.sampling import LocalGraph
@@ -188,18 +189,8 @@ def test_featureless_authors_learn_sparse_embeddings_for_the_target_edges(
     """Authors without their feature: their table ``node_emb_author`` (SparseAdam,
     ``--sparse-lr``) is what the link predictor learns for them; the checkpoint carries
     it and inference writes the authors' embeddings from it."""
-    import distgnn.distributed as dd
-    from distgnn.graph.io import graph_from_arrays
-    from distgnn.partition.partitioner import partition_graph
-    from distgnn.train.layerwise import as_train_graph
-
-    bare = {k: v for k, v in typed_arrays.items() if k != "ndata/author/feat"}
-    partition_graph(graph_from_arrays(bare, "bare"), 2, str(tmp_path), "bare", method="random",
-                    progress=False)  # fmt: skip
-    manifest = str(tmp_path / "bare.json")
-    monkeypatch.setenv("DISTGNN_MANIFEST", manifest)
-    with dd.DistGraph.standalone(manifest) as dg:
-        tg = as_train_graph(dg)
+    with standalone_graph(without_author_features(typed_arrays), tmp_path) as tg:
+        monkeypatch.setenv("DISTGNN_MANIFEST", str(tg.owner))
         c = cfg(epochs=2, sparse_lr=0.05, checkpoint_url=str(tmp_path / "ck"),
                 output_url=str(tmp_path / "o"))  # fmt: skip
         m = link_prediction.run(c, tg, CTX)
