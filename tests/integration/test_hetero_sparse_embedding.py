@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from servers import running_servers
-from tests.support.hetero import typed_cora
+from tests.support.hetero import typed_cora, without_author_features
 from torch.nn import functional as F
 
 from distgnn.distributed.context import initialize
@@ -53,7 +53,7 @@ def cfg(**kw: Any) -> TrainConfig:
 
 @pytest.fixture(scope="module")
 def served(cora_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainGraph]:
-    arrays = {k: v for k, v in typed_cora(cora_path).items() if k != "ndata/author/feat"}
+    arrays = without_author_features(typed_cora(cora_path))
     out = tmp_path_factory.mktemp("bare")
     partition_graph(graph_from_arrays(arrays, "bare"), 2, str(out), "bare", method="random",
                     progress=False)  # fmt: skip
