@@ -12,6 +12,7 @@ import numpy as np
 from distgnn.errors import GraphFormatError
 from distgnn.graph.data import drop_repeats, release_pages
 from distgnn.log import step
+from distgnn.partition.bisect import bisect_then_halves
 from distgnn.partition.metislib import ENV, NOPTIONS, MetisLib, find_metis
 from distgnn.partition.sparsify import sample_edges
 
@@ -170,7 +171,7 @@ def metis_run(
         library=lib.path if lib is not None else "pymetis.part_graph",
         routine="recursive" if recursive else "kway",
     ):
-        parts, cut = _kway_cut(xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive)
+        parts, cut = _partition(xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive)
     del xadj, adjncy, adjwgt
     return MetisRun(parts, cut, edges)
 
@@ -181,6 +182,36 @@ def _total(vweights: np.ndarray | None, n: int) -> int:
 
 def _pymetis_lib() -> MetisLib | None:
     return find_metis({ENV: "pymetis"})
+
+
+def _partition(
+    xadj: np.ndarray,
+    adjncy: np.ndarray,
+    k: int,
+    vw: np.ndarray | None,
+    seed: int,
+    lib: MetisLib | None,
+    adjwgt: np.ndarray | None,
+    recursive: bool,
+) -> tuple[np.ndarray, int]:
+    """:func:`_kway_cut`; a recursive bisection into an even number of parts (4 or more)
+    bisects the two halves below its top bisection at once
+    (:func:`~distgnn.partition.bisect.bisect_then_halves`)."""
+    lib = lib if lib is not None else _pymetis_lib()
+    if not recursive or lib is None or k < 4:
+        return _kway_cut(xadj, adjncy, k, vw, seed, lib, adjwgt, recursive)
+
+    def split(
+        x: np.ndarray,
+        a: np.ndarray,
+        w: np.ndarray | None,
+        v: np.ndarray | None,
+        parts: int,
+        instance: MetisLib,
+    ) -> tuple[np.ndarray, int]:
+        return _kway_cut(x, a, parts, v, seed, instance, w, recursive=True)
+
+    return bisect_then_halves(xadj, adjncy, adjwgt, vw, k, lib, split)
 
 
 _METIS_OK = 1

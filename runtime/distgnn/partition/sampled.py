@@ -101,9 +101,11 @@ def sampled_metis(
             if on_start is not None:
                 clusters.add_done_callback(lambda _: on_start())
 
-        # recursive bisection (two parts: one multilevel bisection): in about half
-        # k-way's time (k-way bisects its coarsest graph several times); after the
-        # regrouping and the refinement it cuts as k-way does, or less
+        # recursive bisection (two parts: one multilevel bisection), the two halves
+        # below the top bisection at once (distgnn.partition.bisect): up to 8 parts in
+        # about half k-way's time (k-way bisects its coarsest graph several times), and
+        # after the regrouping and the refinement it cuts as k-way does, or less; more
+        # parts (no regrouping): refined, it cuts less than k-way
         run = metis_run(
             src,
             dst,
@@ -113,7 +115,7 @@ def sampled_metis(
             seed=seed,
             on_start=started,
             keep=keep,
-            recursive=grouped or num_parts == 2,
+            recursive=True,
         )
         if on_start is not None:
             on_start()  # METIS is done: if the cluster step is not, its core frees later
