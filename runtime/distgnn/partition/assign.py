@@ -127,12 +127,14 @@ def metis_run(
     on_start: Callable[[], object] | None = None,
     keep: float = 1.0,
     recursive: bool = False,
+    niter: int | None = None,
 ) -> MetisRun:
     """METIS k-way partition of the symmetrised graph with optional vertex weights.
 
     ``keep`` < 1: METIS gets a seeded random sample of that fraction of the edges
     (:mod:`distgnn.partition.sparsify`; see :mod:`distgnn.partition.sampled`).
     ``recursive``: ``METIS_PartGraphRecursive`` instead of ``METIS_PartGraphKway``.
+    ``niter``: METIS's refinement passes per level (``METIS_OPTION_NITER``; default 10).
 
     ``on_start`` is called when METIS itself starts (it runs single-threaded with the GIL
     released, so the caller can start work for another core then).
@@ -170,8 +172,9 @@ def metis_run(
         idx_bits=64 if lib is None else lib.idx_bits,
         library=lib.path if lib is not None else "pymetis.part_graph",
         routine="recursive" if recursive else "kway",
+        niter=niter if niter is not None else 10,  # METIS's default
     ):
-        parts, cut = _partition(xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive)
+        parts, cut = _partition(xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive, niter)
     del xadj, adjncy, adjwgt
     return MetisRun(parts, cut, edges)
 
@@ -193,13 +196,14 @@ def _partition(
     lib: MetisLib | None,
     adjwgt: np.ndarray | None,
     recursive: bool,
+    niter: int | None = None,
 ) -> tuple[np.ndarray, int]:
     """:func:`_kway_cut`; a recursive bisection into an even number of parts (4 or more)
     bisects the two halves below its top bisection at once
     (:func:`~distgnn.partition.bisect.bisect_then_halves`)."""
     lib = lib if lib is not None else _pymetis_lib()
     if not recursive or lib is None or k < 4:
-        return _kway_cut(xadj, adjncy, k, vw, seed, lib, adjwgt, recursive)
+        return _kway_cut(xadj, adjncy, k, vw, seed, lib, adjwgt, recursive, niter)
 
     def split(
         x: np.ndarray,
@@ -209,13 +213,14 @@ def _partition(
         parts: int,
         instance: MetisLib,
     ) -> tuple[np.ndarray, int]:
-        return _kway_cut(x, a, parts, v, seed, instance, w, recursive=True)
+        return _kway_cut(x, a, parts, v, seed, instance, w, recursive=True, niter=niter)
 
     return bisect_then_halves(xadj, adjncy, adjwgt, vw, k, lib, split)
 
 
 _METIS_OK = 1
 _METIS_ERROR_MEMORY = -3
+_METIS_OPTION_NITER = 6  # metis.h (5.1): index of METIS_OPTION_NITER
 _METIS_OPTION_SEED = 8  # metis.h (5.1): index of METIS_OPTION_SEED
 
 
@@ -241,6 +246,7 @@ def _kway_cut(
     lib: MetisLib | None = None,
     adjwgt: np.ndarray | None = None,
     recursive: bool = False,
+    niter: int | None = None,
 ) -> tuple[np.ndarray, int]:
     """(partition, METIS's edge cut): ``METIS_PartGraphKway`` (``recursive``:
     ``METIS_PartGraphRecursive``, same arguments) of ``lib`` (default: pymetis' own
@@ -260,7 +266,7 @@ def _kway_cut(
             pymetis.CSRAdjacency(xadj.astype(np.int64), adjncy.astype(np.int64)),
             vweights=vw,
             eweights=adjwgt,
-            options=pymetis.Options(seed=seed),
+            options=pymetis.Options(seed=seed, niter=niter if niter is not None else -1),
             recursive=recursive,
         )
         return np.asarray(res.vertex_part, dtype=np.int64), int(res.edge_cuts)
@@ -268,6 +274,8 @@ def _kway_cut(
     options = (idx * NOPTIONS)()
     lib.lib.METIS_SetDefaultOptions(options)
     options[_METIS_OPTION_SEED] = seed
+    if niter is not None:
+        options[_METIS_OPTION_NITER] = niter
     n = xadj.shape[0] - 1
     nvtxs, ncon, nparts, edgecut = idx(n), idx(1), idx(k), idx(0)
     part = np.zeros(n, dtype=dt)

@@ -42,7 +42,8 @@ from distgnn.partition.sparsify import keep_fraction
 
 log = logging.getLogger("distgnn.partition")
 
-MAX_GROUPED_PARTS = CLUSTERS // 2  # more parts: METIS k-way, no regrouping
+MAX_GROUPED_PARTS = CLUSTERS // 2  # more parts: no regrouping
+FEW_PASSES_PARTS = 8  # from this many parts METIS refines each level with one pass
 OVERFIT = 1.4  # all-edge cut fraction / sample cut fraction above which the sample fails
 MIN_CUT = 1e-3  # a cut below this fraction of all edges passes whatever the ratio
 
@@ -84,6 +85,8 @@ def sampled_metis(
         # core while the sample is drawn and METIS bisects it (METIS releases the GIL);
         # their own METIS call runs before that one (METIS's random state is shared)
         core_done = threading.Event()
+        # the halves below the top bisection take both cores (distgnn.partition.bisect)
+        halves = num_parts >= 4 and num_parts % 2 == 0
         clusters = (
             pool.submit(_clusters, src, dst, n, vweights, group, seed, core_done)
             if grouped
@@ -97,8 +100,10 @@ def sampled_metis(
                 return
             core_done.wait()
             # ``on_start`` (the input fingerprint) gets whichever core frees first: the
-            # cluster step's or METIS's (called again below), not a third thread beside both
-            if on_start is not None:
+            # cluster step's or METIS's (called again below), not a third thread beside both;
+            # where METIS bisects both halves at once, once METIS is done (during the
+            # regrouping and refinement, one core's work)
+            if on_start is not None and not halves:
                 clusters.add_done_callback(lambda _: on_start())
 
         # recursive bisection (two parts: one multilevel bisection), the two halves
@@ -116,6 +121,9 @@ def sampled_metis(
             on_start=started,
             keep=keep,
             recursive=True,
+            # many parts: METIS's own refinement passes are a fifth of its time, and the
+            # regrouping and the refinement on every edge follow (same cut, benchmark graphs)
+            niter=1 if num_parts >= FEW_PASSES_PARTS else None,
         )
         if on_start is not None:
             on_start()  # METIS is done: if the cluster step is not, its core frees later
