@@ -1,6 +1,7 @@
 """Partitioning benchmark: 1M nodes, ~12M edges, 100 float32 features, 4 METIS parts.
 
-Run: ``python bench/bench_partition.py [--runs 3] [--nodes 1000000]``. The graph is
+Run: ``python bench/bench_partition.py [--runs 3] [--nodes 1000000] [--num-parts 4]``
+(plain pymetis, the baseline, is given the same number of parts). The graph is
 generated once and cached under /tmp. Each run is a fresh subprocess so its peak RSS
 (``ru_maxrss``) is its own. Prints a table with medians next to the issue's DGL 2.1
 figures, which were measured on another graph: not a same-work ratio (that is
@@ -38,7 +39,7 @@ class _Steps(logging.Handler):
             self.done[str(f["step"])] = (float(f["seconds"]), time.perf_counter() - self.t0)
 
 
-def _child(mode: str, graph: str, out: str) -> None:
+def _child(mode: str, graph: str, out: str, num_parts: int) -> None:
     import numpy as np
 
     from distgnn.graph.io import load_graph
@@ -60,14 +61,14 @@ def _child(mode: str, graph: str, out: str) -> None:
             xadj, adjncy = symmetric_csr(g.src, g.dst, g.num_nodes)
         with step("metis", lg):
             res = pymetis.part_graph(
-                4, pymetis.CSRAdjacency(xadj, adjncy), options=pymetis.Options(seed=0)
+                num_parts, pymetis.CSRAdjacency(xadj, adjncy), options=pymetis.Options(seed=0)
             )
         parts = np.asarray(res.vertex_part)
         cut = float(np.mean(parts[g.src] != parts[g.dst]))
     else:
         from distgnn.partition.partitioner import partition_graph
 
-        cut = partition_graph(graph, 4, out, "bench", progress=False).edge_cut
+        cut = partition_graph(graph, num_parts, out, "bench", progress=False).edge_cut
     dt = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     d = steps.done
@@ -87,10 +88,21 @@ def _child(mode: str, graph: str, out: str) -> None:
     print(json.dumps(res))
 
 
-def _run(mode: str, graph: str, out: str) -> dict[str, float]:
+def _run(mode: str, graph: str, out: str, num_parts: int) -> dict[str, float]:
     env = dict(os.environ, DISTGNN_LOG_LEVEL="WARNING")
     res = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--graph", graph, "--out", out],
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--graph",
+            graph,
+            "--out",
+            out,
+            "--num-parts",
+            str(num_parts),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -105,12 +117,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--num-parts", type=int, default=4)
     ap.add_argument("--child", choices=["partition", "pymetis"])
     ap.add_argument("--graph")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.child:
-        _child(a.child, a.graph, a.out)
+        _child(a.child, a.graph, a.out, a.num_parts)
         return
     from distgnn.graph.generate import GenerateOptions, generate_graph, write_graph_dir
 
@@ -123,8 +136,8 @@ def main() -> None:
     runs = []
     for _ in range(a.runs):
         shutil.rmtree(out, ignore_errors=True)
-        runs.append(_run("partition", graph, out))
-    base = _run("pymetis", graph, out)
+        runs.append(_run("partition", graph, out, a.num_parts))
+    base = _run("pymetis", graph, out, a.num_parts)
 
     def med(key: str, rs: list[dict[str, float]] = runs) -> float:
         return statistics.median(r.get(key, 0.0) for r in rs)
@@ -170,7 +183,9 @@ def main() -> None:
             f"{cut / base['edge_cut'] - 1:+.1%}",
         ),
     ]
-    print(f"bench_partition: {a.nodes} nodes, 4 parts, metis, median of {a.runs} run(s)")
+    print(
+        f"bench_partition: {a.nodes} nodes, {a.num_parts} parts, metis, median of {a.runs} run(s)"
+    )
     print(
         f"pymetis alone (load + METIS input + METIS): {base['time_s']:.2f} s; "
         f"DGL-scaled = x {scale:.2f} (DGL's METIS step {DGL['pymetis_s']} s / "
