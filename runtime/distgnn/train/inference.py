@@ -134,8 +134,9 @@ def attach_tables(
     model: nn.Module, ck: checkpoint.Checkpoint, tg: TrainGraph, ctx: DDPContext
 ) -> Any:
     """An R-GCN trained with sparse embeddings: its tables on the servers (attached by
-    name, created if the job has none), written back from the checkpoint by rank 0, so
-    inference reads the checkpoint's rows. Returns the tables (None: dense)."""
+    name, created if the job has none), written back from the checkpoint by every trainer
+    (the rows the checkpoint's trainers saved), so inference reads the checkpoint's rows.
+    Returns the tables (None: dense)."""
     from distgnn.train.sparse_emb import NodeEmbeddings
 
     types = list(getattr(model, "sparse_types", []))
@@ -145,8 +146,7 @@ def attach_tables(
     num = {t: int(cfg["num_nodes"][t]) for t in types}
     embs = NodeEmbeddings(tg.g, num, int(cfg["hidden"]))
     embs.check(ck.sparse)
-    if ctx.is_main:
-        embs.restore(ck.sparse)
+    embs.restore(ck.sparse, ck.url, ctx.is_main, optimizer=False)
     barrier(ctx)
     model.set_tables(embs.lookups())  # type: ignore[operator]
     return embs
