@@ -173,6 +173,8 @@ def test_rgcn_job_trains_a_featureless_types_table_on_the_servers(
     }  # each trainer its rows
     authors = read_output(str(tmp_path / "out"), "author")
     assert authors["embedding"].shape == (900, 7) and np.isfinite(authors["embedding"]).all()
+    # and the learnt table itself, each author's row once (written by both trainers)
+    assert np.array_equal(np.unique(authors["input_embedding"], axis=0), np.unique(a2, axis=0))
 
     # the trainer group started again (a restart, or more epochs): both trainers write
     # back the tables and SparseAdam's state their checkpoint's trainers saved, and go on

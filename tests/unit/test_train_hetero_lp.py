@@ -188,7 +188,7 @@ def test_featureless_authors_learn_sparse_embeddings_for_the_target_edges(
 ) -> None:
     """Authors without their feature: their table ``node_emb_author`` (SparseAdam,
     ``--sparse-lr``) is what the link predictor learns for them; the checkpoint carries
-    it and inference writes the authors' embeddings from it."""
+    it and inference writes the authors' embeddings from it, and the table itself."""
     with standalone_graph(without_author_features(typed_arrays), tmp_path) as tg:
         monkeypatch.setenv("DISTGNN_MANIFEST", str(tg.owner))
         c = cfg(epochs=2, sparse_lr=0.05, checkpoint_url=str(tmp_path / "ck"),
@@ -202,3 +202,12 @@ def test_featureless_authors_learn_sparse_embeddings_for_the_target_edges(
     assert not any("embed" in k for k in ck["model"])
     authors = fmt.read_output(str(tmp_path / "o"), "author")
     assert authors["embedding"].shape == (900, 32) and np.isfinite(authors["embedding"]).all()
+    # GraphStorm-like: the learnt table itself is written beside the authors' embeddings,
+    # each author's row once (the checkpoint's table, in the output's orig_id order)
+    got = authors["input_embedding"]
+    assert got.shape == (900, 32) and np.isfinite(got).all()
+    assert np.array_equal(np.unique(got, axis=0), np.unique(table, axis=0))
+    assert "input_embedding" not in fmt.read_output(str(tmp_path / "o"), "paper")
+    assert fmt.read_index(str(tmp_path / "o"))["node_types"]["author"]["arrays"] == {
+        "input_embedding": {"dtype": "float32", "shape": [32]}
+    }
