@@ -18,7 +18,8 @@ partitions, 2 real ``distgnn serve`` processes). Two DDP trainers attach the app
   into memory (no file write).
 
 Also the bytes written and each trainer's peak RSS growth during save and restore
-(``ru_maxrss``, the larger trainer's; the "before" figure is rank 0's). Medians over the rounds, [min-max].
+(``ru_maxrss``, the larger trainer's; the "before" figure is rank 0's). Medians over
+the rounds, [min-max].
 """
 
 from __future__ import annotations
