@@ -4,11 +4,14 @@
 small graphs go to METIS whole), partitions the sample with METIS, checks that the sample
 represented the graph, for up to :data:`MAX_GROUPED_PARTS` parts regroups its clusters on
 the full graph (:mod:`distgnn.partition.regroup`), and refines the partition on the full
-graph (:mod:`distgnn.partition.refine`). Up to :data:`MAX_GROUPED_PARTS` parts METIS bisects
-the sample recursively (``METIS_PartGraphRecursive``; two parts: one multilevel bisection,
-where ``METIS_PartGraphKway`` bisects its coarsest graph several times and refines k-way):
-after the regrouping and the refinement the cut is the same or lower (benchmark graphs) in
-about half METIS's time; more parts: k-way.
+graph (:mod:`distgnn.partition.refine`). METIS bisects the sample recursively
+(``METIS_PartGraphRecursive``; two parts: one multilevel bisection, where
+``METIS_PartGraphKway`` bisects its coarsest graph several times and refines k-way): up
+to :data:`MAX_GROUPED_PARTS` parts, after the regrouping and the refinement the cut is the
+same or lower (benchmark graphs) in about half METIS's time; more parts (no regrouping),
+refined, it cuts less than k-way. With an even number of parts the two halves below the
+top bisection are bisected at once (:mod:`distgnn.partition.bisect`), and from
+:data:`FEW_PASSES_PARTS` parts METIS refines each level with one pass.
 
 The check: METIS fits its partition to the sample, so the fraction of *all* edges cut is
 a little above the fraction of sampled edges it cut where the sample shows the graph's
