@@ -126,12 +126,18 @@ def generated(flat: bool) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 @pytest.mark.parametrize(("k", "flat"), [(8, False), (16, False), (16, True)])
-def test_many_parts_cut_no_worse_than_plain_pymetis(k: int, flat: bool) -> None:
+def test_many_parts_cut_no_worse_than_plain_pymetis(
+    k: int, flat: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     src, dst, n = generated(flat)
     xadj, adj = symmetric_csr(src, dst, n)
     plain = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adj), options=pymetis.Options(seed=0))
     plain_cut = count_cut(np.asarray(plain.vertex_part), src, dst)
-    parts = sampled_metis(src, dst, n, k, None, None, seed=0)
+    with caplog.at_level(logging.INFO, logger="distgnn.partition"):
+        parts = sampled_metis(src, dst, n, k, None, None, seed=0)
+    # the sample bisected recursively (no k-way), one refinement pass a level
+    metis = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("parts") == k]
+    assert any(f.get("routine") == "recursive" and f.get("niter") == 1 for f in metis)
     assert count_cut(parts, src, dst) <= plain_cut
     sizes = np.bincount(parts, minlength=k)
     assert sizes.shape[0] == k and sizes.min() > 0
@@ -155,3 +161,16 @@ def test_many_parts_keep_the_balance_bounds(k: int, tmp_path: Path) -> None:
     # rebalancing moves after it (as test_partition_sparsify's 1.04x)
     weight = [p.owned_nodes + p.edges + p.train_nodes for p in m.parts]
     assert max(weight) <= (1 + IMBALANCE + 0.01) * sum(weight) / k
+
+
+def test_four_parts_leave_the_recursion_to_metis(caplog: pytest.LogCaptureFixture) -> None:
+    # with 4 parts the cluster step still has the other core: METIS recurses by itself,
+    # with its default refinement, as before the halves existed
+    src, dst, n = generated(flat=False)
+    with caplog.at_level(logging.INFO, logger="distgnn.partition"):
+        parts = sampled_metis(src, dst, n, 4, None, None, seed=0)
+    assert np.bincount(parts, minlength=4).min() > 0
+    messages = {r.getMessage() for r in caplog.records}
+    assert "bisected" not in messages and "regrouped" in messages
+    metis = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("parts") == 4]
+    assert any(f.get("routine") == "recursive" and f.get("niter") == 10 for f in metis)

@@ -128,6 +128,7 @@ def metis_run(
     keep: float = 1.0,
     recursive: bool = False,
     niter: int | None = None,
+    halves: bool = False,
 ) -> MetisRun:
     """METIS k-way partition of the symmetrised graph with optional vertex weights.
 
@@ -135,6 +136,8 @@ def metis_run(
     (:mod:`distgnn.partition.sparsify`; see :mod:`distgnn.partition.sampled`).
     ``recursive``: ``METIS_PartGraphRecursive`` instead of ``METIS_PartGraphKway``.
     ``niter``: METIS's refinement passes per level (``METIS_OPTION_NITER``; default 10).
+    ``halves`` (with ``recursive``): the two halves below the top bisection at once
+    (:func:`~distgnn.partition.bisect.bisect_then_halves`).
 
     ``on_start`` is called when METIS itself starts (it runs single-threaded with the GIL
     released, so the caller can start work for another core then).
@@ -174,7 +177,9 @@ def metis_run(
         routine="recursive" if recursive else "kway",
         niter=niter if niter is not None else 10,  # METIS's default
     ):
-        parts, cut = _partition(xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive, niter)
+        parts, cut = _partition(
+            xadj, adjncy, num_parts, vw, seed, lib, adjwgt, recursive, niter, halves
+        )
     del xadj, adjncy, adjwgt
     return MetisRun(parts, cut, edges)
 
@@ -197,12 +202,13 @@ def _partition(
     adjwgt: np.ndarray | None,
     recursive: bool,
     niter: int | None = None,
+    halves: bool = False,
 ) -> tuple[np.ndarray, int]:
-    """:func:`_kway_cut`; a recursive bisection into an even number of parts (4 or more)
-    bisects the two halves below its top bisection at once
+    """:func:`_kway_cut`; with ``halves``, a recursive bisection into an even number of
+    parts (4 or more) bisects the two halves below its top bisection at once
     (:func:`~distgnn.partition.bisect.bisect_then_halves`)."""
     lib = lib if lib is not None else _pymetis_lib()
-    if not recursive or lib is None or k < 4:
+    if not (recursive and halves) or lib is None or k < 4:
         return _kway_cut(xadj, adjncy, k, vw, seed, lib, adjwgt, recursive, niter)
 
     def split(

@@ -9,9 +9,9 @@ graph (:mod:`distgnn.partition.refine`). METIS bisects the sample recursively
 ``METIS_PartGraphKway`` bisects its coarsest graph several times and refines k-way): up
 to :data:`MAX_GROUPED_PARTS` parts, after the regrouping and the refinement the cut is the
 same or lower (benchmark graphs) in about half METIS's time; more parts (no regrouping),
-refined, it cuts less than k-way. With an even number of parts the two halves below the
-top bisection are bisected at once (:mod:`distgnn.partition.bisect`), and from
-:data:`FEW_PASSES_PARTS` parts METIS refines each level with one pass.
+refined, it cuts less than k-way. From :data:`MANY_PARTS` parts (an even number) the two
+halves below the top bisection are bisected at once (:mod:`distgnn.partition.bisect`),
+and METIS refines each level with one pass.
 
 The check: METIS fits its partition to the sample, so the fraction of *all* edges cut is
 a little above the fraction of sampled edges it cut where the sample shows the graph's
@@ -46,7 +46,7 @@ from distgnn.partition.sparsify import keep_fraction
 log = logging.getLogger("distgnn.partition")
 
 MAX_GROUPED_PARTS = CLUSTERS // 2  # more parts: no regrouping
-FEW_PASSES_PARTS = 8  # from this many parts METIS refines each level with one pass
+MANY_PARTS = 8  # from this many parts: both halves at once, one METIS refinement pass
 OVERFIT = 1.4  # all-edge cut fraction / sample cut fraction above which the sample fails
 MIN_CUT = 1e-3  # a cut below this fraction of all edges passes whatever the ratio
 
@@ -88,8 +88,9 @@ def sampled_metis(
         # core while the sample is drawn and METIS bisects it (METIS releases the GIL);
         # their own METIS call runs before that one (METIS's random state is shared)
         core_done = threading.Event()
-        # the halves below the top bisection take both cores (distgnn.partition.bisect)
-        halves = num_parts >= 4 and num_parts % 2 == 0
+        # the halves below the top bisection take both cores (distgnn.partition.bisect);
+        # with 4 parts the cluster step still has the other core then: no gain
+        halves = num_parts >= MANY_PARTS and num_parts % 2 == 0
         clusters = (
             pool.submit(_clusters, src, dst, n, vweights, group, seed, core_done)
             if grouped
@@ -126,7 +127,8 @@ def sampled_metis(
             recursive=True,
             # many parts: METIS's own refinement passes are a fifth of its time, and the
             # regrouping and the refinement on every edge follow (same cut, benchmark graphs)
-            niter=1 if num_parts >= FEW_PASSES_PARTS else None,
+            niter=1 if num_parts >= MANY_PARTS else None,
+            halves=halves,
         )
         if on_start is not None:
             on_start()  # METIS is done: if the cluster step is not, its core frees later
