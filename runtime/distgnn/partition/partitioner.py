@@ -234,7 +234,8 @@ def partition_graph(
     # The input fingerprint (full sha256 of every input array, from plain file reads) is
     # computed in a background thread while METIS runs (called so that it releases the
     # GIL and single-threaded), so that the METIS input's build before it has the cores;
-    # where the regrouping's cluster step runs beside METIS, once either of them is done.
+    # where the regrouping's cluster step runs beside METIS, once either of them is done;
+    # where METIS takes both cores, once METIS is done.
     with ThreadPoolExecutor(1, thread_name_prefix="fingerprint") as fp_pool:
         fp_future: Future[str] | None = None
         fp_lock = threading.Lock()  # the assignment may call it from two threads
@@ -250,10 +251,12 @@ def partition_graph(
         with step("assign", log, method=method, parts=num_parts):
             parts = assign_parts(g, num_parts, opts, train, start_fingerprint)
         start_fingerprint()  # no METIS call (one part, no nodes): now
+        # relabelling (mostly one core's work) goes on beside a fingerprint still running
+        # (where METIS bisects both halves at once it starts only after METIS)
+        with step("relabel", log):
+            r = relabel(g, parts, num_parts)
         assert fp_future is not None
         fingerprint = fp_future.result()
-    with step("relabel", log):
-        r = relabel(g, parts, num_parts)
     release_pages(g.src, g.dst)
     edge_cut = r.edge_cut()
     ntype_offsets = _typed_offsets(parts, g.ntype_offsets, g.node_types, num_parts)
