@@ -15,8 +15,8 @@ import torch
 from servers import Servers, partition_cora, running_servers
 
 from distgnn.distributed import DistGraph, DistTensor, initialize, node_split, sample_neighbors
-from distgnn.distributed.sampling import sample_hop_edges
 from distgnn.distributed.readplan import owners, plan_read
+from distgnn.distributed.sampling import sample_hop_edges
 from distgnn.errors import AuthError, ServerError
 from distgnn.partition.loader import load_partition
 from distgnn.rpc.client import Connection, Timeouts
