@@ -2,10 +2,13 @@
 PY ?= python3
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: install test lint typecheck unit integration generate bench example lock clean
+.PHONY: install native test lint typecheck unit integration generate bench example lock clean
 
 install:            ## torch (CPU), the project with extras, and the helm binary
 	bash scripts/dev-install.sh
+
+native:             ## (re)build the optional C kernels in place (distgnn._native; install does too)
+	$(PY) setup.py -q build_ext --inplace
 
 test: install lint typecheck   ## install, lint, type-check, then the whole suite
 	$(PY) -m pytest -q tests
@@ -38,4 +41,4 @@ lock:               ## record the installed versions as the tested constraints
 	  $(PY) -m pip freeze --exclude-editable | grep -v '^distgnn'; } > constraints.txt
 
 clean:
-	rm -rf .tools .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf .tools .pytest_cache .mypy_cache .ruff_cache build *.egg-info runtime/distgnn/_native*.so

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from distgnn import contract
+from distgnn import __version__, contract
 
 RESOURCES: dict[str, tuple[str, str]] = {
     "Secret": ("api/v1", "secrets"),
@@ -36,6 +36,10 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "GraphServer": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "graphservers"),
 }
 """kind -> (API prefix, plural); every kind here is namespaced."""
+
+
+USER_AGENT = f"distgnn-operator/{__version__}"
+"""Names the operator's own requests in the API server's audit log (kopf's are ``kopf/...``)."""
 
 
 class ApiError(Exception):
@@ -174,7 +178,7 @@ class KubeApi:
         if self._creds is None:
             raise ApiError(0, "not logged in yet")
         if self._session is None or self._session.closed:
-            headers = {"Accept": "application/json"}
+            headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
             if self._creds.token:
                 headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
             conn = aiohttp.TCPConnector(ssl=self._ssl(self._creds), limit=32)

@@ -86,9 +86,15 @@ def token_mount() -> dict[str, Any]:
 TOKEN_FILE = f"{contract.TOKEN_MOUNT_DIR}/{contract.TOKEN_KEY}"
 
 
+def env_var(name: str, value: str) -> dict[str, Any]:
+    """A literal variable; an empty value is left out (the API server drops ``value: ""``,
+    so sending it would read back as a change and be patched on every pass)."""
+    return {"name": name, "value": value} if value != "" else {"name": name}
+
+
 def env_list(env: dict[str, str]) -> list[dict[str, Any]]:
     """Literal variables, sorted by name for stable output."""
-    return [{"name": k, "value": v} for k, v in sorted(env.items())]
+    return [env_var(k, v) for k, v in sorted(env.items())]
 
 
 def credential_env(st: t.Storage) -> list[dict[str, Any]]:
@@ -148,7 +154,7 @@ def apply_template(pod: dict[str, Any], meta: dict[str, Any], tpl: t.PodTemplate
                     "effect": x.effect,
                     "tolerationSeconds": x.toleration_seconds,
                 }.items()
-                if v is not None
+                if v is not None and v != ""  # the API server drops empty strings
             }
             for x in tpl.tolerations
         ]
@@ -160,4 +166,4 @@ def apply_template(pod: dict[str, Any], meta: dict[str, Any], tpl: t.PodTemplate
         spec["serviceAccountName"] = tpl.service_account_name
     if tpl.env:
         for c in spec["containers"]:
-            c["env"] = c["env"] + [{"name": e.name, "value": e.value} for e in tpl.env]
+            c["env"] = c["env"] + [env_var(e.name, e.value) for e in tpl.env]

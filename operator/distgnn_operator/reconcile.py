@@ -14,6 +14,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import math
 import re
 import secrets
 from collections.abc import Callable, Mapping
@@ -144,7 +145,8 @@ def parse_metrics(message: str | None) -> dict[str, float] | None:
     out = {
         _camel(str(k))[:63]: float(v)
         for k, v in obj.items()
-        if isinstance(v, int | float) and not isinstance(v, bool)
+        # finite only: NaN and Infinity are not JSON (the API server refuses the patch)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
     }
     return dict(sorted(out.items())[:MAX_METRICS]) or None
 

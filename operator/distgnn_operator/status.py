@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from distgnn.api.types import MAX_ATTACHED_JOBS
+
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -396,7 +398,7 @@ def graphserver_status(
         "conditions": merge_conditions(conds, old.get("conditions"), now, o.generation),
         "partitionsReady": o.servers_ready,
         "numParts": o.num_parts,
-        "attachedJobs": sorted(o.attached_jobs),
+        "attachedJobs": sorted(o.attached_jobs)[:MAX_ATTACHED_JOBS],
         "endpoints": o.endpoints,
     }
     if o.manifest_url:
@@ -451,4 +453,9 @@ def graphserver_terminating(
         )
     ]
     conds = kept + merge_conditions(term, old.get("conditions"), now, generation)
-    return {**old, "phase": "Terminating", "attachedJobs": sorted(jobs), "conditions": conds}
+    return {
+        **old,
+        "phase": "Terminating",
+        "attachedJobs": sorted(jobs)[:MAX_ATTACHED_JOBS],
+        "conditions": conds,
+    }

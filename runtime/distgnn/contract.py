@@ -95,6 +95,9 @@ ENV_LOCAL_STORE = "DISTGNN_LOCAL_STORE"
 ENV_LOCAL_SAMPLING = "DISTGNN_LOCAL_SAMPLING"
 """Co-located trainer: sample the local partition's seeds in-process from the server's
 shared-memory graph (``1``, default) or send them to the server like the others (``0``)."""
+ENV_NATIVE = "DISTGNN_NATIVE"
+"""Servers and trainers: use the C kernels of sampling, relabelling and block CSRs when
+built (``1``, default) or their NumPy reference (``0``); see :mod:`distgnn.native`."""
 ENV_FEATURE_CACHE_MB = "DISTGNN_FEATURE_CACHE_MB"
 """Megabytes of hot ``DistTensor`` rows each trainer process caches (default 0: none);
 writes by any trainer invalidate them (:mod:`distgnn.distributed.featcache`)."""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_local_run import run, write_manifest
-from tests.support.hetero import typed_cora, without_author_features
+from tests.support.hetero import checkpoint_table, typed_cora, without_author_features
 
 from distgnn.train.infer_output import read_index, read_output
 
@@ -159,7 +159,30 @@ def test_rgcn_job_trains_a_featureless_types_table_on_the_servers(
     last = torch.load(tmp_path / "ckpt" / "ckpt-epoch-00002.pt", weights_only=True)
     assert not any("embed" in k for k in last["model"])
     assert last["extra"]["rgcn"]["num_bases"] == 2
-    a0, a2 = first["sparse"]["node_emb_author"], last["sparse"]["node_emb_author"]
-    assert a2.shape == (900, 16) and not torch.equal(a0, a2)  # trained between epochs
+    assert last["sparse"]["world_size"] == 2 and last["sparse"]["optimizer"] == "SparseAdam"
+    assert "node_emb_author" not in str(first["model"])
+    a0 = checkpoint_table(tmp_path / "ckpt" / "ckpt-epoch-00000.pt", "node_emb_author")
+    a2 = checkpoint_table(tmp_path / "ckpt" / "ckpt-epoch-00002.pt", "node_emb_author")
+    assert a2.shape == (900, 16) and not np.array_equal(a0, a2)  # trained between epochs
+    opt_dir = tmp_path / "ckpt" / "ckpt-epoch-00002.sparse"
+    assert {p.name for p in opt_dir.iterdir()} == {
+        "tables_0",
+        "tables_1",
+        "optimizer_0",
+        "optimizer_1",
+    }  # each trainer its rows
     authors = read_output(str(tmp_path / "out"), "author")
     assert authors["embedding"].shape == (900, 7) and np.isfinite(authors["embedding"]).all()
+    # and the learnt table itself, each author's row once (written by both trainers)
+    assert np.array_equal(np.unique(authors["input_embedding"], axis=0), np.unique(a2, axis=0))
+
+    # the trainer group started again (a restart, or more epochs): both trainers write
+    # back the tables and SparseAdam's state their checkpoint's trainers saved, and go on
+    app |= {"epochs": 4, "inferAfterTraining": False}
+    again = run(hetero_job(tmp_path, bare, app), "--workdir", str(tmp_path / "wd"),
+                out_dir=tmp_path / "logs2")  # fmt: skip
+    assert again.rc == 0, again.stderr[-4000:]
+    restored = [ln for ln in again.stderr.splitlines() if "embedding tables restored" in ln]
+    assert len(restored) == 2 and all("optimizer_state=True" in ln for ln in restored), restored
+    a3 = checkpoint_table(tmp_path / "ckpt" / "ckpt-epoch-00003.pt", "node_emb_author")
+    assert not np.array_equal(a2, a3)

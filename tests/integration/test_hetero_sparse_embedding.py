@@ -2,7 +2,8 @@
 typed Cora with its ``author`` nodes stripped of their feature, 2 partitions served by 2
 ``distgnn serve`` processes. The table ``node_emb_author`` lives on the servers (the
 model has no parameter for it), one training step changes exactly the rows its batch
-touched, and a checkpoint written by the app's loop brings the table back on resume."""
+touched, and a checkpoint written by the app's loop brings the table and SparseAdam's
+state back on resume."""
 
 from __future__ import annotations
 
@@ -100,24 +101,44 @@ def test_a_step_changes_only_the_touched_rows_on_the_servers(served: TrainGraph)
     assert torch.equal(after[untouched], before[untouched])
 
 
-def test_a_checkpoint_carries_the_table_and_resume_writes_it_back(
+def test_a_checkpoint_carries_the_table_and_the_optimizer_state_and_resume_writes_them_back(
     served: TrainGraph, tmp_path: Path
 ) -> None:
+    """Train a step, checkpoint, clobber the table and SparseAdam's state on the servers
+    (what a later epoch or fresh servers hold), resume: both are the checkpoint's again,
+    so the next step continues Adam's moments and step counts instead of restarting them."""
     c = cfg(checkpoint_url=str(tmp_path / "ck"))
     task = typed_task(c, served, CTX)
-    assert task.sparse is not None
+    assert task.sparse is not None and task.sparse.opt is not None
     opt = torch.optim.Adam(task.model.parameters(), lr=0.02)
-    saved = table(served)
+    with task.loader as loader:
+        x, y, blocks = task.load(next(iter(loader)))
+    F.cross_entropy(task.logits(task.model, blocks, x), y).backward()
+    opt.step()
+    task.sparse.step()
+    states = task.sparse.opt._state["node_emb_author"]
+    every = torch.arange(AUTHORS)
+    saved, saved_states = table(served), [st[every].clone() for st in states]
+    assert 0 < int((saved_states[0] == 1).sum()) < AUTHORS  # one step for the touched rows
     save_epoch(c, CTX, 0, task.model, opt, lambda: task.checkpoint, task.sparse)
     ck = checkpoint.load(checkpoint.checkpoint_url(c.checkpoint_url or "", 0))
-    assert torch.equal(ck.sparse["node_emb_author"], saved)
+    assert ck.sparse == {"format": "rows", "path": "ckpt-epoch-00000.sparse", "world_size": 1,
+                         "tables": {"node_emb_author": [AUTHORS, HIDDEN]},
+                         "optimizer": "SparseAdam"}  # fmt: skip
     assert ck.extra["rgcn"]["sparse_embedding"] is True
+    assert (tmp_path / "ck" / "ckpt-epoch-00000.sparse" / "optimizer_0" / "meta.json").exists()
 
     emb = task.sparse.tables["author"]
-    emb.tensor[torch.arange(AUTHORS)] = torch.zeros(AUTHORS, HIDDEN)
+    emb.tensor[every] = torch.zeros(AUTHORS, HIDDEN)
+    for st in states:
+        st[every] = torch.full(st.shape, 7.0)
     assert table(served).abs().sum() == 0
-    assert resume(c, CTX, task.model, opt, task.sparse) == 1
+    again = typed_task(c, served, CTX)  # a restarted trainer: new handles, same servers
+    assert again.sparse is not None and again.sparse.opt is not None
+    assert resume(c, CTX, again.model, opt, again.sparse) == 1
     assert torch.equal(table(served), saved)
+    for st, want in zip(again.sparse.opt._state["node_emb_author"], saved_states, strict=True):
+        assert torch.equal(st[every], want), st.name
 
     # the same checkpoint resumed with dense embeddings is refused, naming the field
     dense = typed_task(cfg(checkpoint_url=c.checkpoint_url, sparse_embedding=False), served, CTX)

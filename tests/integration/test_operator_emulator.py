@@ -13,6 +13,7 @@ from typing import Any
 import kmock
 import pytest
 from kopf.testing import KopfRunner
+from tests.support.chart_rbac import operator_grants
 from tests.support.emulator import GV, StampingEmulator, declare_resources, write_kubeconfig
 
 from distgnn import contract
@@ -151,6 +152,11 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         c = Cluster(k)
         await c.create(CREDS)  # the jobs' storage.credentialsSecret
         yield c
+        # everything the operator asked for is granted by the chart's RBAC (gang scheduling
+        # on: a test that forbids PodGroups makes the emulator refuse them as RBAC would)
+        granted = operator_grants({"gangScheduling": {"enabled": True}})
+        missing = sorted(r for r in k.requests if (r.group, r.resource, r.verb) not in granted)
+        assert not missing, f"requests the chart's RBAC does not grant: {missing}"
 
 
 def make_args(resync: float, *extra: str) -> argparse.Namespace:

@@ -23,6 +23,7 @@ from typing import Any
 
 import kmock
 import pytest
+from tests.support.chart_rbac import operator_grants
 from tests.support.emulator import GV, StampingEmulator, declare_resources, write_kubeconfig
 
 pytestmark = pytest.mark.timeout(240)
@@ -156,6 +157,11 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[Api, Path]]:
             },
         )
         yield a, kubeconfig
+        # every request of every replica (kopf's peering included) is granted by the chart
+        granted = operator_grants({"ha": {"enabled": True}})
+        asked = {(r.group, r.resource, r.verb) for r in k.requests}
+        assert ("kopf.dev", "clusterkopfpeerings", "patch") in asked
+        assert not asked - granted, f"requests the chart's RBAC does not grant: {asked - granted}"
 
 
 def start(

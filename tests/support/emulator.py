@@ -81,6 +81,33 @@ def server_rewrites(obj: dict[str, Any]) -> None:
     walk(obj.get("spec"))
 
 
+OPERATOR_AGENTS = ("kopf/", "distgnn-operator/")
+"""User-Agent prefixes of the operator's requests (kopf's and its own client's); the tests'
+own requests carry aiohttp's."""
+
+
+def rbac_verb(method: str, named: bool, params: Any) -> str:
+    """The RBAC verb the API server authorizes a request as (``GET`` of a collection is
+    ``list``, or ``watch`` with ``?watch=``; ``DELETE`` of one is ``delete``)."""
+    if method == "GET":
+        if (params or {}).get("watch") in ("true", "1", "True"):
+            return "watch"
+        return "get" if named else "list"
+    if method == "DELETE" and not named:
+        return "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+
+
+@dataclass(frozen=True, order=True)
+class Request:
+    """What RBAC authorizes for one request of the operator: ``resource`` is the plural,
+    or ``plural/subresource``."""
+
+    group: str
+    resource: str
+    verb: str
+
+
 @dataclass(frozen=True)
 class Write:
     """A write the emulator served (for asserting that a settled resource sees none)."""
@@ -101,6 +128,8 @@ class StampingEmulator(kmock.KubernetesEmulator):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.writes: list[Write] = []
+        self.requests: set[Request] = set()
+        """every (group, resource, verb) the operator (kopf or its client) asked for"""
         self.forbidden: set[str] = set()
         """plurals answered with 403, as RBAC does for resources the operator may not use"""
         self.unserved: set[str] = {"podgroups"}
@@ -129,6 +158,16 @@ class StampingEmulator(kmock.KubernetesEmulator):
         if request.resource is not None and plural in self.unserved:
             return _status(404, "NotFound", "the server could not find the requested resource")
         method = str(getattr(request.method, "value", request.method)).upper()
+        agent = (getattr(request, "headers", None) or {}).get("User-Agent", "")
+        if plural and agent.startswith(OPERATOR_AGENTS):  # not discovery (/apis/...)
+            sub = getattr(request, "subresource", None)
+            self.requests.add(
+                Request(
+                    getattr(request.resource, "group", None) or "",
+                    f"{plural}/{sub}" if sub else plural,
+                    rbac_verb(method, bool(request.name), getattr(request, "params", None)),
+                )
+            )
         if request.resource is not None and method in ("POST", "PATCH", "PUT", "DELETE"):
             self.writes.append(
                 Write(

@@ -48,3 +48,22 @@ def standalone_graph(arrays: dict[str, np.ndarray], out: Path) -> Iterator[Train
         tg = as_train_graph(dg)
         tg.owner = str(out / "cora-hetero.json")
         yield tg
+
+
+def checkpoint_table(ckpt_file: Path, name: str) -> np.ndarray:
+    """Table ``name`` of a built-in app's checkpoint, assembled from the rows every
+    trainer saved beside it (``ckpt-epoch-NNNNN.sparse/tables_RANK``)."""
+    import torch
+
+    from distgnn.distributed import rowshards
+
+    part = torch.load(ckpt_file, weights_only=True)["sparse"]
+    n, d = part["tables"][name]
+    out = np.full((n, d), np.nan, dtype=np.float32)
+    for r in range(part["world_size"]):
+        saved = rowshards.read(str(ckpt_file.parent / part["path"] / f"tables_{r}"))
+        assert saved is not None, r
+        ids = saved.ids(name, n)
+        out[ids] = saved.array(name, "weight", np.dtype(np.float32), (len(ids), d))
+    assert not np.isnan(out).any()
+    return out

@@ -344,8 +344,11 @@ def test_non_default_values_reach_the_deployment() -> None:
 
 # --- RBAC -----------------------------------------------------------------------------------
 
-# Derived from what distgnn_operator does (reconcile.py, handlers.py, kube.py) and what kopf
-# does (watch + patch its finalizer/annotations, post events); nothing more.
+# Derived from what distgnn_operator does (reconcile.py, handlers.py, progress.py, kube.py)
+# and what kopf 1.x does (list+watch what it serves, JSON/merge-patch its finalizer and
+# annotations, POST core/v1 events, list+watch CRDs); nothing more. The emulator tests
+# check the other direction (every request the operator makes is granted:
+# tests/integration/test_operator_emulator.py's cluster fixture).
 APPLIED = {"list", "create", "patch", "delete"}  # observed by label, created, drift-patched, pruned
 CREATED_ONCE = {"list", "create", "delete"}  # never patched (Secret data, Job templates)
 NAMESPACED_RULES = {
@@ -353,13 +356,16 @@ NAMESPACED_RULES = {
     (CRD_GROUP, "graphservers"): {"get", "list", "watch", "patch"},
     (CRD_GROUP, "distgnnjobs/status"): {"patch"},
     (CRD_GROUP, "graphservers/status"): {"patch"},
-    ("", "pods"): {"get", "list", "watch", "delete"},
+    # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement)
+    (CRD_GROUP, "distgnnjobs/finalizers"): {"update"},
+    (CRD_GROUP, "graphservers/finalizers"): {"update"},
+    ("", "pods"): {"list", "delete"},  # termination messages, rank 0's address; restarts
     ("", "services"): APPLIED | {"watch"},
     ("networking.k8s.io", "networkpolicies"): APPLIED | {"watch"},
     ("apps", "statefulsets"): APPLIED | {"watch"},
     ("", "secrets"): CREATED_ONCE | {"get", "watch"},
     ("batch", "jobs"): CREATED_ONCE | {"watch"},
-    ("", "events"): {"create", "patch"},
+    ("", "events"): {"create"},  # kopf only POSTs events
 }
 KOPF_CLUSTER_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CREATED_ONCE}
@@ -420,6 +426,51 @@ def test_rbac_watch_namespaces_uses_a_role_per_namespace() -> None:
     for b in bindings:
         assert b["roleRef"]["kind"] == "Role"
         assert b["subjects"][0]["namespace"] == NAMESPACE
+
+
+def _operator_roles(values: Obj) -> list[Obj]:
+    """The operator's Roles (per watched namespace) or its ClusterRole (all namespaces)."""
+    objs = render(values)
+    return of_kind(objs, "Role") or [operator_cluster_role(objs)]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"watchNamespaces": ["ml", "team-b"]}, {"gangScheduling": {"enabled": True}}],
+    ids=["all-namespaces", "watch-namespaces", "gang"],
+)
+def test_rbac_lets_the_operator_set_what_its_children_carry(values: Obj) -> None:
+    """OwnerReferencesPermissionEnforcement (OpenShift, hardened clusters) refuses a child
+    whose ownerReference has ``blockOwnerDeletion`` unless its creator may ``update`` the
+    owner's ``finalizers`` subresource, and any ownerReferences unless it may ``delete``
+    the child. Both are derived here from the children the operator builds."""
+    from tests.support.children import all_children
+
+    from distgnn_operator.kube import RESOURCES
+
+    children = all_children()
+    blocking = {
+        ref["kind"]
+        for o in children
+        for ref in o["metadata"]["ownerReferences"]
+        if ref.get("blockOwnerDeletion")
+    }
+    assert blocking == {"DistGNNJob", "GraphServer"}
+    gang = bool(values.get("gangScheduling"))
+    for role in _operator_roles(values):
+        rules = rules_of(role)
+        for kind in blocking:
+            plural = RESOURCES[kind][1]
+            assert "update" in rules.get((CRD_GROUP, f"{plural}/finalizers"), set()), (
+                role["metadata"],
+                kind,
+            )
+        for o in children:
+            if o["kind"] == "PodGroup" and not gang:
+                continue  # without the chart's gang scheduling a gang job is held
+            group = o["apiVersion"].rpartition("/")[0]
+            plural = RESOURCES[o["kind"]][1]
+            assert {"create", "delete"} <= rules.get((group, plural), set()), o["kind"]
 
 
 def test_rbac_and_service_account_can_be_disabled() -> None:
@@ -492,7 +543,7 @@ def test_user_roles_follow_their_value_and_rbac_create() -> None:
 
 # --- HA: kopf peering -------------------------------------------------------------------------
 
-PEERING_VERBS = {"get", "list", "watch", "patch"}
+PEERING_VERBS = {"list", "watch", "patch"}  # kopf never GETs the peering by name
 
 
 def test_ha_cluster_wide_ships_cluster_peering() -> None:

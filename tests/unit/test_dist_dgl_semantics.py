@@ -4,8 +4,10 @@ differ silently from DGL (issue 14)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,8 +15,9 @@ import torch
 from tests.support.cora import partition_cora
 
 import distgnn.distributed as dd
+from distgnn.distributed import rowshards
 from distgnn.distributed.context import DEFAULT
-from distgnn.errors import ConfigError, ManifestError
+from distgnn.errors import ConfigError, ManifestError, StorageError
 from distgnn.graph.io import graph_from_arrays
 from distgnn.partition.partitioner import partition_graph
 from distgnn.rpc.client import Call
@@ -284,13 +287,133 @@ def test_sparse_optimizer_save_and_load(ctx: dd.DistContext, tmp_path: Path) -> 
     states = torch.rand(n, 1)
     opt._state["e4"][torch.arange(n)] = states
     opt.save(tmp_path / "opt.pt")
-    raw = (tmp_path / "opt.pt_0").read_bytes()
-    assert raw[:2] == b"PK" and b"pickle" not in raw  # npz, no pickle
+    folder = tmp_path / "opt.pt_0"  # DGL's f"{f}_{rank}": .npy files and meta.json
+    assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "t0.a0.npy", "t0.ids.npy"]
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["kind"] == "SparseAdagrad" and meta["params"] == {"_lr": 0.1, "_eps": 1e-8}
+    assert np.load(folder / "t0.a0.npy", allow_pickle=False).shape == (n, 1)
     opt._state["e4"][torch.arange(n)] = torch.zeros(n, 1)
     other = dd.SparseAdagrad([emb], lr=0.001, eps=2e-8)
     other.load(tmp_path / "opt.pt")
     assert torch.equal(other._state["e4"][torch.arange(n)], states)
     assert other._lr == 0.1 and other._eps == 1e-8  # DGL restores the hyper-parameters
+    other.load(tmp_path / "absent")  # DGL: a missing file loads nothing (a warning)
+    assert other._lr == 0.1
+
+
+def test_sparse_adam_save_and_load_through_an_fsspec_url(ctx: dd.DistContext) -> None:
+    """Adam's three state tensors at a ``memory://`` URL (any fsspec file system)."""
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 3, "e5", ctx=ctx)
+    opt = dd.SparseAdam([emb], lr=0.01, betas=(0.8, 0.99))
+    (emb(torch.tensor([1, 2, 2, 700])) * 2.0).sum().backward()
+    opt.step()
+    saved = [st[torch.arange(n)].clone() for st in opt._state["e5"]]
+    assert saved[0][[1, 2, 700]].tolist() == [1.0, 1.0, 1.0]
+    opt.save("memory://ckpt-t/adam")
+    for st in opt._state["e5"]:
+        st[torch.arange(n)] = torch.zeros(st.shape)
+    again = dd.SparseAdam([emb], lr=0.5)
+    again.load("memory://ckpt-t/adam")
+    for st, want in zip(again._state["e5"], saved, strict=True):
+        assert torch.equal(st[torch.arange(n)], want), st.name
+    assert (again._lr, again._beta1, again._beta2) == (0.01, 0.8, 0.99)
+
+
+def test_sparse_state_saved_by_two_trainers_loads_into_one_or_three(
+    ctx: dd.DistContext, tmp_path: Path
+) -> None:
+    """DGL's rule: with fewer trainers trainer r also reads ``f_{r+world}``...; with more,
+    a trainer without a file loads nothing; a checkpoint that recorded 2 writers refuses
+    a missing one."""
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 2, "e8", ctx=ctx)
+    opt = dd.SparseAdagrad([emb], lr=0.1)
+    want = torch.rand(n, 2)
+    opt._state["e8"][torch.arange(n)] = want
+    owners = []
+    for r in range(2):  # what trainers 0 and 1 of 2 write (each only its rows)
+        ids = rowshards.owned_rows(emb.part_policy, n, r, 2)
+        owners.append(ids)
+        table = {"e8": rowshards.Table(n, ids, {"e8_sum": opt._state["e8"]})}
+        rowshards.write(rowshards.rank_url(tmp_path / "o", r), "SparseAdagrad",
+                        dict(opt._defaults), 2, table)  # fmt: skip
+    assert len(owners[0]) + len(owners[1]) == n and not set(owners[0]) & set(owners[1])
+    opt._state["e8"][torch.arange(n)] = torch.zeros(n, 2)
+    opt.load(tmp_path / "o")  # one trainer now: reads o_0 and o_1
+    assert torch.equal(opt._state["e8"][torch.arange(n)], want)
+    tables = {"e8": rowshards.Table(n, owners[0], {"e8_sum": opt._state["e8"]})}
+    assert rowshards.load(tmp_path / "o", 2, 3, "SparseAdagrad", tables) is None  # rank 2 of 3
+    (tmp_path / "o_1" / "meta.json").unlink()
+    with pytest.raises(StorageError, match=r"o_1/meta\.json: missing \(trainer 1's rows"):
+        rowshards.load(tmp_path / "o", 0, 1, "SparseAdagrad", tables, saved_world=2)
+
+
+def _tamper(folder: Path, edit: Any) -> None:
+    meta = json.loads((folder / "meta.json").read_text())
+    edit(meta, folder)
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("edit", "err", "match"),
+    [
+        (
+            lambda m, f: (f / "t0.a0.npy").write_bytes(
+                (f / "t0.a0.npy").read_bytes()[:-4] + b"abcd"
+            ),
+            StorageError,
+            r"t0\.a0\.npy: sha256 does not match",
+        ),
+        (lambda m, f: (f / "t0.ids.npy").unlink(), StorageError, r"t0\.ids\.npy: not found"),
+        (lambda m, f: m.update(kind="SparseAdam"), ConfigError, "holds SparseAdam state"),
+        (lambda m, f: m["params"].pop("_eps"), ConfigError, "hyper-parameter 'eps' missing"),
+        (lambda m, f: m["params"].update(_beta1=0.9), ConfigError, "'beta1' unknown"),
+        (lambda m, f: m["params"].update(_lr=-1), ConfigError, "'lr'=-1 must be > 0"),
+        (lambda m, f: m["params"].update(_lr="x"), ConfigError, "'lr'='x'"),
+        (lambda m, f: m["tables"]["e6"].update(num_rows=5), ConfigError, "'e6' has 5 rows"),
+        (
+            lambda m, f: m["tables"].update(other=m["tables"].pop("e6")),
+            ConfigError,
+            r"missing \['e6'\]",
+        ),
+        (
+            lambda m, f: m["tables"]["e6"]["arrays"]["e6_sum"].update(path="../x.npy"),
+            StorageError,
+            "refused",
+        ),
+        (lambda m, f: m.update(format="x"), StorageError, "not a distgnn-rows folder"),
+    ],
+)
+def test_sparse_optimizer_load_refuses_a_mismatched_or_tampered_file(
+    ctx: dd.DistContext, tmp_path: Path, edit: Any, err: type, match: str
+) -> None:
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 2, "e6", ctx=ctx)
+    opt = dd.SparseAdagrad([emb], lr=0.1)
+    opt._state["e6"][torch.arange(n)] = torch.ones(n, 2)
+    opt.save(tmp_path / "o")
+    _tamper(tmp_path / "o_0", edit)
+    opt._state["e6"][torch.arange(n)] = torch.zeros(n, 2)
+    with pytest.raises(err, match=match):
+        opt.load(tmp_path / "o")
+    assert opt._state["e6"][torch.arange(n)].abs().sum() == 0  # nothing half-loaded
+
+
+def test_a_state_of_another_shape_is_refused_naming_the_file(
+    ctx: dd.DistContext, tmp_path: Path
+) -> None:
+    n = ctx.manifest.num_nodes
+    dd.SparseAdagrad([dd.DistEmbedding(n, 2, "e7", ctx=ctx)], lr=0.1).save(tmp_path / "o")
+    wide = dd.SparseAdagrad([dd.DistEmbedding(n, 3, "e7w", ctx=ctx)], lr=0.1)
+    (tmp_path / "o_0" / "meta.json").write_text(
+        (tmp_path / "o_0" / "meta.json")
+        .read_text()
+        .replace("e7_sum", "e7w_sum")
+        .replace('"e7"', '"e7w"')
+    )
+    with pytest.raises(StorageError, match=r"t0\.a0\.npy: shape \(\d+, 2\), expected \(\d+, 3\)"):
+        wide.load(tmp_path / "o")
 
 
 def test_node_split_reads_int_masks_as_masks(ctx: dd.DistContext) -> None:

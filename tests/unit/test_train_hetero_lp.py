@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tests.support.hetero import standalone_graph, without_author_features
+from tests.support.hetero import checkpoint_table, standalone_graph, without_author_features
 
 from distgnn.errors import ConfigError
 from distgnn.sampling import LocalGraph
@@ -188,7 +188,7 @@ def test_featureless_authors_learn_sparse_embeddings_for_the_target_edges(
 ) -> None:
     """Authors without their feature: their table ``node_emb_author`` (SparseAdam,
     ``--sparse-lr``) is what the link predictor learns for them; the checkpoint carries
-    it and inference writes the authors' embeddings from it."""
+    it and inference writes the authors' embeddings from it, and the table itself."""
     with standalone_graph(without_author_features(typed_arrays), tmp_path) as tg:
         monkeypatch.setenv("DISTGNN_MANIFEST", str(tg.owner))
         c = cfg(epochs=2, sparse_lr=0.05, checkpoint_url=str(tmp_path / "ck"),
@@ -197,7 +197,17 @@ def test_featureless_authors_learn_sparse_embeddings_for_the_target_edges(
         assert m["test_mrr"] > m["random_mrr"] + MARGIN and m["test_auc"] > 0.7, m
         inference.run(c, tg, CTX)
     ck = torch.load(tmp_path / "ck" / "ckpt-epoch-00001.pt", weights_only=True)
-    assert ck["sparse"]["node_emb_author"].shape == (900, 32)
+    table = checkpoint_table(tmp_path / "ck" / "ckpt-epoch-00001.pt", "node_emb_author")
+    assert table.shape == (900, 32)
     assert not any("embed" in k for k in ck["model"])
     authors = fmt.read_output(str(tmp_path / "o"), "author")
     assert authors["embedding"].shape == (900, 32) and np.isfinite(authors["embedding"]).all()
+    # GraphStorm-like: the learnt table itself is written beside the authors' embeddings,
+    # each author's row once (the checkpoint's table, in the output's orig_id order)
+    got = authors["input_embedding"]
+    assert got.shape == (900, 32) and np.isfinite(got).all()
+    assert np.array_equal(np.unique(got, axis=0), np.unique(table, axis=0))
+    assert "input_embedding" not in fmt.read_output(str(tmp_path / "o"), "paper")
+    assert fmt.read_index(str(tmp_path / "o"))["node_types"]["author"]["arrays"] == {
+        "input_embedding": {"dtype": "float32", "shape": [32]}
+    }

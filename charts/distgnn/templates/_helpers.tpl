@@ -113,10 +113,17 @@ all namespaces, in a Role per namespace otherwise).
 - apiGroups: ["distgnn.dev"]
   resources: ["distgnnjobs/status", "graphservers/status"]
   verbs: ["patch"]
-# Pods: observe servers and trainers, delete a restarted trainer group's pods.
+# Every child's ownerReference has blockOwnerDeletion: true; where the
+# OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift, hardened clusters)
+# only a user who may update the owner's finalizers may set it, else every create is refused.
+- apiGroups: ["distgnn.dev"]
+  resources: ["distgnnjobs/finalizers", "graphservers/finalizers"]
+  verbs: ["update"]
+# Pods: list a Job's pods (termination messages, rank 0's address for progress) and
+# delete a restarted trainer group's pods. Pods are not watched.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["list", "delete"]
 # Children the operator applies (observe by label, create, patch drift, prune): headless
 # Services and the servers' StatefulSets and NetworkPolicies. kopf watches every child kind
 # (label-selected), so a deleted child comes back at once.
@@ -138,10 +145,10 @@ all namespaces, in a Role per namespace otherwise).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["list", "watch", "create", "delete"]
-# kopf posts Kubernetes events about handler progress and errors.
+# kopf posts Kubernetes events (core/v1, POST only) about handler progress and errors.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- if .Values.gangScheduling.enabled }}
 # Gang scheduling: one PodGroup per job (scheduler-plugins coscheduling), created once.
 - apiGroups: ["scheduling.x-k8s.io"]

@@ -21,6 +21,9 @@ FIELDS: dict[str, type] = {
     "samplesPerSecond": float,
 }
 """camelCase field -> type, as in ``TrainingProgress`` (``distgnn.api.types``)."""
+NON_NEGATIVE = frozenset({"epochSeconds", "samplesPerSecond"})
+"""Fields whose schema has ``minimum: 0`` (a negative one would make the API server refuse
+the whole status patch): left out when negative."""
 
 
 def _valid(v: Any, tp: type) -> bool:
@@ -41,7 +44,7 @@ def progress_status(snapshot: Any) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for key, tp in FIELDS.items():
         v = snapshot.get(key)
-        if v is None or not _valid(v, tp):
+        if v is None or not _valid(v, tp) or (key in NON_NEGATIVE and v < 0):
             continue
         if tp is float:
             v = float(v)

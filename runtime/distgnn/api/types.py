@@ -653,6 +653,8 @@ class GraphServerSpec:
 
 JOB_PHASES = ("Pending", "Partitioning", "Starting", "Running", "Succeeded", "Failed", "Suspended")
 GRAPHSERVER_PHASES = ("Pending", "Partitioning", "Starting", "Ready", "Failed", "Terminating")
+MAX_ATTACHED_JOBS = 256
+"""Bound of a GraphServer's ``status.attachedJobs`` (the operator lists the first ones)."""
 
 
 @dataclass
@@ -746,7 +748,7 @@ class GraphServerStatus:
         None, doc="Partition manifest served.", name="manifestURL", max_length=URL_MAX
     )
     attached_jobs: list[str] | None = fld(
-        None, doc="DistGNNJobs using these servers.", max_items=256, max_length=63
+        None, doc="DistGNNJobs using these servers.", max_items=MAX_ATTACHED_JOBS, max_length=63
     )
     endpoints: list[str] | None = fld(
         None, doc="host:port of each server, partition order.", max_items=1024, max_length=320

@@ -3,14 +3,19 @@
 ``emb(ids)`` pulls the rows and, while autograd is on, remembers ``(ids, rows)``;
 after ``loss.backward()`` a sparse optimizer (:mod:`distgnn.distributed.optim`) sends the
 row gradients to the servers, which apply the update to the table and its state.
+:func:`save_tables` / :func:`load_tables` write and read the tables themselves the way the
+optimizers' ``save`` / ``load`` do their state (each trainer the rows it owns).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from distgnn.distributed import rowshards
 from distgnn.distributed.tensor import DistTensor, InitFunc, as_ids
 
 
@@ -97,3 +102,44 @@ class DistEmbedding:
 
     def __repr__(self) -> str:
         return f"DistEmbedding({self.name!r}, {self._num_embeddings}x{self._embedding_dim})"
+
+
+TABLES_KIND = "DistEmbedding"
+
+
+def _tables(embs: Sequence[DistEmbedding], rank: int, world: int) -> dict[str, rowshards.Table]:
+    return {
+        e.name: rowshards.Table(
+            e.num_embeddings,
+            rowshards.owned_rows(e.part_policy, e.num_embeddings, rank, world),
+            {"weight": e.tensor},
+        )
+        for e in embs
+    }
+
+
+def save_tables(embs: Sequence[DistEmbedding], f: str | os.PathLike[str]) -> None:
+    """Every trainer writes the rows of ``embs`` it owns to ``f"{f}_{rank}"`` (any fsspec
+    URL; all trainers call it, between barriers of their own)."""
+    ctx = embs[0].tensor.ctx
+    rowshards.write(
+        rowshards.rank_url(f, ctx.rank),
+        TABLES_KIND,
+        {},
+        ctx.world_size,
+        _tables(embs, ctx.rank, ctx.world_size),
+    )
+
+
+def load_tables(embs: Sequence[DistEmbedding], f: str | os.PathLike[str], saved_world: int) -> None:
+    """Write back what :func:`save_tables` wrote with ``saved_world`` trainers (this
+    trainer reads ``f_RANK``, ``f_{RANK+world}``, ...; every folder must be there)."""
+    ctx = embs[0].tensor.ctx
+    rowshards.load(
+        f,
+        ctx.rank,
+        ctx.world_size,
+        TABLES_KIND,
+        _tables(embs, ctx.rank, ctx.world_size),
+        saved_world=saved_world,
+    )

@@ -12,13 +12,14 @@ state tensors under its row locks.
 
 State tensors are DistTensors named as in DGL: ``NAME_sum`` (Adagrad), ``NAME_step``,
 ``NAME_mem``, ``NAME_power`` (Adam). ``save(f)`` / ``load(f)`` write and read the rows
-each trainer owns to ``f"{f}_{rank}"`` (NumPy ``.npz`` content, no pickle).
+each trainer owns to ``f"{f}_{rank}"`` (``.npy`` files and ``meta.json``, at any fsspec
+URL, no pickle: :mod:`distgnn.distributed.rowshards`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -26,7 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from distgnn.distributed import rowshards
 from distgnn.distributed.embedding import DistEmbedding
+from distgnn.distributed.rowshards import row_owner
 from distgnn.distributed.tensor import DistTensor, group
 from distgnn.errors import ConfigError
 from distgnn.log import kv
@@ -63,17 +66,6 @@ def _all_gather(x: torch.Tensor) -> torch.Tensor:
     out = [torch.zeros_like(pad) for _ in range(world)]
     tdist.all_gather(out, pad)
     return torch.cat([o[: int(s.item())] for o, s in zip(out, sizes, strict=True)]).cpu()
-
-
-def row_owner(policy: Any, ids: np.ndarray, world: int) -> np.ndarray:
-    """The trainer that updates each row (DGL: partition, then ``row % per_partition``)."""
-    parts, _ = policy.locate(ids)
-    parts = parts.astype(np.int64)
-    k = len(policy.offsets) - 1
-    if world >= k and world % k == 0:
-        per = world // k
-        return parts * per + (ids % per)
-    return parts % world
 
 
 class SparseOptimizer:
@@ -180,64 +172,81 @@ class SparseOptimizer:
             t.ctx.call_many(calls)
 
     # --- checkpoints --------------------------------------------------------------
-    def _owned_rows(self, emb: DistEmbedding, rank: int, world: int) -> np.ndarray:
-        ids = np.arange(emb.num_embeddings, dtype=np.int64)
-        return ids[row_owner(emb.tensor.policy, ids, world) == rank]
+    def _tables(self) -> dict[str, rowshards.Table]:
+        ctx = self._params[0].tensor.ctx
+        out = {}
+        for emb in self._params:
+            ids = rowshards.owned_rows(
+                emb.tensor.policy, emb.num_embeddings, ctx.rank, ctx.world_size
+            )
+            out[emb.name] = rowshards.Table(
+                emb.num_embeddings, ids, {st.name: st for st in self._states(emb)}
+            )
+        return out
 
     def _barrier(self) -> None:
         self._params[0].tensor.ctx.barrier()
 
     def save(self, f: str | os.PathLike[str]) -> None:
-        """Write the state rows this trainer owns to ``f"{f}_{rank}"`` (all trainers call it)."""
+        """DGL's: every trainer writes the state rows it owns and the hyper-parameters to
+        ``f"{f}_{rank}"`` (here a folder of ``.npy`` files and ``meta.json``, at any
+        fsspec URL; :mod:`distgnn.distributed.rowshards`). All trainers call it."""
         ctx = self._params[0].tensor.ctx
-        rank, world = ctx.rank, ctx.world_size
         self._barrier()
-        params = {**self._defaults, "num_clients": world}
-        arrays: dict[str, np.ndarray] = {
-            "params": np.frombuffer(json.dumps(params).encode(), dtype=np.uint8)
-        }
-        for emb in self._params:
-            ids = self._owned_rows(emb, rank, world)
-            arrays[f"{emb.name}/ids"] = ids
-            for st in self._states(emb):
-                arrays[f"{emb.name}/state/{st.name}"] = st.pull_numpy(ids)
-        with open(f"{os.fspath(f)}_{rank}", "wb") as out:
-            np.savez(out, **arrays)  # type: ignore[arg-type]
+        rowshards.write(
+            rowshards.rank_url(f, ctx.rank),
+            type(self).__name__,
+            dict(self._defaults),
+            ctx.world_size,
+            self._tables(),
+        )
         self._barrier()
 
-    def _load_file(self, path: str) -> int:
-        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-            params = json.loads(bytes(z["params"]).decode())
-            for emb in self._params:
-                if f"{emb.name}/ids" not in z.files:
-                    raise ConfigError(f"optimizer state {path!r} has no embedding {emb.name!r}")
-                ids = z[f"{emb.name}/ids"]
-                for st in self._states(emb):
-                    key = f"{emb.name}/state/{st.name}"
-                    if key not in z.files:
-                        raise ConfigError(f"optimizer state {path!r} has no state {st.name!r}")
-                    st[ids] = z[key]
-        old_world = int(params.pop("num_clients"))
-        self._defaults.update(params)
-        self.__dict__.update(params)
-        return old_world
+    def _check_params(self, saved: rowshards.Saved) -> None:
+        """ConfigError naming the hyper-parameter a saved state lacks, adds or holds a
+        bad value of; a different value is taken (DGL's rule) and logged."""
+        got, want = saved.params, self._defaults
+        for k in sorted(set(got) | set(want)):
+            if k not in got or k not in want:
+                raise ConfigError(
+                    f"{saved.where()}: hyper-parameter {k.lstrip('_')!r} "
+                    + ("missing" if k not in got else f"unknown to {type(self).__name__}")
+                )
+            v = got[k]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ConfigError(f"{saved.where()}: hyper-parameter {k.lstrip('_')!r}={v!r}")
+            if v != want[k]:
+                log.warning(
+                    "sparse optimizer takes the saved hyper-parameter",
+                    extra=kv(name=k.lstrip("_"), saved=v, given=want[k]),
+                )
+        if got["_lr"] <= 0:
+            raise ConfigError(f"{saved.where()}: hyper-parameter 'lr'={got['_lr']!r} must be > 0")
 
-    def load(self, f: str | os.PathLike[str]) -> None:
-        """Read what ``save`` wrote (hyper-parameters too, as DGL); all trainers call it.
+    def load(self, f: str | os.PathLike[str], saved_world: int | None = None) -> None:
+        """DGL's: read what ``save`` wrote, hyper-parameters too; all trainers call it.
 
-        With fewer trainers than at save time, trainer ``r`` also reads the files of
-        ranks ``r + world``, ``r + 2 * world``, ...
-        """
+        Trainer ``r`` reads ``f"{f}_{r}"`` and, with fewer trainers than at save time,
+        those of ranks ``r + world``, ``r + 2 * world``, ...; a missing ``f"{f}_{r}"``
+        loads nothing (a warning: more trainers than at save time), unless
+        ``saved_world`` (the number of trainers that saved) says it must be there.
+        A file of another optimizer, other tables or shapes, or one that fails its
+        checksum is refused naming what differs."""
         ctx = self._params[0].tensor.ctx
-        rank, world = ctx.rank, ctx.world_size
         self._barrier()
-        path = f"{os.fspath(f)}_{rank}"
-        if not os.path.exists(path):
-            log.warning("optimizer state file not found, nothing loaded", extra=kv(path=path))
-        else:
-            old_world = self._load_file(path)
-            for r in range(rank + world, old_world, world):
-                self._load_file(f"{os.fspath(f)}_{r}")
+        saved = rowshards.load(
+            f,
+            ctx.rank,
+            ctx.world_size,
+            type(self).__name__,
+            self._tables(),
+            self._check_params,
+            saved_world,
+        )
+        if saved is not None:
+            params = {k: float(v) for k, v in saved.params.items()}
+            self._defaults.update(params)
+            self.__dict__.update(params)
         self._barrier()
 
     save_state_to = save

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from distgnn import native
 from distgnn.errors import ConfigError
 
 NID = "_ID"
@@ -379,7 +380,16 @@ def to_block(
     work = src.size + dst_nid.size
     hi = max(int(a.max(initial=-1)) for a in ends)
     lo = min(int(a.min(initial=0)) for a in ends)
-    if lo >= 0 and hi < max(DENSE_RELABEL_MIN, DENSE_RELABEL_FACTOR * work):
+    k = native.kernels()
+    dense = lo >= 0 and hi < max(DENSE_RELABEL_MIN, DENSE_RELABEL_FACTOR * work)
+    if dense and k is not None and work < 2**31 - 1:
+        try:
+            src_nid, edge_src, e_dst = native.relabel(k, dst_nid, src, dst, hi + 1)
+        except ValueError as e:  # duplicate seeds, an edge's destination not among them
+            raise ConfigError(str(e)) from None
+        if e_dst is not None:
+            edge_dst = e_dst
+    elif dense:
         src_nid, edge_src, edge_dst = _relabel_dense(dst_nid, src, ends[-1], hi + 1, dst is None)
     else:
         src_nid, edge_src, edge_dst = _relabel_sorted(dst_nid, src, ends[-1], dst is None)

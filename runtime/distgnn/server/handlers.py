@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from distgnn import native
 from distgnn.rpc.gather import default_gatherer
 from distgnn.rpc.protocol import DTYPES, Gathered, MsgType
 from distgnn.rpc.values import cast_checked
@@ -111,6 +112,7 @@ class Handlers:
         self.zero_copy = zero_copy
         self.lim = limits or ServerLimits()
         self.rng = np.random.default_rng()
+        self.native = native.kernels()  # C sampling kernel, or None: the NumPy one
         self._local = threading.local()  # the session of the request this thread handles
         self.table: dict[MsgType, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
             MsgType.GET_META: self.get_meta,
@@ -415,7 +417,11 @@ class Handlers:
         start_deg = sampling.seed_ranges(g.indptr, seeds)  # once: the check and the draw
         self._check_sample_work(len(seeds), start_deg[1], fans, replace, typed)
         rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
-        if isinstance(fanout, int) and prob is None:
+        if isinstance(fanout, int) and prob is None and self.native is not None:
+            pos, run_seed, run_len = native.sample_uniform_runs(
+                self.native, g.indptr, seeds, fanout, replace, rng
+            )
+        elif isinstance(fanout, int) and prob is None:
             pos, run_seed, run_len = sampling.sample_uniform_runs(
                 g.indptr, seeds, fanout, replace, rng, start_deg
             )

@@ -30,7 +30,11 @@ class Checkpoint:
     model: dict[str, Any]
     optimizer: dict[str, Any]
     sparse: dict[str, Any] = field(default_factory=dict)
+    """the sparse embeddings: where their rows were saved (see
+    :meth:`distgnn.train.sparse_emb.NodeEmbeddings.save`), or whole tables (older files)"""
     extra: dict[str, Any] = field(default_factory=dict)
+    url: str = ""
+    """where it was loaded from (set by :func:`load`)"""
 
 
 def checkpoint_url(base: str, epoch: int) -> str:
@@ -90,14 +94,14 @@ def load(url: str) -> Checkpoint:
         optimizer=obj.get("optimizer", {}),
         sparse=obj.get("sparse", {}),
         extra=obj.get("extra", {}),
+        url=url,
     )
 
 
 def embedding_state(embs: list[Any], chunk: int = 1 << 16) -> dict[str, torch.Tensor]:
-    """Full tables of ``DistEmbedding`` objects (by name), read in chunks, for ``sparse``.
-
-    The sparse optimizers' per-row state lives on the servers and is not included.
-    """
+    """Full tables of ``DistEmbedding`` objects (by name), read in chunks: what a
+    checkpoint's ``sparse`` part held before every trainer saved its own rows beside
+    it (the built-in apps now do that; these whole tables are still read back)."""
     out: dict[str, torch.Tensor] = {}
     for e in embs:
         n = int(e.num_embeddings)

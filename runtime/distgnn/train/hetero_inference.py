@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -35,11 +36,14 @@ def hetero_infer_to_storage(
     opts: InferOptions,
     info: dict[str, Any] | None = None,
     manifest_url: str | None = None,
+    learned: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Layer-wise inference of a typed ``model`` (layers ``(block, {ntype: h}) ->
     {ntype: h}``) over a heterogeneous DistGraph, written to ``opts.output_url``: one
-    output node type per type the chosen layer computes (all of one width). Every
-    trainer calls it together; returns the summary."""
+    output node type per type the chosen layer computes (all of one width); ``learned``
+    (``{ntype: DistEmbedding}``, featureless types' learnt inputs) adds each such type's
+    table rows as its ``input_embedding``. Every trainer calls it together; returns the
+    summary."""
     opts = opts.validate()
     typing = graph_typing(tg.g)
     if typing is None:
@@ -76,7 +80,8 @@ def hetero_infer_to_storage(
     ntypes = sorted(set(emb_t) & set(final_t)) if opts.classify else sorted(emb_t)
     final = hl.HomoView(typing, final_t, int(next(iter(final_t.values())).t.shape[1]))
     emb = final if emb_t is final_t else hl.HomoView(typing, emb_t, dim)
-    written = write_shards(tg, ctx, opts, run, final, emb, manifest_url, ntypes)
+    learned = {t: e for t, e in (learned or {}).items() if t in ntypes}
+    written = write_shards(tg, ctx, opts, run, final, emb, manifest_url, ntypes, learned)
     barrier(ctx)
     if ctx.is_main:
         meta = {
@@ -85,7 +90,9 @@ def hetero_infer_to_storage(
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **(info or {}),
         }
-        fmt.write_index(opts.output_url, build_index(tg, opts, run, dim, meta, ntypes))
+        widths = {t: int(e.embedding_dim) for t, e in learned.items()}
+        index = build_index(tg, opts, run, dim, meta, ntypes, widths)
+        fmt.write_index(opts.output_url, index)
         fmt.remove_stale_runs(opts.output_url, run)
     acc = _test_accuracy(tg, opts, final_t) if ctx.is_main else None
     barrier(ctx)
@@ -95,6 +102,7 @@ def hetero_infer_to_storage(
     summary |= {
         "output_url": opts.output_url,
         "inference_node_types": ntypes,
+        "input_embedding_types": sorted(learned),
         "inference_seconds": round(time.monotonic() - t0, 3),
         "inference_compute_seconds": round(t_compute, 3),
     }

@@ -7,6 +7,11 @@ Layout under the output URL (see docs/inference.md)::
     URL/run-RUN/NTYPE/part-00000/embedding.npy       float32 (n, d)
     URL/run-RUN/NTYPE/part-00000/pred.npy            int64 (n,)   (node classification)
     URL/run-RUN/NTYPE/part-00000/prob.npy            float32 (n,) (node classification)
+    URL/run-RUN/NTYPE/part-00000/input_embedding.npy float32 (n, h) (a featureless type's
+                                                     learnt input, its DistEmbedding row)
+
+Arrays every type has are listed in the index's ``arrays``; one only some types have
+(``input_embedding``) under ``node_types.NTYPE.arrays``.
 
 Each run writes its own ``run-RUN`` folder; the index names it, so a reader never mixes
 runs, and a run killed before its index leaves the previous complete output intact.
@@ -185,7 +190,8 @@ def read_output(
         ntype = next(iter(types))
     if ntype not in types:
         raise StorageError(f"node type {ntype!r} is not in the output ({sorted(types)})")
-    names = arrays or ["orig_id", *[a for a in idx["arrays"] if a != "orig_id"]]
+    own = list(types[ntype].get("arrays", {}))  # this type's own arrays (input_embedding)
+    names = arrays or ["orig_id", *[a for a in [*idx["arrays"], *own] if a != "orig_id"]]
     out: dict[str, list[np.ndarray]] = {a: [] for a in names}
     for shard in types[ntype]["shards"]:
         for a in names:

@@ -15,7 +15,7 @@ import logging
 import resource
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,8 @@ from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
 CHUNK = 1 << 16
+INPUT_EMBEDDING = "input_embedding"
+"""the learnt input embedding of a featureless node type (its ``DistEmbedding`` row)"""
 EMBEDDING_LAYERS = ("last", "hidden")
 
 
@@ -134,8 +136,9 @@ def attach_tables(
     model: nn.Module, ck: checkpoint.Checkpoint, tg: TrainGraph, ctx: DDPContext
 ) -> Any:
     """An R-GCN trained with sparse embeddings: its tables on the servers (attached by
-    name, created if the job has none), written back from the checkpoint by rank 0, so
-    inference reads the checkpoint's rows. Returns the tables (None: dense)."""
+    name, created if the job has none), written back from the checkpoint by every trainer
+    (the rows the checkpoint's trainers saved), so inference reads the checkpoint's rows.
+    Returns the tables (None: dense)."""
     from distgnn.train.sparse_emb import NodeEmbeddings
 
     types = list(getattr(model, "sparse_types", []))
@@ -145,8 +148,7 @@ def attach_tables(
     num = {t: int(cfg["num_nodes"][t]) for t in types}
     embs = NodeEmbeddings(tg.g, num, int(cfg["hidden"]))
     embs.check(ck.sparse)
-    if ctx.is_main:
-        embs.restore(ck.sparse)
+    embs.restore(ck.sparse, ck.url, ctx.is_main, optimizer=False)
     barrier(ctx)
     model.set_tables(embs.lookups())  # type: ignore[operator]
     return embs
@@ -172,6 +174,7 @@ class Segment:
     count: int
     row: int  # first row in the partition's orig_nid
     type_offset: int  # original homogeneous ID of the type's node 0
+    type_start: int = 0  # type-wise (partitioned) ID of the segment's first node
 
 
 def segments(tg: TrainGraph, ntypes: Collection[str] | None = None) -> list[Segment]:
@@ -189,7 +192,8 @@ def segments(tg: TrainGraph, ntypes: Collection[str] | None = None) -> list[Segm
         for t in man.node_types:
             c = int(man.ntype_offsets[t][p + 1] - man.ntype_offsets[t][p])
             if ntypes is None or t in ntypes:
-                out.append(Segment(t, p, pos, c, pos - int(man.node_offsets[p]), orig_off[t]))
+                row = pos - int(man.node_offsets[p])
+                out.append(Segment(t, p, pos, c, row, orig_off[t], int(man.ntype_offsets[t][p])))
             pos += c
     return out
 
@@ -214,9 +218,11 @@ def write_shards(
     emb: Rows,
     manifest_url: str | None,
     ntypes: Collection[str] | None = None,
+    learned: Mapping[str, Any] | None = None,
 ) -> int:
     """Write the shards of the partitions this rank owns (of ``ntypes`` when given);
-    returns rows written."""
+    returns rows written. ``learned``: the learnt input embedding of featureless node
+    types (``DistEmbedding`` per type), written as their ``input_embedding``."""
     total = 0
     segs = segments(tg, ntypes)
     parts = sorted({s.part for s in segs})
@@ -226,7 +232,7 @@ def write_shards(
         orig = _orig_nid(tg, p, manifest_url)
         for s in (s for s in segs if s.part == p):
             t0 = time.monotonic()
-            files = _write_segment(tg, opts, run, s, orig, final, emb)
+            files = _write_segment(tg, opts, run, s, orig, final, emb, (learned or {}).get(s.ntype))
             rel = f"run-{run}/{s.ntype}/part-{p:05d}/shard.json"
             rec = {"ntype": s.ntype, "part": p, "rows": s.count, "files": files}
             storage.write_bytes(storage.join(opts.output_url, rel), json.dumps(rec).encode())
@@ -252,6 +258,7 @@ def _write_segment(
     orig: np.ndarray | None,
     final: Rows,
     emb: Rows,
+    table: Any = None,
 ) -> dict[str, dict[str, Any]]:
     first = s.start if s.count else 0
     probe = emb.read(np.arange(first, first + min(1, tg.num_nodes()), dtype=np.int64))
@@ -263,6 +270,8 @@ def _write_segment(
     if opts.classify:
         specs["pred"] = (np.dtype(np.int64), (s.count,))
         specs["prob"] = (np.dtype(np.float32), (s.count,))
+    if table is not None:
+        specs[INPUT_EMBEDDING] = (np.dtype(np.float32), (s.count, int(table.embedding_dim)))
     writers = {
         a: fmt.ShardWriter(opts.output_url, fmt.shard_path(run, s.ntype, s.part, a), dt, shape)
         for a, (dt, shape) in specs.items()
@@ -282,6 +291,9 @@ def _write_segment(
                 prob, pred = torch.softmax(logits.float(), dim=1).max(dim=1)
                 writers["pred"].write(pred.numpy())
                 writers["prob"].write(prob.numpy())
+            if table is not None:
+                typed = np.arange(s.type_start + lo, s.type_start + hi, dtype=np.int64)
+                writers[INPUT_EMBEDDING].write(table.tensor.pull_numpy(typed))
         return {a: vars(w.close()) for a, w in writers.items()}
     except BaseException:
         for w in writers.values():
@@ -296,8 +308,10 @@ def build_index(
     dim: int,
     info: dict[str, Any],
     ntypes: Collection[str] | None = None,
+    learned: Mapping[str, int] | None = None,
 ) -> fmt.Index:
-    """Rank 0: the index from every shard's record (written by the other ranks)."""
+    """Rank 0: the index from every shard's record (written by the other ranks);
+    ``learned``: the width of each type's ``input_embedding`` (listed under its type)."""
     segs = segments(tg, ntypes)
     types: dict[str, dict[str, Any]] = {}
     arrays: dict[str, dict[str, Any]] = {}
@@ -308,6 +322,8 @@ def build_index(
         except (StorageError, ValueError) as e:
             raise StorageError(f"inference output incomplete: {rel} ({e})") from e
         t = types.setdefault(s.ntype, {"num_nodes": 0, "shards": []})
+        if learned and s.ntype in learned:
+            t["arrays"] = {INPUT_EMBEDDING: {"dtype": "float32", "shape": [learned[s.ntype]]}}
         t["num_nodes"] += int(rec["rows"])
         t["shards"].append({"part": s.part, "rows": int(rec["rows"]), "files": rec["files"]})
     arrays["orig_id"] = {"dtype": "int64", "shape": []}
@@ -493,7 +509,8 @@ def run(
             info["target_etype"] = ck.extra["target_etype"]
         else:
             info["target_ntype"] = opts.target_ntype
-        out = hetero_infer_to_storage(tg, model, ctx, opts, info)
+        learned = tables.tables if tables is not None else None
+        out = hetero_infer_to_storage(tg, model, ctx, opts, info, learned=learned)
         del tables  # the model's tables stay on the servers for the job
     else:
         out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)

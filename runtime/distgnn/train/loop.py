@@ -102,8 +102,9 @@ def resume(
     sparse: NodeEmbeddings | None = None,
 ) -> int:
     """Load the latest checkpoint (if any); returns the first epoch to run. ``sparse``:
-    the model's embedding tables on the servers, written back from the checkpoint by
-    rank 0 while the others wait."""
+    the model's embedding tables on the servers and their optimizer's state, written
+    back from the checkpoint by every trainer (each the rows saved by trainers ``rank,
+    rank + world, ...``) before the first step."""
     if not cfg.checkpoint_url:
         return 0
     url = checkpoint.latest(cfg.checkpoint_url) if ctx.is_main else None
@@ -111,14 +112,15 @@ def resume(
     found = broadcast_int(ctx, -1 if url is None else checkpoint_epoch(url))
     if found < 0:
         return 0
-    ck = checkpoint.load(checkpoint.checkpoint_url(cfg.checkpoint_url, found))
+    url = checkpoint.checkpoint_url(cfg.checkpoint_url, found)
+    ck = checkpoint.load(url)
     check_same_embedding(ck, sparse)
     if sparse:
         sparse.check(ck.sparse)
     unwrap(model).load_state_dict(ck.model)
     opt.load_state_dict(ck.optimizer)
-    if sparse and ctx.is_main:
-        sparse.restore(ck.sparse)
+    if sparse:
+        sparse.restore(ck.sparse, url, ctx.is_main)
     barrier(ctx)
     log.info("resumed from checkpoint", extra=kv(epoch=ck.epoch, next_epoch=ck.epoch + 1))
     return ck.epoch + 1
@@ -152,15 +154,23 @@ def save_epoch(
     extra: Callable[[], dict[str, Any]] | None = None,
     sparse: NodeEmbeddings | None = None,
 ) -> None:
-    """Rank 0 writes this epoch's checkpoint (with ``sparse``'s tables)."""
-    if cfg.checkpoint_url and ctx.is_main:
+    """This epoch's checkpoint: with ``sparse``, every trainer first writes the table and
+    optimizer-state rows it owns beside it; then rank 0 writes the checkpoint file
+    (written last, so a checkpoint that exists is complete)."""
+    if not cfg.checkpoint_url:
+        return
+    part: dict[str, Any] = {}
+    if sparse:
+        part = sparse.save(checkpoint.checkpoint_url(cfg.checkpoint_url, epoch))
+        barrier(ctx)
+    if ctx.is_main:
         checkpoint.save(
             cfg.checkpoint_url,
             checkpoint.Checkpoint(
                 epoch=epoch,
                 model=unwrap(model).state_dict(),
                 optimizer=opt.state_dict(),
-                sparse=sparse.state() if sparse else {},
+                sparse=part,
                 extra={"app": cfg.app, "model": cfg.model} | (extra() if extra else {}),
             ),
         )

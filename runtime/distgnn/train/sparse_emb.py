@@ -7,9 +7,11 @@ the type's nodes and initialised on the servers uniform in [-1, 1] (as the examp
 ``init_emb``); every trainer attaches the same table. A step pulls only the rows its
 batch touches; :class:`~distgnn.distributed.optim.SparseAdam` (``--sparse-lr``) updates
 only those rows on the servers, beside the dense optimizer for the rest of the model.
-Checkpoints carry the tables (``Checkpoint.sparse``, read by rank 0); the sparse
-optimizer's per-row state stays on the servers (a resumed job with new servers starts
-it afresh).
+Checkpoints carry the tables and the optimizer's per-row state (Adam's step counts and
+moments): every trainer writes the rows it owns beside the checkpoint file
+(``ckpt-epoch-NNNNN.sparse/``, :mod:`distgnn.distributed.rowshards`) and every trainer
+writes them back on resume; the checkpoint's ``sparse`` part records where and how many
+trainers wrote them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 import torch
 
-from distgnn.distributed.embedding import DistEmbedding
+from distgnn import storage
+from distgnn.distributed.embedding import DistEmbedding, load_tables, save_tables
 from distgnn.distributed.optim import SparseAdam
 from distgnn.distributed.tensor import DistTensor
 from distgnn.errors import ConfigError
@@ -31,6 +34,13 @@ log = logging.getLogger("distgnn.train")
 EMBED_NAME = "node_emb"
 INIT = ("uniform", {"low": -1.0, "high": 1.0})
 CHUNK = 1 << 16
+FORMAT = "rows"
+TABLES, OPTIMIZER = "tables", "optimizer"
+
+
+def sparse_dir(ckpt_url: str) -> str:
+    """The folder beside checkpoint ``.../ckpt-epoch-NNNNN.pt`` that holds its rows."""
+    return ckpt_url.rsplit(".", 1)[0] + ".sparse"
 
 
 class NodeEmbeddings:
@@ -64,24 +74,67 @@ class NodeEmbeddings:
         if self.opt is not None:
             self.opt.step()
 
-    def state(self) -> dict[str, torch.Tensor]:
-        """Every table, for a checkpoint's ``sparse`` part."""
-        return checkpoint.embedding_state(list(self.tables.values()), CHUNK)
+    def save(self, ckpt_url: str) -> dict[str, Any]:
+        """Every trainer writes the table rows and optimizer state rows it owns to
+        ``sparse_dir(ckpt_url)`` (all call it; the caller waits for all before the
+        checkpoint file is written). Returns the checkpoint's ``sparse`` part."""
+        base = sparse_dir(ckpt_url)
+        embs = list(self.tables.values())
+        save_tables(embs, storage.join(base, TABLES))
+        if self.opt is not None:
+            self.opt.save(storage.join(base, OPTIMIZER))
+        return {
+            "format": FORMAT,
+            "path": base.rsplit("/", 1)[-1],
+            "world_size": int(embs[0].tensor.ctx.world_size),
+            "tables": {e.name: [e.num_embeddings, e.embedding_dim] for e in embs},
+            "optimizer": None if self.opt is None else type(self.opt).__name__,
+        }
 
     def check(self, state: dict[str, Any]) -> None:
-        """ConfigError unless ``state`` has every table at its shape (every trainer
-        checks, before one of them restores)."""
+        """ConfigError unless ``state`` (a checkpoint's ``sparse`` part) has every table
+        at its shape (every trainer checks, before any restores)."""
+        shapes = state.get("tables", {}) if state.get("format") == FORMAT else state
         for e in self.tables.values():
-            table = state.get(e.name)
+            table = shapes.get(e.name)
             want = (e.num_embeddings, e.embedding_dim)
-            if table is None or tuple(table.shape) != want:
-                got = "none" if table is None else f"shape {tuple(table.shape)}"
-                raise ConfigError(f"checkpoint: embedding table {e.name!r} {want}: it has {got}")
+            got = (
+                None if table is None else tuple(table if isinstance(table, list) else table.shape)
+            )
+            if got != want:
+                what = "none" if got is None else f"shape {got}"
+                raise ConfigError(f"checkpoint: embedding table {e.name!r} {want}: it has {what}")
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Write a checkpoint's tables back to the servers (one trainer calls it)."""
-        checkpoint.restore_embeddings(list(self.tables.values()), state, CHUNK)
-        log.info("embedding tables restored", extra=kv(tables=sorted(self.tables)))
+    def restore(
+        self, state: dict[str, Any], ckpt_url: str, is_main: bool, optimizer: bool = True
+    ) -> None:
+        """Write a checkpoint's tables (and, with ``optimizer``, the sparse optimizer's
+        state) back to the servers. Every trainer calls it and loads the rows the
+        checkpoint's trainers ``rank, rank + world, ...`` saved; a checkpoint written
+        before the rows were saved per trainer holds whole tables, written back by
+        ``is_main`` (its optimizer state starts afresh)."""
+        embs = list(self.tables.values())
+        if state.get("format") != FORMAT:
+            if is_main:
+                checkpoint.restore_embeddings(embs, state, CHUNK)
+            log.info("embedding tables restored", extra=kv(tables=sorted(self.tables)))
+            return
+        base = storage.join(storage.dirname(ckpt_url), str(state["path"]))
+        world = int(state["world_size"])
+        load_tables(embs, storage.join(base, TABLES), world)
+        restored = False
+        if optimizer and self.opt is not None:
+            saved = state.get("optimizer")
+            if saved != type(self.opt).__name__:
+                raise ConfigError(
+                    f"checkpoint: sparse optimizer {saved!r}, this run {type(self.opt).__name__}"
+                )
+            self.opt.load(storage.join(base, OPTIMIZER), saved_world=world)
+            restored = True
+        log.info(
+            "embedding tables restored",
+            extra=kv(tables=sorted(self.tables), optimizer_state=restored),
+        )
 
     def snapshot(self, suffix: str = "best") -> dict[str, DistTensor]:
         """A copy of every table on the servers (``node_emb_NTYPE-SUFFIX``), e.g. the

@@ -1,0 +1,470 @@
+/* Native kernels of a training step's non-compute CPU (issue 17): plain C against the
+ * Python C API, arrays through the buffer protocol (no NumPy headers). Optional: built
+ * by setup.py when a compiler is there; distgnn/native.py selects them or the NumPy
+ * reference implementations (DISTGNN_NATIVE=0 forces those).
+ *
+ * Every kernel validates its input (dtype, shape, ranges) and raises ValueError or
+ * TypeError; the callers validate first too, so a malformed request is refused before
+ * it gets here. Results are bytearrays (writable, wrapped by np.frombuffer). The GIL is
+ * released while a kernel computes.
+ *
+ * sample_uniform(indptr, seeds, fanout, replace, seed) -> (pos, run_seed, run_len)
+ *     uniform in-edge sampling of a CSC (the server's SAMPLE_NEIGHBORS), int64 outputs.
+ * mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)
+ *     a CSR with one row per key, entries in edge order (a stable counting sort).
+ * relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)
+ *     to_block's compaction with a lookup table over the ID range [0, n).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- buffers ------------------------------------------------------------------------- */
+
+/* A 1-D C-contiguous buffer of 8-byte signed integers ('q'/'l'), 4-byte ('i') or
+ * float32 ('f'). */
+static int get_buf(PyObject *obj, Py_buffer *v, char kind, const char *what) {
+    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous array", what);
+        return -1;
+    }
+    const char *f = v->format ? v->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int ok;
+    if (kind == 'q')
+        ok = v->itemsize == 8 && (f[0] == 'q' || f[0] == 'l') && f[1] == 0;
+    else
+        ok = v->itemsize == 4 && f[0] == 'f' && f[1] == 0;
+    if (!ok || v->ndim != 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a 1-D %s array", what,
+                     kind == 'q' ? "int64" : "float32");
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *new_bytes(Py_ssize_t n, Py_ssize_t itemsize, char **data) {
+    if (n < 0 || n > PY_SSIZE_T_MAX / itemsize) {
+        PyErr_SetString(PyExc_MemoryError, "result too large");
+        return NULL;
+    }
+    PyObject *b = PyByteArray_FromStringAndSize(NULL, n * itemsize);
+    if (b) *data = PyByteArray_AS_STRING(b);
+    return b;
+}
+
+/* --- random numbers: xoshiro256** seeded by splitmix64 ------------------------------- */
+
+typedef struct {
+    uint64_t s[4];
+} Rng;
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(Rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static inline uint64_t rng_next(Rng *r) {
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+/* Uniform in [0, n), n > 0, unbiased (Lemire's multiply-and-reject). */
+static inline uint64_t rng_below(Rng *r, uint64_t n) {
+    __uint128_t m = (__uint128_t)rng_next(r) * n;
+    uint64_t lo = (uint64_t)m;
+    if (lo < n) {
+        uint64_t t = (0 - n) % n;
+        while (lo < t) {
+            m = (__uint128_t)rng_next(r) * n;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
+/* --- sample_uniform ------------------------------------------------------------------ */
+
+/* An open-addressing set of offsets for Floyd's draw with large fanouts. */
+typedef struct {
+    int64_t *slot; /* -1: empty */
+    uint64_t mask;
+} Set;
+
+static int set_insert(Set *s, int64_t x) { /* 1 if added, 0 if present */
+    uint64_t h = ((uint64_t)x * 0x9e3779b97f4a7c15ULL) & s->mask;
+    while (s->slot[h] != -1) {
+        if (s->slot[h] == x) return 0;
+        h = (h + 1) & s->mask;
+    }
+    s->slot[h] = x;
+    return 1;
+}
+
+#define LINEAR_MAX 48 /* fanouts up to this check picks by a scan, above by the set */
+
+/* f distinct offsets in [0, d), d > f: Floyd's algorithm (a uniform f-subset; the picks
+ * in the order drawn). Membership: a bit mask for d <= 64, a scan of the picks for small
+ * fanouts, else a hash set. */
+static void floyd(Rng *r, int64_t d, int64_t f, int64_t *out, Set *set) {
+    if (d <= 64) {
+        uint64_t mask = 0;
+        for (int64_t i = 0; i < f; i++) {
+            int64_t j = d - f + i, t = (int64_t)rng_below(r, (uint64_t)j + 1);
+            if (mask >> t & 1) t = j; /* j was not pickable before: always new */
+            mask |= 1ULL << t;
+            out[i] = t;
+        }
+        return;
+    }
+    if (f <= LINEAR_MAX) {
+        for (int64_t i = 0; i < f; i++) {
+            int64_t j = d - f + i, t = (int64_t)rng_below(r, (uint64_t)j + 1);
+            for (int64_t k = 0; k < i; k++)
+                if (out[k] == t) {
+                    t = j;
+                    break;
+                }
+            out[i] = t;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < f; i++) {
+        int64_t j = d - f + i, t = (int64_t)rng_below(r, (uint64_t)j + 1);
+        if (!set_insert(set, t)) {
+            set_insert(set, j);
+            t = j;
+        }
+        out[i] = t;
+    }
+    for (uint64_t h = 0; h <= set->mask; h++) set->slot[h] = -1;
+}
+
+static PyObject *sample_uniform(PyObject *self, PyObject *args) {
+    PyObject *o_indptr, *o_seeds;
+    long long fanout;
+    int replace;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OOLpK", &o_indptr, &o_seeds, &fanout, &replace, &seed))
+        return NULL;
+    Py_buffer vi, vs;
+    if (get_buf(o_indptr, &vi, 'q', "indptr") < 0) return NULL;
+    if (get_buf(o_seeds, &vs, 'q', "seeds") < 0) {
+        PyBuffer_Release(&vi);
+        return NULL;
+    }
+    PyObject *res = NULL, *b_pos = NULL, *b_rs = NULL, *b_rl = NULL;
+    const int64_t *indptr = vi.buf, *seeds = vs.buf;
+    int64_t n = (int64_t)vi.shape[0] - 1, ns = (int64_t)vs.shape[0];
+    int64_t total = 0, nruns = 0;
+    const char *err = NULL;
+    if (n < 0) err = "indptr must not be empty";
+    for (int64_t i = 0; !err && i < ns; i++) {
+        int64_t s = seeds[i];
+        if (s < 0 || s >= n) err = "a seed is out of the CSC's range";
+        else if (indptr[s] < 0 || indptr[s + 1] < indptr[s]) err = "indptr is not ascending";
+        else {
+            int64_t d = indptr[s + 1] - indptr[s];
+            if (fanout < 0) total += d, nruns++;
+            else if (fanout == 0) continue;
+            else if (replace) total += d > 0 ? fanout : 0, nruns += d > 0;
+            else total += d < fanout ? d : fanout, nruns++;
+        }
+    }
+    if (err) {
+        PyErr_SetString(PyExc_ValueError, err);
+        goto done;
+    }
+    char *p_pos = NULL, *p_rs = NULL, *p_rl = NULL;
+    b_pos = new_bytes(total, 8, &p_pos);
+    b_rs = new_bytes(nruns, 8, &p_rs);
+    b_rl = new_bytes(nruns, 8, &p_rl);
+    if (!b_pos || !b_rs || !b_rl) goto done;
+    int64_t *pos = (int64_t *)p_pos, *rs = (int64_t *)p_rs, *rl = (int64_t *)p_rl;
+    Set set = {NULL, 0};
+    if (!replace && fanout > LINEAR_MAX) {
+        uint64_t cap = 1;
+        while (cap < (uint64_t)fanout * 2) cap <<= 1;
+        set.slot = malloc(cap * sizeof(int64_t));
+        if (!set.slot) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        set.mask = cap - 1;
+        for (uint64_t h = 0; h < cap; h++) set.slot[h] = -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Rng r;
+    rng_seed(&r, seed);
+    int64_t e = 0, k = 0;
+    for (int64_t i = 0; fanout != 0 && i < ns; i++) {
+        int64_t st = indptr[seeds[i]], d = indptr[seeds[i] + 1] - st;
+        if (fanout < 0 || (!replace && d <= fanout)) {
+            for (int64_t j = 0; j < d; j++) pos[e + j] = st + j;
+            rs[k] = i, rl[k++] = d, e += d;
+        } else if (replace) {
+            if (d == 0) continue;
+            for (int64_t j = 0; j < fanout; j++)
+                pos[e + j] = st + (int64_t)rng_below(&r, (uint64_t)d);
+            rs[k] = i, rl[k++] = fanout, e += fanout;
+        } else {
+            floyd(&r, d, fanout, pos + e, &set);
+            for (int64_t j = 0; j < fanout; j++) pos[e + j] += st;
+            rs[k] = i, rl[k++] = fanout, e += fanout;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(set.slot);
+    res = PyTuple_Pack(3, b_pos, b_rs, b_rl);
+done:
+    Py_XDECREF(b_pos);
+    Py_XDECREF(b_rs);
+    Py_XDECREF(b_rl);
+    PyBuffer_Release(&vi);
+    PyBuffer_Release(&vs);
+    return res;
+}
+
+/* --- mean_csr ------------------------------------------------------------------------ */
+
+static PyObject *mean_csr(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_other, *o_inv;
+    Py_ssize_t nkeys, nother;
+    int wide;
+    if (!PyArg_ParseTuple(args, "OOnnOp", &o_keys, &o_other, &nkeys, &nother, &o_inv, &wide))
+        return NULL;
+    if (nkeys < 0 || nother < 0) {
+        PyErr_SetString(PyExc_ValueError, "node counts must be >= 0");
+        return NULL;
+    }
+    Py_buffer vk, vo, vinv;
+    int has_inv = o_inv != Py_None;
+    if (get_buf(o_keys, &vk, 'q', "keys") < 0) return NULL;
+    if (get_buf(o_other, &vo, 'q', "other") < 0) {
+        PyBuffer_Release(&vk);
+        return NULL;
+    }
+    if (has_inv && get_buf(o_inv, &vinv, 'f', "inv") < 0) {
+        PyBuffer_Release(&vk);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    PyObject *res = NULL, *b_crow = NULL, *b_col = NULL, *b_val = NULL, *b_inv = NULL;
+    int64_t *next = NULL;
+    const int64_t *keys = vk.buf, *other = vo.buf;
+    int64_t ne = (int64_t)vk.shape[0];
+    const char *err = NULL;
+    if (vo.shape[0] != ne) err = "keys and other differ in length";
+    else if (has_inv && vinv.shape[0] != nother) err = "inv must have one value per other node";
+    else if (!wide && (ne >= INT32_MAX || nother >= INT32_MAX))
+        err = "int32 indices cannot hold this matrix";
+    for (int64_t e = 0; !err && e < ne; e++)
+        if (keys[e] < 0 || keys[e] >= nkeys || other[e] < 0 || other[e] >= nother)
+            err = "an edge's node index is out of range";
+    if (err) {
+        PyErr_SetString(PyExc_ValueError, err);
+        goto done;
+    }
+    int isz = wide ? 8 : 4;
+    char *p_crow = NULL, *p_col = NULL, *p_val = NULL, *p_inv = NULL;
+    b_crow = new_bytes(nkeys + 1, isz, &p_crow);
+    b_col = new_bytes(ne, isz, &p_col);
+    b_val = new_bytes(ne, 4, &p_val);
+    if (!has_inv) b_inv = new_bytes(nkeys, 4, &p_inv);
+    next = malloc(((size_t)nkeys + 1) * sizeof(int64_t));
+    if (!b_crow || !b_col || !b_val || (!has_inv && !b_inv)) goto done;
+    if (!next) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    memset(next, 0, ((size_t)nkeys + 1) * sizeof(int64_t));
+    for (int64_t e = 0; e < ne; e++) next[keys[e] + 1]++;
+    float *val = (float *)p_val, *inv = (float *)p_inv;
+    if (!has_inv)
+        for (int64_t v = 0; v < nkeys; v++)
+            inv[v] = (float)(1.0 / (double)(next[v + 1] > 1 ? next[v + 1] : 1));
+    for (int64_t v = 0; v < nkeys; v++) next[v + 1] += next[v];
+    if (wide) memcpy(p_crow, next, ((size_t)nkeys + 1) * 8);
+    else
+        for (int64_t v = 0; v <= nkeys; v++) ((int32_t *)p_crow)[v] = (int32_t)next[v];
+    const float *by_other = has_inv ? (const float *)vinv.buf : NULL;
+    if (wide) {
+        int64_t *col = (int64_t *)p_col;
+        for (int64_t e = 0; e < ne; e++) {
+            int64_t at = next[keys[e]]++;
+            col[at] = other[e];
+            val[at] = by_other ? by_other[other[e]] : inv[keys[e]];
+        }
+    } else {
+        int32_t *col = (int32_t *)p_col;
+        for (int64_t e = 0; e < ne; e++) {
+            int64_t at = next[keys[e]]++;
+            col[at] = (int32_t)other[e];
+            val[at] = by_other ? by_other[other[e]] : inv[keys[e]];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    res = PyTuple_Pack(4, b_crow, b_col, b_val, has_inv ? Py_None : b_inv);
+done:
+    free(next);
+    Py_XDECREF(b_crow);
+    Py_XDECREF(b_col);
+    Py_XDECREF(b_val);
+    Py_XDECREF(b_inv);
+    PyBuffer_Release(&vk);
+    PyBuffer_Release(&vo);
+    if (has_inv) PyBuffer_Release(&vinv);
+    return res;
+}
+
+static inline int64_t popcount64(uint64_t x) { /* SWAR: no libgcc call without -mpopcnt */
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    return (int64_t)((x * 0x0101010101010101ULL) >> 56);
+}
+
+/* --- relabel ------------------------------------------------------------------------- */
+
+/* Bit maps over the ID range (n/8 bytes each: in cache where a table of n entries is
+ * not) mark the destinations and the new sources; a table over the range, written only
+ * at those IDs, gives each its local ID. Edge IDs are range-checked in the passes. */
+static PyObject *relabel(PyObject *self, PyObject *args) {
+    PyObject *o_dn, *o_src, *o_dst;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOOn", &o_dn, &o_src, &o_dst, &n)) return NULL;
+    Py_buffer vd, vs, vt;
+    int has_dst = o_dst != Py_None;
+    if (get_buf(o_dn, &vd, 'q', "dst_nid") < 0) return NULL;
+    if (get_buf(o_src, &vs, 'q', "src") < 0) {
+        PyBuffer_Release(&vd);
+        return NULL;
+    }
+    if (has_dst && get_buf(o_dst, &vt, 'q', "dst") < 0) {
+        PyBuffer_Release(&vd);
+        PyBuffer_Release(&vs);
+        return NULL;
+    }
+    PyObject *res = NULL, *b_nid = NULL, *b_es = NULL, *b_ed = NULL;
+    int32_t *table = NULL;
+    uint64_t *bd = NULL, *bs = NULL;
+    const int64_t *dn = vd.buf, *src = vs.buf, *dst = has_dst ? vt.buf : NULL;
+    int64_t nd = (int64_t)vd.shape[0], ne = (int64_t)vs.shape[0];
+    const char *err = NULL;
+    if (has_dst && vt.shape[0] != ne) err = "src and dst differ in length";
+    else if (n < 0 || nd + ne >= INT32_MAX) err = "too many nodes for int32 local IDs";
+    for (int64_t i = 0; !err && i < nd; i++)
+        if (dn[i] < 0 || dn[i] >= n) err = "a destination node ID is out of range";
+    if (err) goto fail;
+    size_t words = ((size_t)n + 63) / 64 + 1;
+    table = malloc(((size_t)n > 0 ? (size_t)n : 1) * sizeof(int32_t)); /* at destinations */
+    bd = calloc(words, sizeof(uint64_t));
+    bs = calloc(words, sizeof(uint64_t));
+    if (!table || !bd || !bs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t nnew = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < nd; i++) {
+        int64_t v = dn[i];
+        uint64_t bit = 1ULL << (v & 63);
+        if (bd[v >> 6] & bit) {
+            err = "seeds: destination node IDs must be unique";
+            break;
+        }
+        bd[v >> 6] |= bit;
+        table[v] = (int32_t)i;
+    }
+    for (int64_t e = 0; !err && e < ne; e++) {
+        int64_t v = src[e];
+        if ((uint64_t)v >= (uint64_t)n) {
+            err = "an edge's node ID is out of range";
+            break;
+        }
+        uint64_t bit = 1ULL << (v & 63);
+        if (!((bd[v >> 6] | bs[v >> 6]) & bit)) bs[v >> 6] |= bit;
+    }
+    for (size_t w = 0; !err && w < words; w++) nnew += popcount64(bs[w]);
+    Py_END_ALLOW_THREADS
+    if (err) goto fail;
+    char *p_nid = NULL, *p_es = NULL, *p_ed = NULL;
+    b_nid = new_bytes(nd + nnew, 8, &p_nid);
+    b_es = new_bytes(ne, 8, &p_es);
+    b_ed = has_dst ? new_bytes(ne, 8, &p_ed) : NULL;
+    if (!b_nid || !b_es || (has_dst && !b_ed)) goto done;
+    int64_t *nid = (int64_t *)p_nid, *es = (int64_t *)p_es, *ed = has_dst ? (int64_t *)p_ed : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(nid, dn, (size_t)nd * 8);
+    int64_t k = nd; /* the new sources, ascending */
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t m = bs[w]; m; m &= m - 1) {
+            int64_t v = (int64_t)(w * 64) + __builtin_ctzll(m);
+            table[v] = (int32_t)k;
+            nid[k++] = v;
+        }
+    for (int64_t e = 0; e < ne; e++) es[e] = table[src[e]];
+    for (int64_t e = 0; ed && e < ne; e++) {
+        int64_t v = dst[e];
+        if ((uint64_t)v >= (uint64_t)n || !(bd[v >> 6] & (1ULL << (v & 63)))) {
+            err = "sampled edges: a destination is not among the seeds";
+            break;
+        }
+        ed[e] = table[v];
+    }
+    Py_END_ALLOW_THREADS
+    if (err) goto fail;
+    res = PyTuple_Pack(3, b_nid, b_es, has_dst ? b_ed : Py_None);
+    goto done;
+fail:
+    PyErr_SetString(PyExc_ValueError, err);
+done:
+    free(table);
+    free(bd);
+    free(bs);
+    Py_XDECREF(b_nid);
+    Py_XDECREF(b_es);
+    Py_XDECREF(b_ed);
+    PyBuffer_Release(&vd);
+    PyBuffer_Release(&vs);
+    if (has_dst) PyBuffer_Release(&vt);
+    return res;
+}
+
+/* --- module -------------------------------------------------------------------------- */
+
+static PyMethodDef methods[] = {
+    {"sample_uniform", sample_uniform, METH_VARARGS,
+     "sample_uniform(indptr, seeds, fanout, replace, seed) -> (pos, run_seed, run_len)"},
+    {"mean_csr", mean_csr, METH_VARARGS,
+     "mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)"},
+    {"relabel", relabel, METH_VARARGS,
+     "relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "distgnn._native",
+    "Native kernels of a training step (see distgnn.native).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

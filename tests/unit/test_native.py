@@ -1,0 +1,379 @@
+"""The native kernels (``distgnn._native``) against their NumPy reference: uniform
+neighbour sampling, ``to_block``'s relabelling and the mean aggregation's CSRs, on random
+and edge-case inputs; the draw's uniformity; the NumPy path forced by ``DISTGNN_NATIVE=0``;
+malformed input refused with an error, never a crash."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+import torch
+from tests.support.cora import handlers_on, partition_cora
+
+from distgnn import native
+from distgnn.errors import ConfigError
+from distgnn.nn.ops import MeanAdjacency, mean_aggregate
+from distgnn.rpc.protocol import MsgType
+from distgnn.sampling.blocks import to_block
+from distgnn.server import sampling
+
+
+@pytest.fixture()
+def k() -> ModuleType:
+    """The built extension (skips where it was not built: no compiler)."""
+    try:
+        from distgnn import _native
+    except ImportError:
+        pytest.skip("distgnn._native is not built (python setup.py build_ext --inplace)")
+    mod: ModuleType = _native
+    return mod
+
+
+@pytest.fixture(params=["native", "numpy"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run a test on the C kernels and on the NumPy path (``DISTGNN_NATIVE=0``)."""
+    monkeypatch.setenv("DISTGNN_NATIVE", "1" if request.param == "native" else "0")
+    native.kernels.cache_clear()
+    if request.param == "native" and not native.available():
+        pytest.skip("distgnn._native is not built")
+    yield request.param
+    native.kernels.cache_clear()
+
+
+def _csc(rng: np.random.Generator, n: int, hi: int = 60) -> np.ndarray:
+    return np.r_[0, np.cumsum(rng.integers(0, hi, n))].astype(np.int64)
+
+
+# --- the switch ------------------------------------------------------------------------
+
+
+def test_distgnn_native_0_selects_the_numpy_path_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("DISTGNN_NATIVE", "0")
+    native.kernels.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger="distgnn.native"):
+            assert native.kernels() is None and not native.available()
+            native.kernels()
+        assert [r.getMessage() for r in caplog.records] == ["native kernels off: NumPy path"]
+    finally:
+        native.kernels.cache_clear()
+
+
+def test_a_bad_distgnn_native_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTGNN_NATIVE", "maybe")
+    native.kernels.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="DISTGNN_NATIVE='maybe'"):
+            native.kernels()
+    finally:
+        native.kernels.cache_clear()
+
+
+def test_the_extension_is_used_by_default_when_built(
+    k: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DISTGNN_NATIVE", raising=False)
+    native.kernels.cache_clear()
+    try:
+        assert native.kernels() is k
+    finally:
+        native.kernels.cache_clear()
+
+
+# --- sampling ---------------------------------------------------------------------------
+
+
+def _check_draw(
+    indptr: np.ndarray,
+    seeds: np.ndarray,
+    fanout: int,
+    replace: bool,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """The semantics of sample_uniform_runs, whatever the draw."""
+    pos, run_seed, run_len = out
+    assert pos.dtype == run_seed.dtype == run_len.dtype == np.int64
+    assert int(run_len.sum()) == len(pos) and len(np.unique(run_seed)) == len(run_seed)
+    deg = indptr[seeds + 1] - indptr[seeds]
+    seg = np.repeat(run_seed, run_len)
+    assert (pos >= indptr[seeds[seg]]).all() and (pos < indptr[seeds[seg] + 1]).all()
+    want = np.bincount(seg, minlength=len(seeds))
+    if fanout < 0:
+        np.testing.assert_array_equal(want, deg)
+    elif replace:
+        np.testing.assert_array_equal(want, np.where(deg > 0, fanout, 0))
+    else:
+        np.testing.assert_array_equal(want, np.minimum(deg, fanout))
+        assert len(np.unique(pos)) == len(pos)  # distinct per seed (seeds are distinct)
+
+
+@pytest.mark.parametrize("fanout", [-1, 0, 1, 5, 15, 59, 200])
+@pytest.mark.parametrize("replace", [False, True])
+def test_sampling_kernel_has_the_reference_semantics(
+    k: ModuleType, fanout: int, replace: bool
+) -> None:
+    rng = np.random.default_rng(fanout + 3)
+    indptr = _csc(rng, 3000, 130)  # degrees 0..129: every bucket and membership test
+    seeds = rng.permutation(3000)[:1200]
+    got = native.sample_uniform_runs(k, indptr, seeds, fanout, replace, rng)
+    ref = sampling.sample_uniform_runs(indptr, seeds, fanout, replace, rng)
+    _check_draw(indptr, seeds, fanout, replace, got)
+    _check_draw(indptr, seeds, fanout, replace, ref)
+    if fanout < 0 or (fanout >= 130 and not replace):  # every edge: the same answer
+        order = np.argsort(ref[1], kind="stable")
+        np.testing.assert_array_equal(got[1], ref[1][order])
+        np.testing.assert_array_equal(got[2], ref[2][order])
+        np.testing.assert_array_equal(np.sort(got[0]), np.sort(ref[0]))
+
+
+def test_sampling_kernel_edge_cases(k: ModuleType) -> None:
+    rng = np.random.default_rng(0)
+    empty = np.empty(0, np.int64)
+    indptr = np.array([0, 0, 3, 3], np.int64)  # degrees 0, 3, 0
+    for f in (-1, 2, 5):
+        for rep in (False, True):
+            got = native.sample_uniform_runs(k, indptr, empty, f, rep, rng)
+            assert all(len(a) == 0 for a in got)
+            got = native.sample_uniform_runs(k, indptr, np.array([0, 2]), f, rep, rng)
+            assert len(got[0]) == 0  # only degree-0 seeds
+            _check_draw(indptr, np.array([0, 2]), f, rep, got)
+    # degree < fanout: all its edges; int32 seeds are converted
+    got = native.sample_uniform_runs(k, indptr, np.array([1, 0], np.int32), 10, False, rng)
+    np.testing.assert_array_equal(got[0], [0, 1, 2])
+    # huge degrees and positions (2**40 edges of one node, starting at 2**50)
+    big = np.array([2**50, 2**50 + 2**40], np.int64)
+    for f in (15, 60):
+        pos, _, run_len = native.sample_uniform_runs(k, big, np.array([0]), f, False, rng)
+        assert len(set(pos.tolist())) == f == int(run_len[0])
+        assert pos.min() >= 2**50 and pos.max() < 2**50 + 2**40
+
+
+def test_a_seeded_draw_is_reproducible_and_seeds_differ(k: ModuleType) -> None:
+    rng = np.random.default_rng(5)
+    indptr = _csc(rng, 2000)
+    seeds = rng.permutation(2000)[:800]
+
+    def draw(seed: int, replace: bool) -> np.ndarray:
+        r = np.random.default_rng(seed)
+        return native.sample_uniform_runs(k, indptr, seeds, 7, replace, r)[0]
+
+    for rep in (False, True):
+        np.testing.assert_array_equal(draw(1, rep), draw(1, rep))
+        assert not np.array_equal(draw(1, rep), draw(2, rep))
+
+
+def _subset_counts(k: ModuleType, deg: int, f: int, n: int) -> np.ndarray:
+    """How often each f-subset of a degree-``deg`` seed is drawn over ``n`` seeds."""
+    indptr = np.arange(n + 1, dtype=np.int64) * deg
+    pos, _, _ = native.sample_uniform_runs(
+        k, indptr, np.arange(n), f, False, np.random.default_rng(deg * 100 + f)
+    )
+    off = np.sort((pos - np.repeat(indptr[:-1], f)).reshape(n, f), axis=1)
+    code = np.zeros(n, np.int64)
+    for j in range(f):
+        code = code * deg + off[:, j]
+    return np.unique(code, return_counts=True)[1]
+
+
+@pytest.mark.parametrize(("deg", "f"), [(5, 2), (6, 3), (70, 2)])
+def test_every_subset_is_equally_likely(k: ModuleType, deg: int, f: int) -> None:
+    """Floyd's draw (bit mask for degree <= 64, scan above): each f-subset uniform."""
+    import math
+
+    subsets = math.comb(deg, f)
+    n = 800 * subsets
+    counts = _subset_counts(k, deg, f, n)
+    assert len(counts) == subsets
+    chi2 = float(((counts - 800) ** 2 / 800).sum())
+    assert chi2 < subsets + 6 * math.sqrt(2 * subsets)  # mean dof, sd sqrt(2 dof)
+
+
+@pytest.mark.parametrize(
+    ("deg", "f", "replace"), [(200, 60, False), (100, 10, False), (7, 3, True)]
+)
+def test_every_edge_is_equally_likely(k: ModuleType, deg: int, f: int, replace: bool) -> None:
+    """Each position drawn with probability f/deg (the hash-set path: fanout > 48)."""
+    import math
+
+    n = 4000
+    indptr = np.arange(n + 1, dtype=np.int64) * deg
+    pos, _, _ = native.sample_uniform_runs(
+        k, indptr, np.arange(n), f, replace, np.random.default_rng(deg)
+    )
+    counts = np.bincount(pos - np.repeat(indptr[:-1], f), minlength=deg)
+    expect = n * f / deg
+    chi2 = float(((counts - expect) ** 2 / expect).sum())
+    assert chi2 < deg + 6 * math.sqrt(2 * deg)
+
+
+@pytest.mark.parametrize(
+    ("args", "err", "match"),
+    [
+        ((np.zeros(3), np.array([0]), 2, False, 1), TypeError, "indptr: expected a 1-D int64"),
+        ((np.zeros((2, 2), np.int64), np.array([0]), 2, False, 1), TypeError, "1-D int64"),
+        ((np.array([0, 2]), np.array([0], np.int32), 2, False, 1), TypeError, "seeds"),
+        ((np.array([0, 2]), np.array([1]), 2, False, 1), ValueError, "out of the CSC"),
+        ((np.array([0, 2]), np.array([-1]), 2, False, 1), ValueError, "out of the CSC"),
+        ((np.array([0, 2]), np.array([2**62]), 2, False, 1), ValueError, "out of the CSC"),
+        ((np.array([5, 2]), np.array([0]), 2, False, 1), ValueError, "not ascending"),
+        ((np.array([-4, 2]), np.array([0]), 2, False, 1), ValueError, "not ascending"),
+        ((np.empty(0, np.int64), np.array([0]), 2, False, 1), ValueError, "empty"),
+        (("abc", np.array([0]), 2, False, 1), TypeError, "indptr"),
+        ((np.array([0, 2]), np.array([0]), 2**70, False, 1), OverflowError, "too big|overflow"),
+    ],
+)
+def test_sampling_kernel_refuses_bad_input(
+    k: ModuleType, args: tuple[object, ...], err: type[Exception], match: str
+) -> None:
+    with pytest.raises(err, match=match):
+        k.sample_uniform(*args)
+
+
+def test_the_servers_handler_samples_on_either_path(
+    path: str, cora_path: Path, tmp_path: Path
+) -> None:
+    """SAMPLE_NEIGHBORS answered by the path's kernel: the reference semantics, seeded
+    requests reproducible."""
+    manifest = partition_cora(tmp_path, cora_path, 1)
+    with handlers_on(manifest, 0) as h:
+        assert (h.native is not None) == (path == "native")
+        g = h.g
+        seeds = np.arange(0, 900, 3)
+        for f in (-1, 4):
+            _, (src, eid, run_seed, run_len) = h.handle(
+                MsgType.SAMPLE_NEIGHBORS, {"fanout": f, "runs": True, "seed": 9}, [seeds]
+            )
+            deg = g.indptr[seeds + 1] - g.indptr[seeds]
+            seg = np.repeat(run_seed, run_len)
+            want = deg if f < 0 else np.minimum(deg, f)
+            np.testing.assert_array_equal(np.bincount(seg, minlength=len(seeds)), want)
+            # each edge is an in-edge of its seed
+            pos = g.eidpos[eid - g.edge_offset]
+            assert (pos >= g.indptr[seeds[seg]]).all()
+            assert (pos < g.indptr[seeds[seg] + 1]).all()
+            np.testing.assert_array_equal(src, g.local2global[g.indices[pos]])
+            again = h.handle(
+                MsgType.SAMPLE_NEIGHBORS, {"fanout": f, "runs": True, "seed": 9}, [seeds]
+            )[1]
+            np.testing.assert_array_equal(again[1], eid)  # seeded: reproducible
+
+
+# --- block CSRs -------------------------------------------------------------------------
+
+
+def _edges(
+    rng: np.random.Generator, nd: int, ns: int, e: int, grouped: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    dst = rng.integers(0, nd, e)
+    if grouped:
+        dst = np.sort(dst)
+    return rng.integers(0, ns, e), dst
+
+
+@pytest.mark.parametrize(
+    ("nd", "ns", "e", "grouped"),
+    [(50, 300, 2000, True), (50, 300, 2000, False), (7, 9, 0, False), (400, 30, 90, False)],
+)
+def test_block_csrs_equal_on_both_paths(
+    path: str, nd: int, ns: int, e: int, grouped: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src, dst = _edges(np.random.default_rng(nd + e), nd, ns, e, grouped)
+    a = MeanAdjacency(src, dst, ns, nd)
+    at = a.transpose()
+    # the reference: the NumPy path
+    monkeypatch.setenv("DISTGNN_NATIVE", "0")
+    native.kernels.cache_clear()
+    ref = MeanAdjacency(src, dst, ns, nd)
+    for x, y in ((a.a, ref.a), (at, ref.transpose())):
+        assert x.crow_indices().dtype == y.crow_indices().dtype == torch.int32
+        np.testing.assert_array_equal(x.crow_indices().numpy(), y.crow_indices().numpy())
+        np.testing.assert_array_equal(x.col_indices().numpy(), y.col_indices().numpy())
+        np.testing.assert_array_equal(x.values().numpy(), y.values().numpy())
+    np.testing.assert_array_equal(a.inv_deg, ref.inv_deg)
+    h = torch.randn(ns, 4, requires_grad=True)
+    out = mean_aggregate(a, h)
+    want = torch.zeros(nd, 4).index_add_(0, torch.from_numpy(dst), h.detach()[src])
+    want /= torch.bincount(torch.from_numpy(dst), minlength=nd).clamp(min=1)[:, None]
+    torch.testing.assert_close(out, want)
+    out.sum().backward()
+
+
+@pytest.mark.parametrize(
+    ("args", "err", "match"),
+    [
+        ((np.array([0, 3]), np.array([0, 1]), 3, 5, None, False), ValueError, "out of range"),
+        ((np.array([0, -1]), np.array([0, 1]), 3, 5, None, False), ValueError, "out of range"),
+        ((np.array([0, 1]), np.array([0, 9]), 3, 5, None, False), ValueError, "out of range"),
+        ((np.array([0, 1]), np.array([0]), 3, 5, None, False), ValueError, "differ in length"),
+        ((np.array([0.0]), np.array([0]), 3, 5, None, False), TypeError, "keys"),
+        ((np.array([0]), np.array([0]), 3, 5, np.ones(2, np.float32), False), ValueError, "inv"),
+        ((np.array([0]), np.array([0]), 3, 5, np.ones(5), False), TypeError, "float32"),
+        ((np.array([0]), np.array([0]), -3, 5, None, False), ValueError, ">= 0"),
+    ],
+)
+def test_csr_kernel_refuses_bad_input(
+    k: ModuleType, args: tuple[object, ...], err: type[Exception], match: str
+) -> None:
+    with pytest.raises(err, match=match):
+        k.mean_csr(*args)
+
+
+# --- to_block's relabelling -----------------------------------------------------------------
+
+
+def _block_fields(b: object) -> list[np.ndarray]:
+    return [getattr(b, f) for f in ("src_nid", "dst_nid", "edge_src", "edge_dst", "eid")]
+
+
+@pytest.mark.parametrize(("nd", "e", "span"), [(300, 5000, 10**6), (5, 0, 100), (40, 400, 2**40)])
+def test_to_block_equal_on_both_paths(
+    path: str, nd: int, e: int, span: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dense relabelling (1M IDs) and the sorted one (IDs up to 2**40) alike."""
+    rng = np.random.default_rng(nd)
+    ids = rng.choice(span, nd + 3 * e + 1, replace=False)
+    dst_nid = ids[:nd]
+    idx = rng.integers(0, nd, e) if nd else np.empty(0, np.int64)
+    src = ids[rng.integers(0, len(ids), e)]
+    got = [
+        to_block(dst_nid, src, dst_nid[idx], np.arange(e)),
+        to_block(dst_nid, src, None, np.arange(e), dst_index=idx),
+    ]
+    monkeypatch.setenv("DISTGNN_NATIVE", "0")
+    native.kernels.cache_clear()
+    ref = to_block(dst_nid, src, dst_nid[idx], np.arange(e))
+    for b in got:
+        for x, y in zip(_block_fields(b), _block_fields(ref), strict=True):
+            assert x.dtype == y.dtype == np.int64
+            np.testing.assert_array_equal(x, y)
+
+
+def test_to_block_errors_are_the_same_on_both_paths(path: str) -> None:
+    with pytest.raises(ConfigError, match="destination node IDs must be unique"):
+        to_block(np.array([4, 7, 4]), np.array([1]), np.array([4]), np.array([0]))
+    with pytest.raises(ConfigError, match="a destination is not among the seeds"):
+        to_block(np.array([4, 7]), np.array([1, 2]), np.array([4, 5]), np.array([0, 1]))
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((np.array([3]), np.array([1]), np.array([3]), 3), "destination node ID is out of range"),
+        ((np.array([0]), np.array([5]), None, 3), "edge's node ID is out of range"),
+        ((np.array([0]), np.array([-1]), None, 3), "edge's node ID is out of range"),
+        ((np.array([0]), np.array([1]), np.array([7]), 3), "not among the seeds"),
+        ((np.array([0]), np.array([1, 2]), np.array([0]), 3), "differ in length"),
+    ],
+)
+def test_relabel_kernel_refuses_bad_input(
+    k: ModuleType, args: tuple[object, ...], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        k.relabel(*args)
