@@ -53,6 +53,9 @@ DTYPES: frozenset[str] = frozenset(
     }
 )
 """dtypes allowed in buffers (little-endian native on every supported platform)."""
+_NAME = {np.dtype(n): n for n in DTYPES}
+"""Each allowed dtype's wire name (``dtype.name`` is a Python-level property: ~6 us)."""
+_DTYPE = {n: np.dtype(n) for n in DTYPES}
 
 
 class MsgType(IntEnum):
@@ -197,8 +200,11 @@ the codec allocate one."""
 
 
 def _as_buffer(a: np.ndarray | Gathered) -> np.ndarray | Gathered:
-    if a.dtype.name not in DTYPES:
-        raise ProtocolError(f"dtype {a.dtype} is not allowed on the wire")
+    if a.dtype not in _NAME:
+        native = a.dtype.newbyteorder("=")
+        if isinstance(a, Gathered) or native not in _NAME:
+            raise ProtocolError(f"dtype {a.dtype} is not allowed on the wire")
+        return np.ascontiguousarray(a, dtype=native)  # the wire is little-endian
     return a if isinstance(a, Gathered) else np.ascontiguousarray(a)
 
 
@@ -216,7 +222,7 @@ def encode(
     if len(arrays) > lim.max_bufs:
         raise ProtocolError(f"{len(arrays)} buffers exceed the limit of {lim.max_bufs}")
     meta = dict(meta)
-    meta["bufs"] = [[a.dtype.name, list(a.shape)] for a in arrays]
+    meta["bufs"] = [[_NAME[a.dtype], list(a.shape)] for a in arrays]
     mbytes = json.dumps(meta, separators=(",", ":")).encode()
     if len(mbytes) > lim.max_meta:
         raise ProtocolError(f"metadata of {len(mbytes)} bytes exceeds {lim.max_meta}")
@@ -410,7 +416,7 @@ def _parse_meta(raw: bytes, lens: Sequence[int]) -> tuple[dict[str, Any], list[A
                 f"buffer {i}: bad descriptor {str(d)[:80]} (allowed: [dtype, shape] with a "
                 f"dtype of {sorted(DTYPES)} and at most {MAX_NDIM} sizes <= 2**40)"
             )
-        dt = np.dtype(d[0])
+        dt = _DTYPE[d[0]]
         shape = tuple(d[1])
         if math.prod(shape) * dt.itemsize != n:
             raise ProtocolError(f"buffer {i}: {n} bytes do not match {d[0]}{list(shape)}")
