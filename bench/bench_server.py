@@ -91,10 +91,10 @@ class Server:
         self.proc.wait(120)
 
 
-def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int, width: int) -> None:
+def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int, width: int, nodes: int) -> None:
     """A plain socket server: for each ``req``-byte request, send ``nbytes`` back; with
-    ``width`` (floats per row), gather that many bytes of random rows of a table of the
-    benchmark's size into a fresh buffer first, as a server answering a pull must."""
+    ``width`` (floats per row), gather that many bytes of random rows of a ``nodes``-row
+    table into a fresh buffer first, as a server answering a pull must."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(1)
@@ -105,8 +105,8 @@ def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int, width: int) 
     table = rows = None
     if width:
         n = nbytes // (4 * width)
-        table = np.ones((RAW_TABLE_ROWS, width), np.float32)
-        rows = np.random.default_rng(3).integers(0, RAW_TABLE_ROWS, (reps, n))
+        table = np.ones((nodes, width), np.float32)
+        rows = np.random.default_rng(3).integers(0, nodes, (reps, n))
     rbuf = bytearray(req)
     conn.settimeout(600)
     for r in range(reps):
@@ -125,17 +125,13 @@ def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int, width: int) 
     ls.close()
 
 
-RAW_TABLE_ROWS = 150_000
-"""Rows of the table the gathering raw sender reads from (the default --nodes)."""
-
-
 class RawPeer:
     """Client side of the plain-socket baseline (same request and answer sizes)."""
 
-    def __init__(self, nbytes: int, reps: int, req: int, width: int = 0) -> None:
+    def __init__(self, nbytes: int, reps: int, req: int, width: int = 0, nodes: int = 0) -> None:
         ctx = mp.get_context("spawn")
         self.q: mp.Queue = ctx.Queue()
-        self.p = ctx.Process(target=_raw_sender, args=(self.q, nbytes, reps, req, width))
+        self.p = ctx.Process(target=_raw_sender, args=(self.q, nbytes, reps, req, width, nodes))
         self.p.start()
         self.s = socket.create_connection(("127.0.0.1", self.q.get(timeout=120)), timeout=60)
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -178,7 +174,7 @@ def bench_pull(
     rng = np.random.default_rng(1)
     nbytes = batch * dim * 4
     raw = RawPeer(nbytes, reps * (run + 1), batch * 8)
-    rawg = RawPeer(nbytes, reps * (run + 1), batch * 8, dim)
+    rawg = RawPeer(nbytes, reps * (run + 1), batch * 8, dim, nodes)
     pulls, raws, rawgs, ratios, gratios = [], [], [], [], []
     try:
         with initialize(servers=[srv.addr], token=srv.token) as ctx:
