@@ -145,3 +145,33 @@ def test_a_checkpoint_carries_the_table_and_the_optimizer_state_and_resume_write
     assert dense.sparse is None
     with pytest.raises(ConfigError, match=r"sparseEmbedding"):
         resume(c, CTX, dense.model, torch.optim.Adam(dense.model.parameters()), dense.sparse)
+
+
+@pytest.mark.s3
+def test_the_sparse_checkpoint_goes_to_s3_and_comes_back(
+    served: TrainGraph,
+    s3,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--checkpoint-url s3://...``: the trainers' rows go to the object store (real
+    SeaweedFS, credentials from the environment) beside the checkpoint and come back."""
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    c = cfg(checkpoint_url=s3.url("sparse-ck"))
+    task = typed_task(c, served, CTX)
+    assert task.sparse is not None and task.sparse.opt is not None
+    opt = torch.optim.Adam(task.model.parameters(), lr=0.02)
+    every = torch.arange(AUTHORS)
+    power = task.sparse.opt._state["node_emb_author"][2]
+    power[every] = torch.rand(AUTHORS, HIDDEN)
+    saved, saved_power = table(served), power[every].clone()
+    save_epoch(c, CTX, 0, task.model, opt, lambda: task.checkpoint, task.sparse)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3.storage_options())
+    keys = fs.find(f"{s3.bucket}/sparse-ck")
+    assert any(k.endswith("ckpt-epoch-00000.sparse/optimizer_0/meta.json") for k in keys), keys
+    task.sparse.tables["author"].tensor[every] = torch.zeros(AUTHORS, HIDDEN)
+    power[every] = torch.zeros(AUTHORS, HIDDEN)
+    assert resume(c, CTX, task.model, opt, task.sparse) == 1
+    assert torch.equal(table(served), saved) and torch.equal(power[every], saved_power)

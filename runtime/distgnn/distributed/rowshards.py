@@ -296,6 +296,7 @@ def load(
     every folder ``RANK, RANK+world, ... < saved_world`` must be there and say so.
     Returns the first folder read (None: none)."""
     first: Saved | None = None
+    own: Saved | None = None
     if saved_world is None:
         own = read(rank_url(f, rank))
         if own is None:
@@ -306,7 +307,7 @@ def load(
     else:
         ranks = list(range(rank, saved_world, world))
     for r in ranks:
-        s = read(rank_url(f, r))
+        s = own if r == rank and own is not None else read(rank_url(f, r))
         if s is None:
             where = storage.redact(storage.join(rank_url(f, r), META))
             raise StorageError(f"{where}: missing (trainer {r}'s rows were not saved)")
