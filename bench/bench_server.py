@@ -1,6 +1,7 @@
 """Graph-server benchmark: feature-pull bandwidth vs raw loopback TCP, memory, sampling.
 
     python bench/bench_server.py [--nodes 150000] [--dims 128,512,1024] [--batch 10000] [--reps 15]
+        [--pull-only]
 
 1. A generated graph (random edges, float32 features of each dimension) is partitioned
    into ONE partition and served by one ``distgnn serve`` (1 worker) on 127.0.0.1.
@@ -320,6 +321,9 @@ def main() -> None:
         action="store_true",
         help="only compare pulls over TCP with a co-located trainer's shared-memory reads",
     )
+    ap.add_argument(
+        "--pull-only", action="store_true", help="only the pull table (no memory, no sampling)"
+    )
     a = ap.parse_args()
     dims = [int(d) for d in a.dims.split(",")]
     os.environ.setdefault("DISTGNN_LOG_LEVEL", "WARNING")
@@ -351,6 +355,8 @@ def main() -> None:
                     f"| {d} | {a.batch} | {nbytes / 1e6:.1f} | {pull:.2f} | {raw:.2f} | "
                     f"{100 * ratio:.0f}% | {rawg:.2f} | {100 * gratio:.0f}% |"
                 )
+            if a.pull_only:
+                return
             samp = bench_sampling(manifest, srv, a.nodes, max(3, a.reps // 3))
         finally:
             srv.stop()
