@@ -94,8 +94,12 @@ class Server:
 
 def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int, width: int, nodes: int) -> None:
     """A plain socket server: for each ``req``-byte request, send ``nbytes`` back; with
-    ``width`` (floats per row), gather that many bytes of random rows of a ``nodes``-row
-    table into a fresh buffer first, as a server answering a pull must."""
+    ``width`` (floats per row), those bytes are random rows of a ``nodes``-row table,
+    gathered and sent as a server answers a pull of rows narrower than 4 KiB: by
+    ``BLOCK_BYTES`` blocks, each gathered by the process's row gatherer (its threads)."""
+    from distgnn.rpc.gather import default_gatherer
+    from distgnn.rpc.protocol import BLOCK_BYTES
+
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(1)
@@ -119,8 +123,14 @@ def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int, width: int, 
                 ls.close()
                 return
             got += n
-        if table is not None and rows is not None:
-            payload = np.take(table, rows[r], 0, mode="clip")
+        if table is not None and rows is not None:  # as the server: its gather, by block
+            gatherer = default_gatherer()
+            step = max(1, BLOCK_BYTES // (4 * width))
+            buf = np.empty((min(step, rows.shape[1]), width), np.float32)
+            for i in range(0, rows.shape[1], step):
+                blk = rows[r, i : i + step]
+                conn.sendall(gatherer.gather(table, blk, buf[: len(blk)]).data.cast("B"))
+            continue
         conn.sendall(payload)
     conn.close()
     ls.close()
