@@ -20,6 +20,7 @@ import aiohttp.web
 import jsonpatch
 import kmock
 import yaml
+from tests.support.apiserver_defaults import apply_defaults
 
 from distgnn import contract
 from distgnn_operator.quantity import QuantityError, canonical
@@ -181,6 +182,8 @@ class StampingEmulator(kmock.KubernetesEmulator):
         builtin = getattr(request.resource, "group", None) != contract.API_GROUP
         if request.resource is not None and isinstance(request.data, dict) and builtin:
             server_rewrites(request.data)  # built-in kinds only: CRD fields are kept as sent
+            if request.action == kmock.action.CREATE and not request.subresource:
+                apply_defaults(request.data)  # what SetDefaults_* add, as a real server
         if request.resource is not None and isinstance(request.data, dict):
             rv = str(next(_RV))
             md = request.data.setdefault("metadata", {})
