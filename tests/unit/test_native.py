@@ -382,3 +382,32 @@ def test_relabel_kernel_refuses_bad_input(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         k.relabel(*args)
+
+
+def test_malformed_sample_requests_are_refused_before_any_kernel(
+    path: str, cora_path: Path, tmp_path: Path
+) -> None:
+    """The handler validates seeds and fields first: an ERROR answer (TensorError) on
+    either path, never a crash; unusual but valid input is answered."""
+    from distgnn.server.store import TensorError
+
+    with handlers_on(partition_cora(tmp_path, cora_path, 1), 0) as h:
+        s, n = MsgType.SAMPLE_NEIGHBORS, h.g.n_owned
+        bad_seeds = [
+            np.array([0.5, 1.0]),
+            np.zeros((2, 2), np.int64),
+            np.array([-1, 3]),
+            np.array([n]),
+            np.array([2**62]),
+            np.array([2**64 - 1], np.uint64),
+        ]
+        for seeds in bad_seeds:
+            with pytest.raises(TensorError, match="seeds"):
+                h.handle(s, {"fanout": 5, "runs": True}, [seeds])
+        with pytest.raises(TensorError, match="missing buffer"):
+            h.handle(s, {"fanout": 5}, [])
+        # valid: small integer types, the largest fanout, nothing to sample
+        for seeds, f in ((np.array([3, 1], np.int8), 2**31 - 1), (np.empty(0, np.int64), 4)):
+            _, (_, eid, _, run_len) = h.handle(s, {"fanout": f, "runs": True}, [seeds])
+            deg = h.g.indptr[seeds.astype(np.int64) + 1] - h.g.indptr[seeds.astype(np.int64)]
+            assert len(eid) == int(run_len.sum()) == int(deg.sum())
