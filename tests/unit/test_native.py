@@ -147,6 +147,9 @@ def test_sampling_kernel_edge_cases(k: ModuleType) -> None:
     # degree < fanout: all its edges; int32 seeds are converted
     got = native.sample_uniform_runs(k, indptr, np.array([1, 0], np.int32), 10, False, rng)
     np.testing.assert_array_equal(got[0], [0, 1, 2])
+    # a fanout far above every degree: every edge, no set sized by the fanout
+    got = native.sample_uniform_runs(k, indptr, np.array([1]), 2**63 - 1, False, rng)
+    np.testing.assert_array_equal(got[0], [0, 1, 2])
     # huge degrees and positions (2**40 edges of one node, starting at 2**50)
     big = np.array([2**50, 2**50 + 2**40], np.int64)
     for f in (15, 60):
@@ -227,6 +230,8 @@ def test_every_edge_is_equally_likely(k: ModuleType, deg: int, f: int, replace: 
         ((np.empty(0, np.int64), np.array([0]), 2, False, 1), ValueError, "empty"),
         (("abc", np.array([0]), 2, False, 1), TypeError, "indptr"),
         ((np.array([0, 2]), np.array([0]), 2**70, False, 1), OverflowError, "too big|overflow"),
+        ((np.array([0, 2**61]), np.array([0, 0, 0, 0]), -1, False, 1), ValueError, "too large"),
+        ((np.array([0, 2]), np.array([0] * 5), 2**62, True, 1), ValueError, "too large"),
     ],
 )
 def test_sampling_kernel_refuses_bad_input(
