@@ -1,6 +1,7 @@
 """Graph-server benchmark: feature-pull bandwidth vs raw loopback TCP, memory, sampling.
 
     python bench/bench_server.py [--nodes 150000] [--dims 128,512,1024] [--batch 10000] [--reps 15]
+        [--pull-only]
 
 1. A generated graph (random edges, float32 features of each dimension) is partitioned
    into ONE partition and served by one ``distgnn serve`` (1 worker) on 127.0.0.1.
@@ -8,7 +9,10 @@
    plain socket sender/receiver in another process moving the same message sizes into a
    fresh buffer each time (as a pull must return a new tensor). Rounds of back-to-back
    pulls and back-to-back raw requests alternate, so both are steady-state figures under
-   the same machine load; the ratio is the median over rounds.
+   the same machine load; the ratio is the median over rounds. A third sender first
+   gathers the answer's bytes from random rows of a table of the same size (the work a
+   server does for a pull of rows narrower than 4 KiB), so pull / (raw + gather) is
+   what the protocol and the Python around it cost.
 3. Memory: the sum of PSS (psutil ``memory_full_info``) over the server's processes,
    after every worker touched every row, vs the partition's file size, for 1 and 4 workers.
 4. One-hop ``sample_neighbors`` throughput (seeds/s, fanout 10), standalone and via server.
@@ -88,8 +92,14 @@ class Server:
         self.proc.wait(120)
 
 
-def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int) -> None:
-    """A plain socket server: for each ``req``-byte request, send ``nbytes`` back."""
+def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int, width: int, nodes: int) -> None:
+    """A plain socket server: for each ``req``-byte request, send ``nbytes`` back; with
+    ``width`` (floats per row), those bytes are random rows of a ``nodes``-row table,
+    gathered and sent as a server answers a pull of rows narrower than 4 KiB: by
+    ``BLOCK_BYTES`` blocks, each gathered by the process's row gatherer (its threads)."""
+    from distgnn.rpc.gather import default_gatherer
+    from distgnn.rpc.protocol import BLOCK_BYTES
+
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(1)
@@ -97,9 +107,14 @@ def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int) -> None:
     conn, _ = ls.accept()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     payload = np.ones(nbytes, dtype=np.uint8)
+    table = rows = None
+    if width:
+        n = nbytes // (4 * width)
+        table = np.ones((nodes, width), np.float32)
+        rows = np.random.default_rng(3).integers(0, nodes, (reps, n))
     rbuf = bytearray(req)
     conn.settimeout(600)
-    for _ in range(reps):
+    for r in range(reps):
         view, got = memoryview(rbuf), 0
         while got < req:
             n = conn.recv_into(view[got:])
@@ -108,6 +123,14 @@ def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int) -> None:
                 ls.close()
                 return
             got += n
+        if table is not None and rows is not None:  # as the server: its gather, by block
+            gatherer = default_gatherer()
+            step = max(1, BLOCK_BYTES // (4 * width))
+            buf = np.empty((min(step, rows.shape[1]), width), np.float32)
+            for i in range(0, rows.shape[1], step):
+                blk = rows[r, i : i + step]
+                conn.sendall(gatherer.gather(table, blk, buf[: len(blk)]).data.cast("B"))
+            continue
         conn.sendall(payload)
     conn.close()
     ls.close()
@@ -116,12 +139,12 @@ def _raw_sender(port_q: mp.Queue, nbytes: int, reps: int, req: int) -> None:
 class RawPeer:
     """Client side of the plain-socket baseline (same request and answer sizes)."""
 
-    def __init__(self, nbytes: int, reps: int, req: int) -> None:
+    def __init__(self, nbytes: int, reps: int, req: int, width: int = 0, nodes: int = 0) -> None:
         ctx = mp.get_context("spawn")
         self.q: mp.Queue = ctx.Queue()
-        self.p = ctx.Process(target=_raw_sender, args=(self.q, nbytes, reps, req))
+        self.p = ctx.Process(target=_raw_sender, args=(self.q, nbytes, reps, req, width, nodes))
         self.p.start()
-        self.s = socket.create_connection(("127.0.0.1", self.q.get(timeout=60)), timeout=60)
+        self.s = socket.create_connection(("127.0.0.1", self.q.get(timeout=120)), timeout=60)
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.nbytes, self.ask = nbytes, b"x" * req
 
@@ -144,14 +167,16 @@ class RawPeer:
 
 def bench_pull(
     srv: Server, dim: int, batch: int, reps: int, nodes: int, run: int = 5
-) -> tuple[float, float, float]:
-    """(pull GB/s, raw GB/s, median per-round ratio).
+) -> tuple[float, float, float, float, float]:
+    """(pull GB/s, raw GB/s, median per-round pull/raw, raw + gather GB/s, median
+    per-round pull / (raw + gather)).
 
-    Each round times ``run`` back-to-back pulls, then ``run`` back-to-back raw requests
-    (the first of each run is a warm-up), so both are measured in a loader's steady
-    state and under the same machine load. A lone request after an idle gap also pays
-    the VM's vCPU wake-ups, which say nothing about bandwidth (2-core VM: a 5 MB pull
-    took 1.84 ms back-to-back, 2.08 ms after a 1.3 ms idle gap, 3.30 ms after 5 ms).
+    Each round times ``run`` back-to-back pulls, then ``run`` back-to-back raw requests,
+    then ``run`` raw requests whose sender gathers random rows first (the first of each
+    run is a warm-up), so all are measured in a loader's steady state and under the same
+    machine load. A lone request after an idle gap also pays the VM's vCPU wake-ups,
+    which say nothing about bandwidth (2-core VM: a 5 MB pull took 1.84 ms back-to-back,
+    2.08 ms after a 1.3 ms idle gap, 3.30 ms after 5 ms).
     """
     import torch
 
@@ -160,7 +185,8 @@ def bench_pull(
     rng = np.random.default_rng(1)
     nbytes = batch * dim * 4
     raw = RawPeer(nbytes, reps * (run + 1), batch * 8)
-    pulls, raws, ratios = [], [], []
+    rawg = RawPeer(nbytes, reps * (run + 1), batch * 8, dim, nodes)
+    pulls, raws, rawgs, ratios, gratios = [], [], [], [], []
     try:
         with initialize(servers=[srv.addr], token=srv.token) as ctx:
             t = DistGraph(ctx=ctx).ndata[f"feat{dim}"]
@@ -172,15 +198,19 @@ def bench_pull(
                     out = t[ids]
                     pt.append(time.perf_counter() - t0)
                 rt = [raw.request() for _ in range(run + 1)]
-                p, r = statistics.median(pt[1:]), statistics.median(rt[1:])
+                gt = [rawg.request() for _ in range(run + 1)]
+                p, r, g = (statistics.median(x[1:]) for x in (pt, rt, gt))
                 pulls.append(p)
                 raws.append(r)
+                rawgs.append(g)
                 ratios.append(r / p)
+                gratios.append(g / p)
             assert out.shape == (batch, dim)
     finally:
         raw.close()
-    ratio = statistics.median(ratios)
-    return nbytes / statistics.median(pulls) / 1e9, nbytes / statistics.median(raws) / 1e9, ratio
+        rawg.close()
+    gbs = [nbytes / statistics.median(x) / 1e9 for x in (pulls, raws, rawgs)]
+    return gbs[0], gbs[1], statistics.median(ratios), gbs[2], statistics.median(gratios)
 
 
 def touch_all(srv: Server, dims: list[int], nodes: int, workers: int) -> None:
@@ -301,6 +331,9 @@ def main() -> None:
         action="store_true",
         help="only compare pulls over TCP with a co-located trainer's shared-memory reads",
     )
+    ap.add_argument(
+        "--pull-only", action="store_true", help="only the pull table (no memory, no sampling)"
+    )
     a = ap.parse_args()
     dims = [int(d) for d in a.dims.split(",")]
     os.environ.setdefault("DISTGNN_LOG_LEVEL", "WARNING")
@@ -320,18 +353,20 @@ def main() -> None:
             return
         print(
             "\n| feature dim | batch | payload MB | DistTensor pull GB/s | raw loopback GB/s "
-            "| pull/raw (median of rounds) |"
+            "| pull/raw (median of rounds) | raw + gather GB/s | pull / (raw + gather) |"
         )
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         srv = Server(manifest, 1, tmp)
         try:
             for d in dims:
                 nbytes = a.batch * d * 4
-                pull, raw, ratio = bench_pull(srv, d, a.batch, a.reps, a.nodes)
+                pull, raw, ratio, rawg, gratio = bench_pull(srv, d, a.batch, a.reps, a.nodes)
                 print(
                     f"| {d} | {a.batch} | {nbytes / 1e6:.1f} | {pull:.2f} | {raw:.2f} | "
-                    f"{100 * ratio:.0f}% |"
+                    f"{100 * ratio:.0f}% | {rawg:.2f} | {100 * gratio:.0f}% |"
                 )
+            if a.pull_only:
+                return
             samp = bench_sampling(manifest, srv, a.nodes, max(3, a.reps // 3))
         finally:
             srv.stop()

@@ -66,7 +66,7 @@ ITEMS: list[tuple[str, str, str, str | None]] = [
     (
         "  local rows (shared memory gather)",
         "distgnn.distributed.localread",
-        "LocalReader.gather",
+        "LocalReader.gather_from",
         "feature + label read",
     ),
     (

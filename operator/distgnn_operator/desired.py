@@ -524,9 +524,9 @@ def pod_group(
     if job.spec.trainers.colocate:  # one pod per partition: its server and its trainers
         total = job.spec.partitioning.num_parts
     labels = _labels(contract.LABEL_JOB, job.metadata.name, None, ctx)
+    # scheduler-plugins' PodGroupSpec has minMember, minResources and scheduleTimeoutSeconds
+    # only (a structural CRD: anything else is pruned); the priority is on the pods.
     spec: dict[str, Any] = {"minMember": sp.gang.min_available or total}
-    if sp.priority_class_name:
-        spec["priorityClassName"] = sp.priority_class_name
     return {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",

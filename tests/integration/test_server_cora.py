@@ -15,8 +15,8 @@ import torch
 from servers import Servers, partition_cora, running_servers
 
 from distgnn.distributed import DistGraph, DistTensor, initialize, node_split, sample_neighbors
+from distgnn.distributed.readplan import owners, plan_read
 from distgnn.distributed.sampling import sample_hop_edges
-from distgnn.distributed.tensor import _segment_plan, group
 from distgnn.errors import AuthError, ServerError
 from distgnn.partition.loader import load_partition
 from distgnn.rpc.client import Connection, Timeouts
@@ -54,10 +54,10 @@ def test_every_feature_read_equals_input(srv: Servers, cora_path: Path, new2orig
         # sampler order (random seeds, then ascending runs): long runs are received in
         # place, short ones through a scratch buffer
         mixed = np.concatenate([perm[:300], np.sort(perm[300:])])
-        parts, _ = g.ndata["feat"].policy.locate(mixed)
-        order, b = group(parts, 2)
-        _, scattered, _ = _segment_plan(parts, order, b, np.empty((mixed.size, 3)))
-        assert scattered.size < mixed.size // 2  # most rows received in place
+        pol = g.ndata["feat"].policy
+        parts = owners(mixed, pol.offsets, "node", "_N")
+        plan = plan_read(mixed, parts, pol.offsets, np.empty((mixed.size, 3)))
+        assert plan.scatter.size < mixed.size // 2  # most rows received in place
         np.testing.assert_array_equal(
             g.ndata["feat"][mixed].numpy(), data["feat"][new2orig[0][mixed]]
         )

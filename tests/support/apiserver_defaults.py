@@ -160,6 +160,22 @@ def _job(spec: Obj) -> None:
     _template(spec["template"])
 
 
+SPEC_DEFAULTS = {
+    "StatefulSet": _statefulset,
+    "Service": _service,
+    "NetworkPolicy": _network_policy,
+    "Job": _job,
+}
+
+
+def apply_defaults(obj: Obj) -> None:
+    """Default and normalise the ``spec`` of a created built-in object, in place (kinds
+    other than those in :data:`SPEC_DEFAULTS` are left alone)."""
+    fn = SPEC_DEFAULTS.get(str(obj.get("kind")))
+    if fn is not None and isinstance(obj.get("spec"), dict):
+        fn(obj["spec"])
+
+
 def stored(sent: Obj) -> Obj:
     """The object as the API server stores and returns it after a create of ``sent``."""
     obj = copy.deepcopy(sent)
@@ -167,18 +183,12 @@ def stored(sent: Obj) -> Obj:
     md.update(uid="3f6c-uid", resourceVersion="42", generation=1)
     md["creationTimestamp"] = "2026-01-01T00:00:00Z"
     md["managedFields"] = [{"manager": "distgnn-operator", "operation": "Update"}]
-    spec = obj.get("spec")
+    apply_defaults(obj)
     kind = obj["kind"]
     if kind == "StatefulSet":
-        _statefulset(spec)
         obj["status"] = {"replicas": 0, "availableReplicas": 0}
     elif kind == "Service":
-        _service(spec)
         obj["status"] = {"loadBalancer": {}}
-    elif kind == "NetworkPolicy":
-        _network_policy(spec)
-    elif kind == "Job":
-        _job(spec)
     elif kind == "Secret":
         obj.pop("stringData", None)
         obj["data"] = {"token": "dA=="}

@@ -59,43 +59,77 @@ def test_schema_and_features_match_input(g: DistGraph, cora_path: Path, new2orig
     np.testing.assert_array_equal(g.ndata["feat"][mixed].numpy(), data["feat"][new2orig[0][mixed]])
 
 
-def test_segment_plan_covers_every_row_once() -> None:
-    from distgnn.distributed.tensor import MIN_DIRECT_RUN, _segment_plan, group
+def _check_plan(parts: np.ndarray, nparts: int):
+    """Mark every destination row of a read plan with its partition: each row of the
+    output (or of the scratch, scattered) exactly once, skipped rows never."""
+    from distgnn.distributed.readplan import plan_read
+
+    offsets = np.arange(nparts + 1, dtype=np.int64) * 1000
+    ids = offsets[np.minimum(parts, nparts - 1)] + np.arange(parts.size) % 1000
+    out = np.zeros((parts.size, 2))
+    plan = plan_read(ids, parts, offsets, out)
+    if plan.scratch is not None:
+        plan.scratch[...] = 0  # scratch comes uninitialised
+    for p, dests in plan.dests.items():
+        assert p < nparts and sum(d.shape[0] for d in dests) == plan.ids[p].size
+        at = 0
+        for d in dests:  # each destination gets the rows of its IDs
+            assert np.shares_memory(d, out) or np.shares_memory(d, plan.scratch)
+            d[:, 0] += 1
+            d[:, 1] = plan.ids[p][at : at + d.shape[0]] + offsets[p]
+            at += d.shape[0]
+    plan.scatter_rows(out)
+    read = parts < nparts
+    assert np.all(out[read, 0] == 1) and np.array_equal(out[read, 1], ids[read])
+    assert not out[~read].any()  # skipped positions untouched
+    return plan
+
+
+def test_read_plan_puts_every_row_in_its_place_once() -> None:
+    from distgnn.distributed.readplan import MIN_DIRECT_RUN
 
     rng = np.random.default_rng(5)
+    # sampler order: random seeds, then ascending runs per partition
     parts = np.concatenate(
         [rng.integers(0, 3, 100), np.repeat([0, 1, 2], 500), np.repeat([0, 2], [3, 700])]
-    ).astype(np.int16)
-    out = np.zeros((parts.size, 2))
-    order, b = group(parts, 3)
-    segs, short_pos, tmp = _segment_plan(parts, order, b, out)
-    tmp[...] = 0  # scratch comes uninitialised
-    # mark every destination row with its partition: each row of out or tmp exactly once
-    for p, s in segs.items():
-        assert sum(d.shape[0] for d in s.arrays) == b[p + 1] - b[p]
-        for d in s.arrays:
-            assert np.shares_memory(d, out) or np.shares_memory(d, tmp)
-            d[:, 0] += 1
-            d[:, 1] = p
-    assert np.all(tmp[:, 0] == 1)
-    out[short_pos] = tmp
-    assert np.all(out[:, 0] == 1) and np.array_equal(out[:, 1], parts)
-    assert short_pos.size < 100 + MIN_DIRECT_RUN  # the long runs went in place
-    # no long runs: every row through the scratch array, one destination per partition,
-    # scattered by the grouping order
-    random_parts = rng.integers(0, 3, 5000).astype(np.int16)
-    r_order, r_b = group(random_parts, 3)
-    r_out = np.zeros((5000, 2))
-    r_segs, r_pos, r_tmp = _segment_plan(random_parts, r_order, r_b, r_out)
-    assert np.array_equal(r_pos, r_order) and r_tmp.shape == r_out.shape
-    assert not np.shares_memory(r_tmp, r_out)
-    assert all(len(s.arrays) == 1 for s in r_segs.values()) and len(r_segs) == 3
+    ).astype(np.int8)
+    plan = _check_plan(parts, 3)
+    assert plan.scatter.size < 100 + MIN_DIRECT_RUN  # the long runs went in place
+    # rows skipped (a 4th, never-asked partition), also inside long runs
+    skipped = parts.copy()
+    skipped[rng.random(parts.size) < 0.01] = 3
+    skipped[600:700] = 3
+    _check_plan(skipped, 3)
+    # no long runs: every row through the scratch array, one destination per partition
+    plan = _check_plan(rng.integers(0, 3, 5000).astype(np.int8), 3)
+    assert plan.scratch is not None and plan.scatter.size == 5000
+    assert all(len(d) == 1 for d in plan.dests.values()) and len(plan.dests) == 3
+    _check_plan(np.where(rng.random(5000) < 0.2, 3, rng.integers(0, 3, 5000)).astype(np.int8), 3)
+    # many partitions (a stable sort), one ID, one partition in long runs
+    _check_plan(rng.integers(0, 9, 3000).astype(np.int32), 9)
+    _check_plan(np.zeros(1, np.int8), 2)
+    _check_plan(np.repeat([1, 0], [300, 200]).astype(np.int8), 2)
+
+
+def test_owners_are_the_partition_search() -> None:
+    from distgnn.distributed.readplan import SCAN_PARTS, owners
+
+    rng = np.random.default_rng(3)
+    for nparts in (1, 2, SCAN_PARTS, SCAN_PARTS + 3):
+        offsets = np.r_[0, np.cumsum(rng.integers(0, 50, nparts))].astype(np.int64)
+        offsets[-1] = max(1, offsets[-1])
+        ids = rng.integers(0, offsets[-1], 2000)
+        want = np.searchsorted(offsets, ids, side="right") - 1  # empty partitions too
+        np.testing.assert_array_equal(owners(ids, offsets, "node", "_N"), want)
+        with pytest.raises(ConfigError, match="node IDs out of range"):
+            owners(np.array([int(offsets[-1])]), offsets, "node", "_N")
 
 
 def test_group_is_the_stable_sort_by_partition() -> None:
     """Both ways of grouping (a scan per partition up to GROUP_SCAN_PARTS, a stable sort
     beyond) give the stable sort's order and bounds, empty partitions and IDs included."""
-    from distgnn.distributed.tensor import GROUP_SCAN_PARTS, group
+    from distgnn.distributed.readplan import SCAN_PARTS as GROUP_SCAN_PARTS
+    from distgnn.distributed.readplan import group
 
     rng = np.random.default_rng(11)
     for nparts in range(1, GROUP_SCAN_PARTS + 3):

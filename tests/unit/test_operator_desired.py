@@ -200,6 +200,19 @@ def test_job_children_wiring() -> None:
     assert set(peer.items()) <= set(labels.items())  # the trainers are the allowed peers
 
 
+PODGROUP_SPEC = {"minMember", "minResources", "scheduleTimeoutSeconds"}
+"""scheduler-plugins' ``PodGroupSpec`` (scheduling.x-k8s.io/v1alpha1): its structural CRD
+prunes any other field."""
+
+
+@pytest.mark.parametrize("name", ["job-full", "job-colocated"])
+def test_podgroup_sets_only_fields_its_crd_declares(name: str) -> None:
+    (pg,) = [o for o in cases()[name] if o["kind"] == "PodGroup"]
+    assert pg["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    assert set(pg["spec"]) <= PODGROUP_SPEC and pg["spec"]["minMember"] >= 1
+    assert set(pg) == {"apiVersion", "kind", "metadata", "spec"}
+
+
 def _kinds(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(o["kind"], o["metadata"]["name"]) for o in objs}
 

@@ -44,3 +44,24 @@ def test_thread_count_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         gather.gather_threads()
     monkeypatch.delenv("DISTGNN_GATHER_THREADS")
     assert 1 <= gather.gather_threads() <= min(gather.MAX_THREADS, gather.available_cpus())
+
+
+def test_a_trainer_sizes_the_gatherer_by_its_own_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``set_default_threads`` (a trainer's torch threads) sizes the process's gatherer,
+    unless DISTGNN_GATHER_THREADS is set or the gatherer exists already."""
+    from distgnn.rpc import gather
+
+    monkeypatch.delenv(gather.ENV_GATHER_THREADS, raising=False)
+    monkeypatch.setattr(gather, "available_cpus", lambda: 4)
+    monkeypatch.setattr(gather, "_DEFAULT", None)
+    gather.set_default_threads(1)
+    assert gather.default_gatherer().threads == 1
+    gather.set_default_threads(3)  # already made: kept
+    assert gather.default_gatherer().threads == 1
+    monkeypatch.setattr(gather, "_DEFAULT", None)
+    monkeypatch.setenv(gather.ENV_GATHER_THREADS, "2")
+    gather.set_default_threads(1)
+    assert gather.default_gatherer().threads == 2
+    monkeypatch.setattr(gather, "_DEFAULT", None)
+    monkeypatch.delenv(gather.ENV_GATHER_THREADS)
+    assert gather.default_gatherer().threads == 4  # nobody said: every CPU

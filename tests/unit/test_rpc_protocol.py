@@ -209,3 +209,13 @@ def test_a_slow_reader_cannot_hold_the_sender_past_the_deadline(width: int) -> N
             a.close()
             t.join(10)
         assert time.monotonic() - t0 < 3.0
+
+
+def test_other_byte_orders_travel_as_their_values_and_odd_dtypes_are_refused() -> None:
+    big = np.arange(5, dtype=">f4")
+    f = decode_bytes(encode_bytes(MsgType.PUSH, 1, {}, [big]))
+    assert f.bufs[0].dtype == np.float32
+    np.testing.assert_array_equal(f.bufs[0], np.arange(5, dtype=np.float32))
+    for bad in (np.zeros(2, "V4"), np.zeros(2, [("a", "<f4")]), np.zeros(2, np.complex64)):
+        with pytest.raises(ProtocolError, match="not allowed on the wire"):
+            encode(MsgType.PUSH, 1, {}, [bad])

@@ -182,25 +182,33 @@ class LocalReader:
             return None
         return a
 
+    def table(self, key: str, like: np.ndarray, rows: int) -> np.ndarray | None:
+        """The mapped tensor ``key`` when rows of ``like``'s dtype and row shape can be read
+        from it (``rows``: the partition's rows), else None (read over TCP)."""
+        return self._array(key, like.dtype, tuple(like.shape[1:]), rows)
+
+    def gather_from(self, table: np.ndarray, ids: np.ndarray, dests: Sequence[np.ndarray]) -> None:
+        """Fill ``dests`` (in order) with rows ``ids`` of ``table`` (from :meth:`table`)."""
+        g = default_gatherer()
+        pos = 0
+        for d in dests:
+            n = d.shape[0]
+            g.gather(table, ids[pos : pos + n], d)
+            pos += n
+        s = self.stats
+        s.reads += 1
+        s.rows += pos
+        s.bytes += pos * table.itemsize * math.prod(table.shape[1:])
+
     def gather(self, key: str, ids: np.ndarray, dests: Sequence[np.ndarray], rows: int) -> bool:
         """Fill ``dests`` (in order) with rows ``ids`` of tensor ``key``; False (nothing
         written) when the tensor must be read over TCP. ``rows``: the partition's rows."""
         if not dests:
             return True
-        d0 = dests[0]
-        a = self._array(key, d0.dtype, tuple(d0.shape[1:]), rows)
+        a = self.table(key, dests[0], rows)
         if a is None:
             return False
-        g = default_gatherer()
-        pos = 0
-        for d in dests:
-            n = d.shape[0]
-            g.gather(a, ids[pos : pos + n], d)
-            pos += n
-        s = self.stats
-        s.reads += 1
-        s.rows += pos
-        s.bytes += pos * a.itemsize * math.prod(a.shape[1:])
+        self.gather_from(a, ids, dests)
         return True
 
     def close(self) -> None:

@@ -110,6 +110,8 @@ class _Writer:
     def close(self) -> dict[str, Any]:
         with storage.errors_for(self.url):
             self.f.close()
+        if self.rows != self.shape[0]:
+            raise StorageError(f"{storage.redact(self.url)}: {self.rows} rows, not {self.shape[0]}")
         return {"bytes": self.size, "sha256": self.hash.hexdigest()}
 
 
@@ -135,7 +137,8 @@ def write(
     chunk: int = CHUNK_ROWS,
 ) -> None:
     """Write ``tables`` (their rows ``ids``, pulled ``chunk`` rows at a time) and then
-    ``meta.json`` to the folder ``url``."""
+    ``meta.json`` to the folder ``url`` (a ``meta.json`` already there goes first, so
+    the folder never looks complete while its files are rewritten)."""
     meta: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -144,6 +147,11 @@ def write(
         "world_size": int(world_size),
         "tables": {},
     }
+    meta_url = storage.join(url, META)
+    if storage.exists(meta_url):
+        fs, path = storage.get_fs(meta_url)
+        with storage.errors_for(meta_url):
+            fs.rm(path)
     for i, (name, t) in enumerate(tables.items()):
         ids = np.ascontiguousarray(t.ids, dtype=np.int64)
         rec: dict[str, Any] = {"num_rows": int(t.num_rows), "arrays": {}}
@@ -153,7 +161,7 @@ def write(
             pulls = (dt.pull_numpy(ids[k : k + chunk]) for k in range(0, len(ids), chunk))
             rec["arrays"][an] = _write_array(url, f"t{i}.a{j}.npy", dt.np_dtype, shape, pulls)
         meta["tables"][name] = rec
-    storage.write_bytes(storage.join(url, META), json.dumps(meta, indent=1).encode())
+    storage.write_bytes(meta_url, json.dumps(meta, indent=1).encode())
 
 
 @dataclass

@@ -26,6 +26,7 @@ from distgnn.distributed.context import DistContext, RequestLimits, resolve_ctx
 from distgnn.distributed.featcache import answer_gen
 from distgnn.distributed.localread import LocalReader
 from distgnn.distributed.partition_book import PartitionPolicy
+from distgnn.distributed.readplan import group, owners, plan_read
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import Frame, Into, MsgType, Segments
@@ -127,76 +128,6 @@ def _dest(out: np.ndarray, sel: np.ndarray) -> np.ndarray:
     if _in_place(sel):
         return out[int(sel[0]) : int(sel[-1]) + 1]
     return np.empty((len(sel), *out.shape[1:]), dtype=out.dtype)
-
-
-MIN_DIRECT_RUN = 64
-"""Rows of one partition in a row at least this long are received in place."""
-MAX_SEGMENTS = 8192
-
-
-def _segment_plan(
-    parts: np.ndarray, order: np.ndarray, b: np.ndarray, out: np.ndarray
-) -> tuple[dict[int, Segments], np.ndarray, np.ndarray]:
-    """Where each partition's answer lands: ``(destinations per partition, scatter
-    positions, scratch)``; after the receive, ``out[positions] = scratch``.
-
-    Sampled input nodes are the seeds followed by each hop's new nodes in ascending ID
-    order, i.e. a few long runs per partition (partitions own contiguous ID ranges).
-    Each long run is received straight into its rows of ``out``; the rows of short runs
-    go to the scratch array. IDs without enough long runs (random IDs) go to the
-    scratch array entirely, grouped by partition, and are scattered once.
-    """
-    brk = np.flatnonzero(parts[1:] != parts[:-1]) + 1
-    starts = np.concatenate([[0], brk])
-    ends = np.concatenate([brk, [parts.size]])
-    long = (ends - starts) >= MIN_DIRECT_RUN
-    if brk.size + 1 > MAX_SEGMENTS or int((ends - starts)[long].sum()) * 2 < parts.size:
-        tmp = np.empty_like(out)
-        whole = {p: Segments([tmp[b[p] : b[p + 1]]]) for p in range(len(b) - 1) if b[p + 1] > b[p]}
-        return whole, order, tmp
-    # ``order`` is grouped by partition in position order, so this keeps each
-    # partition's short rows together, in the order they arrive
-    pos_all = order[np.repeat(~long, ends - starts)[order]]
-    tmp = np.empty((pos_all.size, *out.shape[1:]), dtype=out.dtype)
-    run_part = parts[starts]
-    segs: dict[int, Segments] = {}
-    cur = 0
-    for p in range(len(b) - 1):
-        if b[p + 1] == b[p]:
-            continue
-        dests: list[np.ndarray] = []
-        pend = 0
-        for i in np.flatnonzero(run_part == p).tolist():
-            if long[i]:
-                if pend:
-                    dests.append(tmp[cur : cur + pend])
-                    cur, pend = cur + pend, 0
-                dests.append(out[starts[i] : ends[i]])
-            else:
-                pend += int(ends[i] - starts[i])
-        if pend:
-            dests.append(tmp[cur : cur + pend])
-            cur += pend
-        segs[p] = Segments(dests)
-    return segs, pos_all, tmp
-
-
-GROUP_SCAN_PARTS = 4
-"""Up to this many partitions, :func:`group` scans once per partition instead of sorting
-(272k IDs in 2 partitions, a step's feature pull: 0.5 vs 2.0 ms)."""
-
-
-def group(parts: np.ndarray, nparts: int) -> tuple[np.ndarray, np.ndarray]:
-    """(order, bounds): ``order`` sorts by partition (stable: positions ascending within
-    a partition); partition p is ``order[b[p]:b[p+1]]``."""
-    if nparts <= GROUP_SCAN_PARTS:
-        idx = [np.flatnonzero(parts == p) for p in range(nparts)]
-        counts = np.array([len(i) for i in idx], dtype=np.int64)
-        order = np.concatenate(idx) if idx else np.empty(0, np.int64)
-    else:
-        order = np.argsort(parts, kind="stable")
-        counts = np.bincount(parts, minlength=nparts)
-    return order, np.concatenate([[0], np.cumsum(counts)])
 
 
 Gens = dict[int, int | None]
@@ -485,15 +416,17 @@ class DistTensor:
             if check:
                 self._check_gens(check, {}, gens)
             return out, gens
-        parts, local = self.policy.locate(idx)
-        nparts = len(self.policy.offsets) - 1
+        offsets = self.policy.offsets
+        nparts = len(offsets) - 1
+        parts = owners(idx, offsets, self.policy.kind, self.policy.type_str)
         first = int(parts[0])
         reader = self.ctx.local_reader
         lp = reader.part if reader is not None else -1
         if skip is not None:  # a partition of its own that is never asked
-            parts = parts.astype(np.int32)
             parts[skip] = nparts
-        if (parts == first).all() and all(p == first for p in check) and skip is None:
+        one = skip is None and (nparts == 1 or bool((parts == first).all()))
+        if one and all(p == first for p in check):
+            local = idx - offsets[first]
             if first == lp and reader is not None and self._read_local(reader, local, [out]):
                 return out, gens
             cap = self._pull_cap(first)
@@ -515,38 +448,35 @@ class DistTensor:
                 return got, gens  # in-process answer: already a fresh array
             out[...] = got
             return out, gens
-        order, b = group(parts, nparts + (skip is not None))
-        caps = {p: self._pull_cap(p) for p in range(nparts) if b[p + 1] > b[p]}
-        if any(b[p + 1] - b[p] > cap for p, cap in caps.items()):
+        plan = plan_read(idx, parts, offsets, out)
+        if any(len(ids) > self._pull_cap(p) for p, ids in plan.ids.items()):
+            order, b = group(parts, nparts + (skip is not None))
+            local = idx - offsets[np.minimum(parts, nparts - 1)]
+            caps = {p: self._pull_cap(p) for p in plan.ids}
             self._pull_split(local, order, b, out, caps, gen, gens)
             self._check_gens(check, gens, gens)
             return out, gens
-        segs, scatter_pos, scratch = _segment_plan(parts, order, b, out)
-        segs.pop(nparts, None)  # the skipped rows
-        if (
-            reader is not None
-            and lp in segs
-            and self._read_local(reader, local[order[b[lp] : b[lp + 1]]], segs[lp].arrays)
-        ):
-            del segs[lp]
-        calls = {
-            p: self._pull_call(local[order[b[p] : b[p + 1]]], gen, _segments_into(s))
-            for p, s in segs.items()
-        }
+        table = None
+        if reader is not None and lp in plan.ids:
+            table = reader.table(self.key, out, self.policy.part_sizes()[lp])
+        segs = {p: Segments(plan.dests[p]) for p in plan.ids if p != lp or table is None}
+        calls = {p: self._pull_call(plan.ids[p], gen, _segments_into(s)) for p, s in segs.items()}
         for p in check:
-            if p not in calls and not b[p + 1] > b[p]:
+            if p not in calls and p not in plan.ids:
                 calls[p] = self._pull_call(np.empty(0, np.int64), True)
-        for p, f in self.ctx.call_many(calls).items():
+
+        def read_local() -> None:  # while the servers gather and send theirs
+            assert reader is not None and table is not None
+            reader.gather_from(table, plan.ids[lp], plan.dests[lp])
+
+        for p, f in self.ctx.call_many(calls, read_local if table is not None else None).items():
             _note(gens, p, f, gen or p not in segs)
-            if p not in segs:
-                continue
-            if not segs[p].received:  # in-process answer: copy into the destinations
+            if p in segs and not segs[p].received:  # in-process: copy into the destinations
                 pos = 0
                 for d in segs[p].arrays:
                     d[...] = f.bufs[0][pos : pos + d.shape[0]]
                     pos += d.shape[0]
-        if scatter_pos.size:
-            out[scatter_pos] = scratch
+        plan.scatter_rows(out)
         return out, gens
 
     def _check_gens(self, check: Sequence[int], asked: Gens, gens: Gens) -> None:

@@ -93,6 +93,15 @@ _DEFAULT: RowGatherer | None = None
 _DEFAULT_LOCK = threading.Lock()
 
 
+def set_default_threads(threads: int) -> None:
+    """Size the process's gatherer (a trainer: the CPUs its torch threads use), unless
+    ``DISTGNN_GATHER_THREADS`` says otherwise or it gathered already."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None and not os.environ.get(ENV_GATHER_THREADS, "").strip():
+            _DEFAULT = RowGatherer(min(MAX_THREADS, max(1, threads)))
+
+
 def default_gatherer() -> RowGatherer:
     """The process's gatherer (created on first use, sized by :func:`gather_threads`)."""
     global _DEFAULT
