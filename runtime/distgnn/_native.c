@@ -174,7 +174,8 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
     PyObject *res = NULL, *b_pos = NULL, *b_rs = NULL, *b_rl = NULL;
     const int64_t *indptr = vi.buf, *seeds = vs.buf;
     int64_t n = (int64_t)vi.shape[0] - 1, ns = (int64_t)vs.shape[0];
-    int64_t total = 0, nruns = 0;
+    int64_t total = 0, nruns = 0, maxdeg = 0;
+    const int64_t limit = PY_SSIZE_T_MAX / 8;
     const char *err = NULL;
     if (n < 0) err = "indptr must not be empty";
     for (int64_t i = 0; !err && i < ns; i++) {
@@ -182,11 +183,14 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
         if (s < 0 || s >= n) err = "a seed is out of the CSC's range";
         else if (indptr[s] < 0 || indptr[s + 1] < indptr[s]) err = "indptr is not ascending";
         else {
-            int64_t d = indptr[s + 1] - indptr[s];
-            if (fanout < 0) total += d, nruns++;
+            int64_t d = indptr[s + 1] - indptr[s], add = 0;
+            if (d > maxdeg) maxdeg = d;
+            if (fanout < 0) add = d, nruns++;
             else if (fanout == 0) continue;
-            else if (replace) total += d > 0 ? fanout : 0, nruns += d > 0;
-            else total += d < fanout ? d : fanout, nruns++;
+            else if (replace) add = d > 0 ? fanout : 0, nruns += d > 0;
+            else add = d < fanout ? d : fanout, nruns++;
+            if (add > limit - total) err = "the sample is too large";
+            else total += add;
         }
     }
     if (err) {
@@ -200,8 +204,8 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
     if (!b_pos || !b_rs || !b_rl) goto done;
     int64_t *pos = (int64_t *)p_pos, *rs = (int64_t *)p_rs, *rl = (int64_t *)p_rl;
     Set set = {NULL, 0};
-    if (!replace && fanout > LINEAR_MAX) {
-        uint64_t cap = 1;
+    if (!replace && fanout > LINEAR_MAX && maxdeg > fanout) { /* Floyd with a set */
+        uint64_t cap = 1; /* fanout < maxdeg <= total edges: the set is smaller than pos */
         while (cap < (uint64_t)fanout * 2) cap <<= 1;
         set.slot = malloc(cap * sizeof(int64_t));
         if (!set.slot) {
@@ -251,8 +255,8 @@ static PyObject *mean_csr(PyObject *self, PyObject *args) {
     int wide;
     if (!PyArg_ParseTuple(args, "OOnnOp", &o_keys, &o_other, &nkeys, &nother, &o_inv, &wide))
         return NULL;
-    if (nkeys < 0 || nother < 0) {
-        PyErr_SetString(PyExc_ValueError, "node counts must be >= 0");
+    if (nkeys < 0 || nother < 0 || nkeys >= PY_SSIZE_T_MAX / 8) {
+        PyErr_SetString(PyExc_ValueError, "node counts must be >= 0 (and allocatable)");
         return NULL;
     }
     Py_buffer vk, vo, vinv;

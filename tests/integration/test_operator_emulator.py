@@ -815,8 +815,9 @@ async def test_missing_graphserver_fails_after_the_wait(cluster: Cluster) -> Non
 async def test_canonicalised_quantities_are_not_drift(
     cluster: Cluster, operator_args: argparse.Namespace
 ) -> None:
-    """The API server stores 0.5 as 500m and 2048Mi as 2Gi (the emulator does too): passes
-    that change nothing send no PATCH and post no "Updated" event."""
+    """The API server stores 0.5 as 500m and 2048Mi as 2Gi, and drops an env var's empty
+    value (the emulator does too): passes that change nothing send no PATCH and post no
+    "Updated" event."""
     c = cluster
     res = {"requests": {"cpu": "0.5", "memory": "2048Mi"}, "limits": {"memory": "3072Mi"}}
     async with Operator(operator_args):
@@ -824,7 +825,7 @@ async def test_canonicalised_quantities_are_not_drift(
             job_manifest(
                 "q",
                 graph={"partitions": {"manifestURL": "s3://p/q.json"}},
-                servers={"resources": res},
+                servers={"resources": res, "podTemplate": {"env": [{"name": "EMPTY"}]}},
                 trainers={
                     "replicas": 2,
                     "app": {"name": "node-classification", "epochs": 1},

@@ -50,13 +50,19 @@ def _canonical_quantity(v: Any) -> Any:
         return v
 
 
+OMIT_EMPTY = {"env": ("value",), "tolerations": ("key", "operator", "value", "effect")}
+"""List fields whose items' string fields Go's encoder drops when empty."""
+
+
 def server_rewrites(obj: dict[str, Any]) -> None:
     """What the API server rewrites in a stored object (documented behaviour):
 
     * quantities in canonical form (``resources.requests``/``limits``, ``emptyDir.sizeLimit``:
       ``0.5`` -> ``500m``, ``2048Mi`` -> ``2Gi``);
     * a Secret's ``stringData`` merged into base64 ``data`` (write-only field);
-    * ``fieldRef.apiVersion`` defaulted to ``v1``.
+    * ``fieldRef.apiVersion`` defaulted to ``v1``;
+    * an env var's ``value: ""`` and a toleration's empty strings dropped (``omitempty``),
+      on every write, so a client that sends them sees a change on every read.
     """
     if obj.get("kind") == "Secret" or "stringData" in obj:
         plain = obj.pop("stringData", None) or {}
@@ -73,6 +79,12 @@ def server_rewrites(obj: dict[str, Any]) -> None:
                     x[k] = _canonical_quantity(v)
                 elif k == "fieldRef" and isinstance(v, dict):
                     v.setdefault("apiVersion", "v1")
+                elif k in OMIT_EMPTY and isinstance(v, list):
+                    for item in v:  # Go's encoder drops an omitempty string holding ""
+                        for field in OMIT_EMPTY[k]:
+                            if isinstance(item, dict) and item.get(field) == "":
+                                del item[field]
+                    walk(v, k)
                 else:
                     walk(v, k)
         elif isinstance(x, list):

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import re2
 
-from distgnn.api import parse_job, schema, to_dict
+from distgnn.api import parse_graphserver, parse_job, schema, to_dict
 from distgnn.api import types as t
 from distgnn.api.fields import CANONICAL_ETYPE, HTTP_URL, IMAGE_REF, STORAGE_SCHEMES, url_pattern
 from distgnn.errors import ConfigError
@@ -241,6 +241,35 @@ def test_metadata_name_length_rule() -> None:
     rule = _root("DistGNNJob")["x-kubernetes-validations"][0]
     assert cel(rule["rule"], {"metadata": {"name": "a" * 40}}) is True
     assert cel(rule["rule"], {"metadata": {"name": "a" * 41}}) is False
+
+
+@pytest.mark.parametrize("kind", sorted(CRDS))
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("cora", True), ("a-1", True), ("a", True), ("1cora", False), ("a.b", False), ("a-", False)],
+)
+def test_metadata_name_is_a_service_name(kind: str, name: str, ok: bool) -> None:
+    """The API server takes any DNS subdomain as a custom resource's name, but refuses a
+    Service whose name is not an RFC 1035 label, and every resource has Services named
+    ``NAME-...``: such a name is refused at admission (CEL) and by parse_job/GraphServer."""
+    (rule,) = [r for r in _root(kind)["x-kubernetes-validations"] if "matches" in r["rule"]]
+    assert cel(rule["rule"], {"metadata": {"name": name}}) is ok
+    obj = _job() if kind == "DistGNNJob" else copy.deepcopy(GRAPHSERVER)
+    obj["metadata"]["name"] = name
+    parse = parse_job if kind == "DistGNNJob" else parse_graphserver
+    if ok:
+        parse(obj)
+    else:
+        with pytest.raises(ConfigError, match=r"metadata\.name"):
+            parse(obj)
+
+
+GRAPHSERVER: Obj = {
+    "apiVersion": "distgnn.dev/v1alpha1",
+    "kind": "GraphServer",
+    "metadata": {"name": "cora"},
+    "spec": {"graph": {"partitions": {"manifestURL": "s3://graphs/cora.json"}}},
+}
 
 
 # --- patterns: RE2 (API server) and Python re (local mode) agree ---------------------------

@@ -147,6 +147,9 @@ def test_sampling_kernel_edge_cases(k: ModuleType) -> None:
     # degree < fanout: all its edges; int32 seeds are converted
     got = native.sample_uniform_runs(k, indptr, np.array([1, 0], np.int32), 10, False, rng)
     np.testing.assert_array_equal(got[0], [0, 1, 2])
+    # a fanout far above every degree: every edge, no set sized by the fanout
+    got = native.sample_uniform_runs(k, indptr, np.array([1]), 2**63 - 1, False, rng)
+    np.testing.assert_array_equal(got[0], [0, 1, 2])
     # huge degrees and positions (2**40 edges of one node, starting at 2**50)
     big = np.array([2**50, 2**50 + 2**40], np.int64)
     for f in (15, 60):
@@ -227,6 +230,8 @@ def test_every_edge_is_equally_likely(k: ModuleType, deg: int, f: int, replace: 
         ((np.empty(0, np.int64), np.array([0]), 2, False, 1), ValueError, "empty"),
         (("abc", np.array([0]), 2, False, 1), TypeError, "indptr"),
         ((np.array([0, 2]), np.array([0]), 2**70, False, 1), OverflowError, "too big|overflow"),
+        ((np.array([0, 2**61]), np.array([0, 0, 0, 0]), -1, False, 1), ValueError, "too large"),
+        ((np.array([0, 2]), np.array([0] * 5), 2**62, True, 1), ValueError, "too large"),
     ],
 )
 def test_sampling_kernel_refuses_bad_input(
@@ -377,3 +382,32 @@ def test_relabel_kernel_refuses_bad_input(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         k.relabel(*args)
+
+
+def test_malformed_sample_requests_are_refused_before_any_kernel(
+    path: str, cora_path: Path, tmp_path: Path
+) -> None:
+    """The handler validates seeds and fields first: an ERROR answer (TensorError) on
+    either path, never a crash; unusual but valid input is answered."""
+    from distgnn.server.store import TensorError
+
+    with handlers_on(partition_cora(tmp_path, cora_path, 1), 0) as h:
+        s, n = MsgType.SAMPLE_NEIGHBORS, h.g.n_owned
+        bad_seeds = [
+            np.array([0.5, 1.0]),
+            np.zeros((2, 2), np.int64),
+            np.array([-1, 3]),
+            np.array([n]),
+            np.array([2**62]),
+            np.array([2**64 - 1], np.uint64),
+        ]
+        for seeds in bad_seeds:
+            with pytest.raises(TensorError, match="seeds"):
+                h.handle(s, {"fanout": 5, "runs": True}, [seeds])
+        with pytest.raises(TensorError, match="missing buffer"):
+            h.handle(s, {"fanout": 5}, [])
+        # valid: small integer types, the largest fanout, nothing to sample
+        for seeds, f in ((np.array([3, 1], np.int8), 2**31 - 1), (np.empty(0, np.int64), 4)):
+            _, (_, eid, _, run_len) = h.handle(s, {"fanout": f, "runs": True}, [seeds])
+            deg = h.g.indptr[seeds.astype(np.int64) + 1] - h.g.indptr[seeds.astype(np.int64)]
+            assert len(eid) == int(run_len.sum()) == int(deg.sum())

@@ -17,6 +17,9 @@ Quantity = NewType("Quantity", str)
 """A Kubernetes resource quantity (``500m``, ``2Gi`` or an integer)."""
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+"""A Service name (RFC 1035: starts with a letter); a resource's Services are NAME-...,
+so its name must be one too."""
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"

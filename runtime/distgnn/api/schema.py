@@ -14,6 +14,7 @@ from typing import Any
 from distgnn import contract
 from distgnn.api import types as t
 from distgnn.api.fields import (
+    DNS_1035_LABEL,
     QUANTITY,
     Meta,
     Quantity,
@@ -153,7 +154,14 @@ def resource_schema(spec_cls: Any, status_cls: Any) -> dict[str, Any]:
             {
                 "rule": f"size(self.metadata.name) <= {JOB_NAME_MAX}",
                 "message": f"metadata.name must be at most {JOB_NAME_MAX} characters",
-            }
+            },
+            {
+                # the API server takes any DNS subdomain as a name, but the Services named
+                # after the resource must be RFC 1035 labels (no dots, a letter first)
+                "rule": f"self.metadata.name.matches('{DNS_1035_LABEL}')",
+                "message": "metadata.name must start with a letter and hold only lower-case "
+                "letters, digits and '-' (its Services are named after it)",
+            },
         ],
     }
 

@@ -19,6 +19,7 @@ from typing import Any
 from distgnn import contract
 from distgnn.api import types as t
 from distgnn.api.fields import (
+    DNS_1035_LABEL,
     DNS_LABEL,
     QUANTITY,
     Meta,
@@ -228,11 +229,12 @@ def _metadata(obj: Mapping[str, Any], errs: _Errors) -> t.ObjectMeta:
     if not isinstance(name, str) or not name:
         errs.add("metadata.name", "is required")
         name = ""
-    elif len(name) > JOB_NAME_MAX or not re.match(DNS_LABEL, name):
+    elif len(name) > JOB_NAME_MAX or not re.match(DNS_1035_LABEL, name):
         errs.add(
             "metadata.name",
             f"{short(name)} must be a DNS label of at most {JOB_NAME_MAX} "
-            "characters (lower-case letters, digits, '-')",
+            "characters (lower-case letters, digits, '-') starting with a letter "
+            "(its Services are named after it)",
         )
     ns = md.get("namespace")
     if ns is None:
