@@ -192,6 +192,15 @@ class _GraphServerView:
     missing: bool
 
 
+@dataclass(frozen=True)
+class Applied:
+    """What :meth:`Reconciler.apply` did."""
+
+    changes: int
+    conflicts: list[str] = field(default_factory=list)
+    """children that could not be created: somebody else's object holds the name"""
+
+
 class Reconciler:
     """Reconciles DistGNNJobs and GraphServers."""
 
@@ -226,14 +235,15 @@ class Reconciler:
         emit: Emit,
         *,
         prune: bool = True,
-    ) -> int:
-        """Create missing children, patch drifted ones, delete the rest; returns changes.
+    ) -> Applied:
+        """Create missing children, patch drifted ones, delete the rest.
 
         Drift compares only the fields we set, quantities in canonical form
         (:mod:`distgnn_operator.drift`), so what the API server defaults or rewrites is
         not drift and a pass where nothing changed writes nothing.
         """
         changes = 0
+        conflicts: list[str] = []
         keys = set()
         for obj in want:
             md = obj["metadata"]
@@ -244,8 +254,13 @@ class Reconciler:
                 try:
                     await self.api.create(drift.canonicalize(obj))
                 except ApiError as e:
-                    if e.status != 409:  # 409: an old one still terminating; next pass
+                    if e.status != 409:
                         raise
+                    # 409: an earlier incarnation's child still terminating or awaiting
+                    # garbage collection (next pass), or somebody else's object
+                    foreign = await self._foreign(obj)
+                    if foreign:
+                        conflicts.append(foreign)
                     continue
                 emit("Normal", "Created", f"created {obj['kind']} {md['name']}")
                 changes += 1
@@ -263,13 +278,33 @@ class Reconciler:
                     emit("Normal", "Updated", f"updated {obj['kind']} {md['name']}")
                     changes += 1
         if not prune:
-            return changes
+            return Applied(changes, conflicts)
         for (kind, name), cur in have.items():
             if (kind, name) not in keys:
                 await self._delete(kind, cur["metadata"]["namespace"], name)
                 emit("Normal", "Deleted", f"deleted {kind} {name}")
                 changes += 1
-        return changes
+        return Applied(changes, conflicts)
+
+    async def _foreign(self, obj: dict[str, Any]) -> str | None:
+        """Why a child that could not be created is in the way, or None when it is ours to
+        wait for: terminating, or controlled by an earlier resource of the same kind and
+        name (garbage collection removes it)."""
+        md = obj["metadata"]
+        cur = await self.api.get(obj["kind"], md["namespace"], md["name"])
+        if cur is None or (cur.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        owner = next(r for r in md["ownerReferences"] if r.get("controller"))
+        refs = (cur.get("metadata") or {}).get("ownerReferences") or []
+        ctl = next((r for r in refs if r.get("controller")), None)
+        if ctl is not None and (ctl.get("kind"), ctl.get("name")) == (owner["kind"], owner["name"]):
+            return None
+        by = f"{ctl.get('kind')} {ctl.get('name')}" if ctl else "nothing"
+        return (
+            f"{obj['kind']} {md['name']} already exists and is controlled by {by}, not by "
+            f"{owner['kind']} {owner['name']}: delete or rename it, or rename the "
+            f"{owner['kind']}"
+        )
 
     async def _delete(self, kind: str, ns: str, name: str) -> None:
         await self.api.delete(kind, ns, name)
@@ -478,7 +513,12 @@ class Reconciler:
                 new = s.job_status(obs, old, iso(now))
             else:
                 # an attached job whose GraphServer is gone keeps what it has
-                await self.apply(want, have, emit, prune=gs_name is None or gs.info is not None)
+                done = await self.apply(
+                    want, have, emit, prune=gs_name is None or gs.info is not None
+                )
+                if done.conflicts:
+                    obs = dataclasses.replace(obs, conflict="; ".join(done.conflicts))
+                    new = s.job_status(obs, old, iso(now))
             if deadline_due is not None:
                 res.due((deadline_due - now).total_seconds())
             if gs_wait_due is not None:
@@ -546,7 +586,10 @@ class Reconciler:
         except ApiError as e:
             if e.status in (403, 404):
                 return _podgroup_message(e)
-            raise
+            if e.status != 409:
+                raise
+            name = pg["metadata"]["name"]
+            return await self._foreign(pg) or f"PodGroup {name} of an earlier job is being deleted"
         have[("PodGroup", pg["metadata"]["name"])] = created or pg
         emit("Normal", "Created", f"created PodGroup {pg['metadata']['name']}")
         return None
@@ -718,7 +761,9 @@ class Reconciler:
             token=token,
             stage=d.Stage(partitioned=not needed or pstate == "succeeded", token_hash=thash),
         )
-        await self.apply(want, have, emit)
+        done = await self.apply(want, have, emit)
+        if done.conflicts:
+            obs = dataclasses.replace(obs, conflict="; ".join(done.conflicts))
         new = s.graphserver_status(obs, old, now)
         res = PassResult(new)
         if await self._patch_status("GraphServer", body, new):

@@ -38,6 +38,7 @@ class Reason:
     TRAINERS_PENDING = "TrainersPending"
     TERMINATING = "AttachedJobs"
     SIDECARS_UNSUPPORTED = "SidecarsUnsupported"
+    RESOURCE_EXISTS = "ResourceExists"
 
 
 WARNING_REASONS = frozenset(
@@ -45,6 +46,7 @@ WARNING_REASONS = frozenset(
         Reason.GS_NOT_FOUND,
         Reason.PODGROUP_UNAVAILABLE,
         Reason.CREDENTIALS_MISSING,
+        Reason.RESOURCE_EXISTS,
         Reason.RESTARTING,
         Reason.TERMINATING,
     }
@@ -92,6 +94,8 @@ class JobObservation:
     credentials_missing: str | None = None
     """name of a ``storage.credentialsSecret`` that does not exist"""
     output_url: str | None = None
+    conflict: str | None = None
+    """children somebody else's objects keep from being created; the job is held"""
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class GraphServerObservation:
     token_secret: str | None = None
     credentials_missing: str | None = None
     """name of a ``storage.credentialsSecret`` that does not exist"""
+    conflict: str | None = None
+    """children somebody else's objects keep from being created"""
 
 
 Cond = tuple[str, str, str, str]
@@ -157,6 +163,8 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
         return "Suspended", Reason.SUSPENDED, "job is suspended"
     if o.podgroup_unavailable:
         return "Pending", Reason.PODGROUP_UNAVAILABLE, o.podgroup_unavailable
+    if o.conflict:
+        return "Pending", Reason.RESOURCE_EXISTS, o.conflict
     if gs and o.graphserver_missing:
         return (
             "Pending",
@@ -344,6 +352,8 @@ def graphserver_status(
         phase, reason, msg = "Failed", Reason.INVALID, o.invalid
     elif o.partition == "failed":
         phase, reason, msg = "Failed", Reason.PARTITION_FAILED, o.partition_message
+    elif o.conflict:
+        phase, reason, msg = "Pending", Reason.RESOURCE_EXISTS, o.conflict
     elif o.credentials_missing and o.servers_ready < o.num_parts:
         phase, reason, msg = (
             "Pending",

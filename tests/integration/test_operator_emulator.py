@@ -941,3 +941,42 @@ async def test_missing_credentials_secret_is_reported(
         await c.create({**CREDS, "metadata": {"name": "missing-creds"}})
         await c.reason("DistGNNJob", "nocreds", "ServersStarting")
         await c.phase("GraphServer", "gsnocreds", "Starting")
+
+
+async def test_a_child_name_held_by_somebody_else_is_reported_and_the_job_held(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """A create that finds the name taken by an object nothing of ours controls (a user's
+    own Service, or a GraphServer of the same name: children are named after their owner)
+    holds the resource Pending with reason ResourceExists naming the object, a Warning
+    event, and goes on once the name is free (was: a silent 409 on every pass)."""
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "taken-server"},
+                "spec": {"clusterIP": "None", "ports": [{"port": 80}]},
+            }
+        )
+        await c.create(
+            job_manifest("taken", graph={"partitions": {"manifestURL": "s3://p/t.json"}})
+        )
+        st = await c.reason("DistGNNJob", "taken", "ResourceExists")
+        assert st["phase"] == "Pending"
+        assert "Service taken-server already exists" in st_msg(st), st_msg(st)
+        assert "not by DistGNNJob taken" in st_msg(st)
+        assert (await c.event("taken", "ResourceExists"))["type"] == "Warning"
+        assert await c.get("StatefulSet", "taken-server") is not None  # the rest is created
+        await c.delete("Service", "taken-server")
+        svc = await c.child("Service", "taken-server")
+        assert svc["metadata"]["ownerReferences"][0]["name"] == "taken"
+        await c.reason("DistGNNJob", "taken", "ServersStarting")
+        # a GraphServer named like the job wants the same Secret, Service and StatefulSet
+        await c.create(_graphserver("taken", 2))
+        st = await c.phase("GraphServer", "taken", "Pending")
+        assert "controlled by DistGNNJob taken, not by GraphServer taken" in str(
+            st["conditions"]
+        ), st
+        assert (await c.event("taken", "ResourceExists"))["type"] == "Warning"

@@ -349,8 +349,9 @@ def test_non_default_values_reach_the_deployment() -> None:
 # annotations, POST core/v1 events, list+watch CRDs); nothing more. The emulator tests
 # check the other direction (every request the operator makes is granted:
 # tests/integration/test_operator_emulator.py's cluster fixture).
-APPLIED = {"list", "create", "patch", "delete"}  # observed by label, created, drift-patched, pruned
-CREATED_ONCE = {"list", "create", "delete"}  # never patched (Secret data, Job templates)
+# observed by label, created, drift-patched, pruned; "get": who holds a name a create found taken
+APPLIED = {"get", "list", "create", "patch", "delete"}
+CREATED_ONCE = {"get", "list", "create", "delete"}  # never patched (Secret data, Job templates)
 NAMESPACED_RULES = {
     (CRD_GROUP, "distgnnjobs"): {"get", "list", "watch", "patch", "delete"},
     (CRD_GROUP, "graphservers"): {"get", "list", "watch", "patch"},
@@ -363,7 +364,7 @@ NAMESPACED_RULES = {
     ("", "services"): APPLIED | {"watch"},
     ("networking.k8s.io", "networkpolicies"): APPLIED | {"watch"},
     ("apps", "statefulsets"): APPLIED | {"watch"},
-    ("", "secrets"): CREATED_ONCE | {"get", "watch"},
+    ("", "secrets"): CREATED_ONCE | {"watch"},
     ("batch", "jobs"): CREATED_ONCE | {"watch"},
     ("", "events"): {"create"},  # kopf only POSTs events
 }

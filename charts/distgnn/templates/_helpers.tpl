@@ -126,16 +126,18 @@ all namespaces, in a Role per namespace otherwise).
   verbs: ["list", "delete"]
 # Children the operator applies (observe by label, create, patch drift, prune): headless
 # Services and the servers' StatefulSets and NetworkPolicies. kopf watches every child kind
-# (label-selected), so a deleted child comes back at once.
+# (label-selected), so a deleted child comes back at once. "get" on every child kind: when
+# a create finds the name taken, the operator reads who controls the object there and
+# reports somebody else's in the resource's status (reason ResourceExists).
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Children created once and never patched: the per-job token Secret, the partitioner and
 # trainer Jobs (immutable templates: recreated on restart). "get" on secrets: a job's
 # storage.credentialsSecret that does not exist is reported in its status.
@@ -144,7 +146,7 @@ all namespaces, in a Role per namespace otherwise).
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # kopf posts Kubernetes events (core/v1, POST only) about handler progress and errors.
 - apiGroups: [""]
   resources: ["events"]
@@ -153,6 +155,6 @@ all namespaces, in a Role per namespace otherwise).
 # Gang scheduling: one PodGroup per job (scheduler-plugins coscheduling), created once.
 - apiGroups: ["scheduling.x-k8s.io"]
   resources: ["podgroups"]
-  verbs: ["list", "create", "delete"]
+  verbs: ["get", "list", "create", "delete"]
 {{- end }}
 {{- end }}
