@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from tests.support.crd_schema import closed
 
 from distgnn.api import schema
 
@@ -92,20 +93,6 @@ def test_unknown_fields_are_preserved_only_where_intended() -> None:
             assert n["type"] == "object" and "properties" not in n, p
 
 
-def _closed(node: Any) -> Any:
-    """A node with undeclared fields forbidden (what the API server prunes from a default)."""
-    if isinstance(node, dict):
-        out = {k: _closed(v) for k, v in node.items() if k != "x-kubernetes-validations"}
-        if (
-            node.get("type") == "object"
-            and "additionalProperties" not in node
-            and not node.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            out["additionalProperties"] = False
-        return out
-    return [_closed(v) for v in node] if isinstance(node, list) else node
-
-
 DEFAULTS = [(k, p, n) for k, p, n in ALL if "default" in n]
 
 
@@ -116,7 +103,7 @@ def test_every_default_is_valid_against_its_own_schema(kind: str, path: str, nod
     """The API server refuses a CRD whose default does not validate (after pruning) against
     the schema it sits in; an object default is also defaulted inside before that."""
     value = copy.deepcopy(node["default"])
-    errors = [e.message for e in jsonschema.Draft4Validator(_closed(node)).iter_errors(value)]
+    errors = [e.message for e in jsonschema.Draft4Validator(closed(node)).iter_errors(value)]
     assert not errors, (path, errors)
     assert ".metadata" not in path, path  # no defaults in metadata
 

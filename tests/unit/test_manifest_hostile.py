@@ -42,7 +42,11 @@ spec:
       labels: {a: b}
       env: [{name: X, value: y}]
       tolerations: [{key: k, operator: Exists}]
-      affinity: {nodeAffinity: {x: [1, 2]}}
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 1
+              preference: {matchExpressions: [{key: zone, operator: In, values: [a]}]}
     app: {name: node-classification, epochs: 1, lr: 0.01, dropout: 0.5, weightDecay: 0.0}
     checkpoint: {url: ckpt}
 """
@@ -146,7 +150,7 @@ def test_depth_and_size_bounds_apply_to_objects_too() -> None:
         deep = [deep]
     obj["spec"]["trainers"]["podTemplate"]["affinity"] = {"x": deep}
     with pytest.raises(ConfigError, match="deeper"):
-        parse_job(obj)
+        parse_job(obj)  # the bound is checked before the affinity's fields
     shared = ["x"] * 10
     for _ in range(8):
         shared = [shared] * 10

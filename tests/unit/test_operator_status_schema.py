@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from tests.support.crd_schema import closed
 from tests.unit.test_operator_status import BASE, TABLE
 
 from distgnn.api import schema
@@ -29,25 +30,9 @@ NOW = "2026-01-01T00:00:00Z"
 LONG = "é" * 3000  # multi-byte: bounds count characters, as the API server does
 
 
-def _closed(node: Any) -> Any:
-    """The schema with ``additionalProperties: false`` wherever the API server prunes."""
-    if isinstance(node, dict):
-        out = {k: _closed(v) for k, v in node.items()}
-        if (
-            node.get("type") == "object"
-            and "additionalProperties" not in node
-            and not node.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(node, list):
-        return [_closed(v) for v in node]
-    return node
-
-
 def _validator(crd: Obj) -> jsonschema.Draft4Validator:
     root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return jsonschema.Draft4Validator(_closed(copy.deepcopy(root["properties"]["status"])))
+    return jsonschema.Draft4Validator(closed(copy.deepcopy(root["properties"]["status"])))
 
 
 JOB = _validator(schema.job_crd())

@@ -67,6 +67,9 @@ class Meta:
     schemes: tuple[str, ...] | None = None
     """URL schemes accepted: the CRD requires a URL with one of them; local mode also
     accepts a plain (relative or absolute) path."""
+    shape: str | None = None
+    """For a free-form (``preserve_unknown``) field: the Kubernetes type whose known
+    fields it may hold (:mod:`distgnn.api.k8s_shapes`), checked when parsed."""
 
     def for_items(self) -> Meta:
         """The bounds a list's items or a map's values get (``item_minimum``/``item_maximum``;

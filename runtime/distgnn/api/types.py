@@ -234,7 +234,10 @@ class PodTemplate:
     node_selector: dict[str, str] | None = fld(None, doc="Pod nodeSelector.", max_length=63)
     tolerations: list[Toleration] | None = fld(None, doc="Pod tolerations.", max_items=32)
     affinity: dict[str, Any] | None = fld(
-        None, doc="Pod affinity (Kubernetes Affinity).", preserve_unknown=True
+        None,
+        doc="Pod affinity (Kubernetes Affinity; fields it does not have are refused).",
+        preserve_unknown=True,
+        shape="Affinity",
     )
     priority_class_name: str | None = fld(None, doc="Pod priorityClassName.", pattern=DNS_SUBDOMAIN)
     service_account_name: str | None = fld(

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from distgnn import contract
+from distgnn.api import k8s_shapes
 from distgnn.api import types as t
 from distgnn.api.fields import (
     DNS_1035_LABEL,
@@ -147,6 +148,8 @@ def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             errs.add(path, "must be a mapping")
             return v
         if m.preserve_unknown:
+            if m.shape is not None:
+                k8s_shapes.check(m.shape, v, path, errs.add)
             return copy.deepcopy(dict(v))
         if len(v) > m.max_items:
             errs.add(path, f"must have at most {m.max_items} entries")
