@@ -15,6 +15,7 @@ from tests.unit.test_train_inprocess import planted_graph
 
 from distgnn.errors import ConfigError, StorageError
 from distgnn.nn import GAT, GraphSAGE
+from distgnn.npy import ShardWriter
 from distgnn.sampling.blocks import to_block
 from distgnn.train import infer_output as fmt
 from distgnn.train.config import TrainConfig
@@ -141,7 +142,7 @@ def test_half_written_run_is_never_taken_and_is_cleaned_by_the_next(tmp_path: Pa
 
 
 def test_shard_writer_refuses_wrong_row_counts(tmp_path: Path) -> None:
-    w = fmt.ShardWriter(str(tmp_path), "a.npy", np.dtype(np.float32), (3, 2))
+    w = ShardWriter(str(tmp_path), "a.npy", np.dtype(np.float32), (3, 2))
     w.write(np.zeros((2, 2)))
     with pytest.raises(StorageError, match="do not fit"):
         w.write(np.zeros((2, 2)))

@@ -24,10 +24,9 @@ import json
 import logging
 import math
 import os
-import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -77,55 +76,24 @@ class Table:
     tensors: dict[str, Any]
 
 
-class _Writer:
-    """Streams one ``.npy`` file (header first), hashing what it writes."""
-
-    def __init__(self, url: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
-        self.url, self.shape = url, shape
-        self.hash, self.size, self.rows = hashlib.sha256(), 0, 0
-        fs, path = storage.get_fs(url)
-        with storage.errors_for(url):
-            if storage.is_local(url):
-                fs.makedirs(posixpath.dirname(path), exist_ok=True)
-            self.f: BinaryIO = fs.open(path, "wb")
-        head = io.BytesIO()
-        header = {
-            "descr": np.lib.format.dtype_to_descr(dtype),
-            "fortran_order": False,
-            "shape": shape,
-        }
-        np.lib.format.write_array_header_1_0(head, header)
-        self._put(head.getvalue())
-
-    def _put(self, data: bytes | memoryview) -> None:
-        with storage.errors_for(self.url):
-            self.f.write(data)
-        self.hash.update(data)
-        self.size += len(data)
-
-    def write(self, rows: np.ndarray) -> None:
-        self._put(np.ascontiguousarray(rows).tobytes())
-        self.rows += len(rows)
-
-    def close(self) -> dict[str, Any]:
-        with storage.errors_for(self.url):
-            self.f.close()
-        if self.rows != self.shape[0]:
-            raise StorageError(f"{storage.redact(self.url)}: {self.rows} rows, not {self.shape[0]}")
-        return {"bytes": self.size, "sha256": self.hash.hexdigest()}
-
-
 def _write_array(
     url: str, rel: str, dtype: np.dtype, shape: tuple[int, ...], chunks: Any
 ) -> dict[str, Any]:
-    w = _Writer(storage.join(url, rel), dtype, shape)
+    w = npy.ShardWriter(url, rel, dtype, shape)
     try:
         for c in chunks:
-            w.write(np.asarray(c, dtype=dtype))
+            w.write(c)
     except BaseException:
-        w.f.close()
+        w.abort()
         raise
-    return {"path": rel, "dtype": dtype.name, "shape": list(shape), **w.close()}
+    info = w.close()
+    return {
+        "path": info.path,
+        "dtype": dtype.name,
+        "shape": list(shape),
+        "bytes": info.bytes,
+        "sha256": info.sha256,
+    }
 
 
 def write(

@@ -21,15 +21,13 @@ recorded in the index. No pickle anywhere: ``np.load(f, allow_pickle=False)`` re
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 import logging
-import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -47,71 +45,6 @@ INDEX = "index.json"
 def shard_path(run: str, ntype: str, part: int, array: str) -> str:
     """Path of one shard relative to the output URL."""
     return f"run-{run}/{ntype}/part-{part:05d}/{array}.npy"
-
-
-@dataclass
-class ShardInfo:
-    """One written shard: where, how big, its digest."""
-
-    path: str
-    bytes: int
-    sha256: str
-
-
-class ShardWriter:
-    """Streams one ``.npy`` file of a known shape, chunk by chunk, hashing as it goes."""
-
-    def __init__(self, base: str, rel: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
-        self.url = storage.join(base, rel)
-        self.rel, self.dtype, self.shape = rel, np.dtype(dtype), shape
-        self.rows = 0
-        self.size = 0
-        self.hash = hashlib.sha256()
-        fs, path = storage.get_fs(self.url)
-        try:
-            if storage.is_local(self.url):
-                fs.makedirs(posixpath.dirname(path), exist_ok=True)
-            self.f: BinaryIO = fs.open(path, "wb")
-        except OSError as e:
-            raise StorageError(f"{storage.redact(self.url)}: {e}") from e
-        head = io.BytesIO()
-        np.lib.format.write_array_header_1_0(
-            head, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-                   "shape": shape}
-        )  # fmt: skip
-        self._put(head.getvalue())
-
-    def _put(self, data: bytes | memoryview) -> None:
-        try:
-            self.f.write(data)
-        except OSError as e:
-            raise StorageError(f"{storage.redact(self.url)}: {e}") from e
-        self.hash.update(data)
-        self.size += len(data)
-
-    def write(self, rows: np.ndarray) -> None:
-        a = np.ascontiguousarray(rows, dtype=self.dtype)
-        if a.shape[1:] != self.shape[1:] or self.rows + a.shape[0] > self.shape[0]:
-            raise StorageError(
-                f"{storage.redact(self.url)}: rows {a.shape} do not fit {self.shape}"
-            )
-        self._put(a.tobytes())
-        self.rows += a.shape[0]
-
-    def close(self) -> ShardInfo:
-        if self.rows != self.shape[0]:
-            raise StorageError(
-                f"{storage.redact(self.url)}: {self.rows} rows written, {self.shape[0]} expected"
-            )
-        try:
-            self.f.close()
-        except OSError as e:
-            raise StorageError(f"{storage.redact(self.url)}: {e}") from e
-        return ShardInfo(self.rel, self.size, self.hash.hexdigest())
-
-    def abort(self) -> None:
-        with contextlib.suppress(OSError):
-            self.f.close()
 
 
 @dataclass

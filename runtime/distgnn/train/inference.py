@@ -28,6 +28,7 @@ from distgnn.dataloading.types import graph_typing
 from distgnn.errors import ConfigError, StorageError
 from distgnn.log import kv
 from distgnn.nn import GAT, GraphSAGE
+from distgnn.npy import ShardWriter
 from distgnn.sampling.local import LocalGraph
 from distgnn.train import checkpoint
 from distgnn.train import infer_output as fmt
@@ -273,7 +274,7 @@ def _write_segment(
     if table is not None:
         specs[INPUT_EMBEDDING] = (np.dtype(np.float32), (s.count, int(table.embedding_dim)))
     writers = {
-        a: fmt.ShardWriter(opts.output_url, fmt.shard_path(run, s.ntype, s.part, a), dt, shape)
+        a: ShardWriter(opts.output_url, fmt.shard_path(run, s.ntype, s.part, a), dt, shape)
         for a, (dt, shape) in specs.items()
     }
     try:
