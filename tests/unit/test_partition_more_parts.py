@@ -12,8 +12,13 @@ import pytest
 
 from distgnn.graph.generate import GenerateOptions, generate_graph
 from distgnn.graph.io import graph_from_arrays
-from distgnn.partition.assign import _kway_cut, symmetric_csr, weighted_symmetric_csr
-from distgnn.partition.bisect import Split, bisect_then_halves, induced, second_instance
+from distgnn.partition.assign import (
+    _kway_cut,
+    recursive_split,
+    symmetric_csr,
+    weighted_symmetric_csr,
+)
+from distgnn.partition.bisect import bisect_then_halves, induced, second_instance
 from distgnn.partition.metislib import MetisLib, find_metis
 from distgnn.partition.partitioner import partition_graph
 from distgnn.partition.refine import GROUP_SLACK, IMBALANCE
@@ -29,20 +34,6 @@ def system_metis() -> MetisLib:
         if other is None:
             pytest.skip("no second METIS instance (dlmopen) on this host")
     return lib
-
-
-def split_with(seed: int) -> Split:
-    def split(
-        x: np.ndarray,
-        a: np.ndarray,
-        w: np.ndarray | None,
-        v: np.ndarray | None,
-        k: int,
-        lib: MetisLib,
-    ) -> tuple[np.ndarray, int]:
-        return _kway_cut(x, a, k, v, seed, lib, w, recursive=True)
-
-    return split
 
 
 def band_graph(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +74,7 @@ def test_halves_at_once_are_seeded_balanced_and_cut_as_reported(
     runs = []
     with caplog.at_level(logging.INFO, logger="distgnn.partition"):
         for _ in range(3):  # each run: the halves in two threads, two METIS instances
-            runs.append(bisect_then_halves(xadj, adj, w, vw, k, lib, split_with(0)))
+            runs.append(bisect_then_halves(xadj, adj, w, vw, k, lib, recursive_split(0)))
     assert any(r.getMessage() == "bisected" for r in caplog.records)
     parts, cut = runs[0]
     # the same partition every time: the two instances draw from their own random state
@@ -105,9 +96,9 @@ def test_odd_parts_and_tiny_graphs_leave_the_recursion_to_metis(
     src, dst = band_graph(3000, seed=1)
     xadj, adj, w = weighted_symmetric_csr(src, dst, 3000, lib.dtype)
     with caplog.at_level(logging.INFO, logger="distgnn.partition"):
-        parts, _ = bisect_then_halves(xadj, adj, w, None, 6 - 1, lib, split_with(0))
+        parts, _ = bisect_then_halves(xadj, adj, w, None, 6 - 1, lib, recursive_split(0))
         tiny = weighted_symmetric_csr(src[:10] % 6, dst[:10] % 6, 6, lib.dtype)
-        bisect_then_halves(*tiny, None, 4, lib, split_with(0))
+        bisect_then_halves(*tiny, None, 4, lib, recursive_split(0))
     assert np.unique(parts).tolist() == [0, 1, 2, 3, 4]
     assert not any(r.getMessage() == "bisected" for r in caplog.records)
 

@@ -12,7 +12,7 @@ import numpy as np
 from distgnn.errors import GraphFormatError
 from distgnn.graph.data import drop_repeats, release_pages
 from distgnn.log import step
-from distgnn.partition.bisect import bisect_then_halves
+from distgnn.partition.bisect import Split, bisect_then_halves
 from distgnn.partition.metislib import ENV, NOPTIONS, MetisLib, find_metis
 from distgnn.partition.sparsify import sample_edges
 
@@ -210,6 +210,12 @@ def _partition(
     lib = lib if lib is not None else _pymetis_lib()
     if not (recursive and halves) or lib is None or k < 4:
         return _kway_cut(xadj, adjncy, k, vw, seed, lib, adjwgt, recursive, niter)
+    return bisect_then_halves(xadj, adjncy, adjwgt, vw, k, lib, recursive_split(seed, niter))
+
+
+def recursive_split(seed: int, niter: int | None = None) -> Split:
+    """``METIS_PartGraphRecursive`` with ``seed`` (and ``niter``) fixed, as
+    :func:`~distgnn.partition.bisect.bisect_then_halves` calls it on each instance."""
 
     def split(
         x: np.ndarray,
@@ -221,7 +227,7 @@ def _partition(
     ) -> tuple[np.ndarray, int]:
         return _kway_cut(x, a, parts, v, seed, instance, w, recursive=True, niter=niter)
 
-    return bisect_then_halves(xadj, adjncy, adjwgt, vw, k, lib, split)
+    return split
 
 
 _METIS_OK = 1
