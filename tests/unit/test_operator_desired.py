@@ -15,6 +15,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from tests.support.children import ATTACHED
 from tests.support.netpol import Peer, admits, selects
 from tests.support.pod_security import violations
 
@@ -87,15 +88,6 @@ GS: dict[str, Any] = {
         "graph": {"source": {"url": "s3://graphs/papers"}},
         "partitioning": {"numParts": 4, "method": "random"},
         "storage": {"credentialsSecret": {"name": "s3-creds"}},
-    },
-}
-ATTACHED: dict[str, Any] = {
-    "apiVersion": GV,
-    "kind": "DistGNNJob",
-    "metadata": {"name": "lp", "namespace": "ml", "uid": "uid-lp"},
-    "spec": {
-        "graph": {"graphServer": {"name": "papers"}},
-        "trainers": {"replicas": 2, "app": {"name": "link-prediction"}},
     },
 }
 GS_INFO = GraphServerInfo(
