@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from servers import running_servers
-from tests.support.hetero import typed_cora, without_author_features
+from tests.support.hetero import rgcn_config, typed_cora, without_author_features
 from torch.nn import functional as F
 
 from distgnn.distributed.context import initialize
@@ -38,18 +38,7 @@ AUTHORS, HIDDEN = 900, 16
 
 
 def cfg(**kw: Any) -> TrainConfig:
-    base: dict[str, Any] = {
-        "model": "rgcn",
-        "target_ntype": "paper",
-        "label": "labels",
-        "epochs": 1,
-        "hidden": HIDDEN,
-        "fanouts": [5, 5],
-        "batch_size": 32,
-        "lr": 0.02,
-        "dropout": 0.0,
-    }
-    return TrainConfig(**(base | kw)).validate()
+    return rgcn_config(**({"hidden": HIDDEN} | kw))
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,11 @@ import contextlib
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from distgnn.train.config import TrainConfig
 
 if TYPE_CHECKING:
     from distgnn.train.graph import TrainGraph
@@ -67,3 +69,20 @@ def checkpoint_table(ckpt_file: Path, name: str) -> np.ndarray:
         out[ids] = saved.array(name, "weight", np.dtype(np.float32), (len(ids), d))
     assert not np.isnan(out).any()
     return out
+
+
+def rgcn_config(**kw: Any) -> TrainConfig:
+    """The tests' R-GCN node classification of Cora's papers (typed_cora), small and
+    deterministic; ``kw`` overrides any field."""
+    base: dict[str, Any] = {
+        "model": "rgcn",
+        "target_ntype": "paper",
+        "label": "labels",
+        "epochs": 1,
+        "hidden": 16,
+        "fanouts": [5, 5],
+        "batch_size": 32,
+        "lr": 0.02,
+        "dropout": 0.0,
+    }
+    return TrainConfig(**(base | kw)).validate()

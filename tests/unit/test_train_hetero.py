@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tests.support.hetero import checkpoint_table, standalone_graph, without_author_features
+from tests.support.hetero import (
+    checkpoint_table,
+    rgcn_config,
+    standalone_graph,
+    without_author_features,
+)
 
 import distgnn.distributed as dd
 from distgnn.errors import ConfigError
@@ -29,18 +34,7 @@ CTX = DDPContext(0, 1, torch.device("cpu"))
 
 
 def cfg(**kw: Any) -> TrainConfig:
-    base: dict[str, Any] = {
-        "model": "rgcn",
-        "target_ntype": "paper",
-        "label": "labels",
-        "epochs": 3,
-        "hidden": 16,
-        "fanouts": [5, 5],
-        "batch_size": 32,
-        "lr": 0.02,
-        "dropout": 0.0,
-    }
-    return TrainConfig(**(base | kw)).validate()
+    return rgcn_config(**({"epochs": 3} | kw))
 
 
 def test_rgcn_trains_on_the_target_type_and_infers_every_type(
