@@ -183,6 +183,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
         if body is None:
             locks.drop(*key)
             sched.cancel(key)
+            rec.forget(key)
             if octx.metrics is not None:
                 octx.metrics.gone(kind, ns, name)
             return

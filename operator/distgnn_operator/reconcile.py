@@ -207,6 +207,8 @@ class Reconciler:
     def __init__(self, ctx: OperatorContext) -> None:
         self.ctx = ctx
         self.api = ctx.api
+        self._taken: dict[Key, Key] = {}
+        """(kind, namespace, name) of a child whose create found the name taken -> owner"""
 
     # --- children -------------------------------------------------------------------
 
@@ -251,16 +253,10 @@ class Reconciler:
             keys.add(key)
             cur = have.get(key)
             if cur is None:
-                try:
-                    await self.api.create(drift.canonicalize(obj))
-                except ApiError as e:
-                    if e.status != 409:
-                        raise
-                    # 409: an earlier incarnation's child still terminating or awaiting
-                    # garbage collection (next pass), or somebody else's object
-                    foreign = await self._foreign(obj)
-                    if foreign:
-                        conflicts.append(foreign)
+                created, foreign = await self._create(obj)
+                if foreign:
+                    conflicts.append(foreign)
+                if not created:
                     continue
                 emit("Normal", "Created", f"created {obj['kind']} {md['name']}")
                 changes += 1
@@ -286,21 +282,54 @@ class Reconciler:
                 changes += 1
         return Applied(changes, conflicts)
 
-    async def _foreign(self, obj: dict[str, Any]) -> str | None:
-        """Why a child that could not be created is in the way, or None when it is ours to
-        wait for: terminating, or controlled by an earlier resource of the same kind and
-        name (garbage collection removes it)."""
+    async def _create(self, obj: dict[str, Any]) -> tuple[bool, str | None]:
+        """Create a missing child: (created, why somebody else's object is in the way).
+
+        A name a create found taken (409) is remembered: later passes read who holds it
+        (a GET) and send no POST until the name is free, so a held resource's pass where
+        nothing changed writes nothing. Not created and no reason: the holder is ours to
+        wait for (terminating, or an earlier incarnation's child awaiting garbage
+        collection).
+        """
+        md = obj["metadata"]
+        key = (obj["kind"], md["namespace"], md["name"])
+        if key in self._taken:
+            held, foreign = await self._holder(obj)
+            if held:
+                return False, foreign
+            del self._taken[key]
+        try:
+            await self.api.create(drift.canonicalize(obj))
+        except ApiError as e:
+            if e.status != 409:
+                raise
+            owner = next(r for r in md["ownerReferences"] if r.get("controller"))
+            self._taken[key] = (owner["kind"], md["namespace"], owner["name"])
+            return False, (await self._holder(obj))[1]
+        return True, None
+
+    def forget(self, owner: Key) -> None:
+        """The owner is gone: drop the names it found taken."""
+        for k in [k for k, o in self._taken.items() if o == owner]:
+            del self._taken[k]
+
+    async def _holder(self, obj: dict[str, Any]) -> tuple[bool, str | None]:
+        """(is the child's name held, why somebody else's object holds it). Not somebody
+        else's: nothing there, terminating, or controlled by an earlier resource of the
+        same kind and name (garbage collection removes it)."""
         md = obj["metadata"]
         cur = await self.api.get(obj["kind"], md["namespace"], md["name"])
-        if cur is None or (cur.get("metadata") or {}).get("deletionTimestamp"):
-            return None
+        if cur is None:
+            return False, None
+        if (cur.get("metadata") or {}).get("deletionTimestamp"):
+            return True, None
         owner = next(r for r in md["ownerReferences"] if r.get("controller"))
         refs = (cur.get("metadata") or {}).get("ownerReferences") or []
         ctl = next((r for r in refs if r.get("controller")), None)
         if ctl is not None and (ctl.get("kind"), ctl.get("name")) == (owner["kind"], owner["name"]):
-            return None
+            return True, None
         by = f"{ctl.get('kind')} {ctl.get('name')}" if ctl else "nothing"
-        return (
+        return True, (
             f"{obj['kind']} {md['name']} already exists and is controlled by {by}, not by "
             f"{owner['kind']} {owner['name']}: delete or rename it, or rename the "
             f"{owner['kind']}"
@@ -582,16 +611,16 @@ class Reconciler:
         if pg is None or ("PodGroup", pg["metadata"]["name"]) in have:
             return None
         try:
-            created = await self.api.create(drift.canonicalize(pg))
+            created, foreign = await self._create(pg)
         except ApiError as e:
             if e.status in (403, 404):
                 return _podgroup_message(e)
-            if e.status != 409:
-                raise
-            name = pg["metadata"]["name"]
-            return await self._foreign(pg) or f"PodGroup {name} of an earlier job is being deleted"
-        have[("PodGroup", pg["metadata"]["name"])] = created or pg
-        emit("Normal", "Created", f"created PodGroup {pg['metadata']['name']}")
+            raise
+        name = pg["metadata"]["name"]
+        if not created:
+            return foreign or f"PodGroup {name} of an earlier job is being deleted"
+        have[("PodGroup", name)] = pg
+        emit("Normal", "Created", f"created PodGroup {name}")
         return None
 
     async def _credentials_missing(self, ns: str, st: t.Storage) -> str | None:

@@ -969,6 +969,16 @@ async def test_a_child_name_held_by_somebody_else_is_reported_and_the_job_held(
         assert "not by DistGNNJob taken" in st_msg(st)
         assert (await c.event("taken", "ResourceExists"))["type"] == "Warning"
         assert await c.get("StatefulSet", "taken-server") is not None  # the rest is created
+        # held: each pass (a resync every second) reads who holds the name and sends no
+        # POST (was: the refused create again on every pass)
+        await assert_settled(c)
+        n = len(c.k.calls)
+        await asyncio.sleep(2.5)
+        calls = c.k.calls[n:]
+        passes = calls.count(("GET", c._url("DistGNNJob", "taken")))
+        reads = calls.count(("GET", c._url("Service", "taken-server")))
+        assert passes >= 2 and reads == passes, (passes, reads, calls)
+        assert ("POST", c._url("Service")) not in calls, calls
         await c.delete("Service", "taken-server")
         svc = await c.child("Service", "taken-server")
         assert svc["metadata"]["ownerReferences"][0]["name"] == "taken"

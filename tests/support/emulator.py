@@ -143,6 +143,8 @@ class StampingEmulator(kmock.KubernetesEmulator):
         self.writes: list[Write] = []
         self.requests: set[Request] = set()
         """every (group, resource, verb) the operator (kopf or its client) asked for"""
+        self.calls: list[tuple[str, str]] = []
+        """(method, path) of every request of the operator's own client, in order"""
         self.forbidden: set[str] = set()
         """plurals answered with 403, as RBAC does for resources the operator may not use"""
         self.unserved: set[str] = {"podgroups"}
@@ -172,6 +174,8 @@ class StampingEmulator(kmock.KubernetesEmulator):
             return _status(404, "NotFound", "the server could not find the requested resource")
         method = str(getattr(request.method, "value", request.method)).upper()
         agent = (getattr(request, "headers", None) or {}).get("User-Agent", "")
+        if agent.startswith("distgnn-operator/"):
+            self.calls.append((method, request.url.path))
         if plural and agent.startswith(OPERATOR_AGENTS):  # not discovery (/apis/...)
             sub = getattr(request, "subresource", None)
             self.requests.add(

@@ -1,0 +1,82 @@
+"""A child's name held by somebody else's object: reported, then only read, never re-sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distgnn_operator.kube import ApiError
+from distgnn_operator.reconcile import OperatorContext, Reconciler
+
+OWNER = {"kind": "DistGNNJob", "name": "taken", "uid": "uid-1", "controller": True}
+
+
+def _svc(refs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": "taken-server", "namespace": "ml"}
+    if refs is not None:
+        md["ownerReferences"] = refs
+    return {"apiVersion": "v1", "kind": "Service", "metadata": md, "spec": {"clusterIP": "None"}}
+
+
+class _Api:
+    """The name ``taken-server`` holds ``holder`` (None: free); counts what is sent."""
+
+    def __init__(self, holder: dict[str, Any] | None) -> None:
+        self.holder = holder
+        self.calls: list[str] = []
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("POST")
+        if self.holder is not None:
+            raise ApiError(409, "already exists")
+        self.holder = obj
+        return obj
+
+    async def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("GET")
+        return self.holder
+
+
+def _noop(*_: str) -> None:
+    return None
+
+
+async def test_a_known_holder_is_read_and_the_create_not_sent_again() -> None:
+    api = _Api(_svc())  # a user's own Service: no controller
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
+    want = [_svc([OWNER])]
+    first = await rec.apply(want, {}, _noop)
+    assert api.calls == ["POST", "GET"]
+    assert "Service taken-server already exists and is controlled by nothing" in first.conflicts[0]
+    for _ in range(3):  # passes where nothing changed: one read each, no POST
+        api.calls.clear()
+        again = await rec.apply(want, {}, _noop)
+        assert api.calls == ["GET"] and again.conflicts == first.conflicts
+    api.holder = None  # the user deletes it: the next pass creates ours
+    api.calls.clear()
+    done = await rec.apply(want, {}, _noop)
+    assert api.calls == ["GET", "POST"] and done.changes == 1 and not done.conflicts
+
+
+async def test_an_earlier_incarnations_child_is_waited_for_silently() -> None:
+    earlier = {**OWNER, "uid": "uid-0"}  # same kind and name: garbage collection removes it
+    api = _Api(_svc([earlier]))
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
+    want = [_svc([OWNER])]
+    assert (await rec.apply(want, {}, _noop)).conflicts == []
+    api.calls.clear()
+    assert (await rec.apply(want, {}, _noop)).conflicts == []
+    assert api.calls == ["GET"]
+
+
+async def test_forget_drops_the_names_of_a_deleted_owner() -> None:
+    api = _Api(_svc())
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
+    await rec.apply([_svc([OWNER])], {}, _noop)
+    rec.forget(("DistGNNJob", "ml", "other"))
+    api.calls.clear()
+    await rec.apply([_svc([OWNER])], {}, _noop)
+    assert api.calls == ["GET"]  # still known
+    rec.forget(("DistGNNJob", "ml", "taken"))
+    api.calls.clear()
+    await rec.apply([_svc([OWNER])], {}, _noop)
+    assert api.calls == ["POST", "GET"]  # forgotten: a new owner of the name tries again
