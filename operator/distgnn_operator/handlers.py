@@ -27,11 +27,16 @@ CHILD_RESOURCES = (
     ("batch", "v1", "jobs"),
     ("apps", "v1", "statefulsets"),
     ("", "v1", "services"),
-    ("", "v1", "secrets"),
     ("networking.k8s.io", "v1", "networkpolicies"),
 )
-"""Children whose changes (a deletion included) re-run their owner's pass at once."""
+"""Children whose changes (a deletion included) re-run their owner's pass at once. Not the
+token Secrets: watching them needs list/watch on every Secret of the namespaces (RBAC cannot
+narrow a watch by label or name); a deleted one is recreated by the next pass (resync)."""
 REPORTING_COMPONENT = "distgnn-operator"
+RECONCILE_FAILED = "ReconcileFailed"
+"""Warning event reason of a pass that failed (posted again only when the error changes)."""
+KOPF_EVENTS_OFF = logging.CRITICAL + 10
+"""kopf's posting level above every log level: no kopf log record becomes an Event."""
 RETRY_SECONDS = 5.0
 MIN_REQUEUE_SECONDS = 0.05
 
@@ -63,9 +68,10 @@ def make_settings(hs: HandlerSettings) -> kopf.OperatorSettings:
     st.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=contract.LABEL_PREFIX, key="last-handled-configuration"
     )
-    # Events: ours (kopf.event) only, from "distgnn-operator"; kopf's own log-derived events
-    # (handler succeeded / retrying) would repeat on every retry, so only errors become events
-    st.posting.level = logging.ERROR
+    # Events: ours (kopf.event) only, from "distgnn-operator". kopf's log-derived events
+    # (handler succeeded / failed / retrying) would post a new Event on every failing pass
+    # and every retry; a failing pass posts one ReconcileFailed Warning per new error instead
+    st.posting.level = KOPF_EVENTS_OFF
     st.posting.reporting_component = REPORTING_COMPONENT
     st.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
     st.posting.event_name_prefix = f"{REPORTING_COMPONENT}-"
@@ -95,6 +101,45 @@ class _Locks:
 
     def drop(self, kind: str, ns: str, name: str) -> None:
         self._locks.pop((kind, ns, name), None)
+
+
+class _Failures:
+    """The last error of each resource's failing passes, so that a pass failing the same
+    way again (every retry and resync) posts no new event."""
+
+    def __init__(self) -> None:
+        self._last: dict[Key, str] = {}
+
+    def failed(self, key: Key, error: str) -> bool:
+        """Record a failed pass; True when its error is new for the resource."""
+        new = self._last.get(key) != error
+        self._last[key] = error
+        return new
+
+    def ok(self, key: Key) -> None:
+        self._last.pop(key, None)
+
+
+class _Wakers:
+    """Wakes a held GraphServer deletion when a pass of that GraphServer is asked for (a
+    job attached to it finished or was deleted)."""
+
+    def __init__(self) -> None:
+        self._events: dict[Key, asyncio.Event] = {}
+
+    async def wait(self, key: Key, timeout: float) -> None:
+        ev = self._events.setdefault(key, asyncio.Event())
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._events.pop(key, None)
+
+    def wake(self, key: Key) -> None:
+        ev = self._events.get(key)
+        if ev is not None:
+            ev.set()
 
 
 class _Scheduler:
@@ -149,12 +194,15 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
     rec = Reconciler(octx)
     locks = _Locks()
     sched = _Scheduler()
+    failures = _Failures()
+    wakers = _Wakers()
     log = logging.getLogger("distgnn_operator")
 
     async def run_pass(kind: str, ns: str, name: str) -> None:
         if octx.api.closed:  # stopping: nothing more to do
             return
         key = (kind, ns, name)
+        wakers.wake(key)
         lock = locks.get(*key)
         if lock.locked():  # the running pass will go again
             locks.dirty.add(key)
@@ -184,6 +232,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
             locks.drop(*key)
             sched.cancel(key)
             rec.forget(key)
+            failures.ok(key)
             if octx.metrics is not None:
                 octx.metrics.gone(kind, ns, name)
             return
@@ -206,7 +255,14 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
                 "reconcile failed, will retry",
                 extra={"fields": {**_f(key), "error": str(e)}},
             )
+            if failures.failed(key, str(e)):
+                emit("Warning", RECONCILE_FAILED, f"{str(e)[:1000]} (retried every pass)")
             raise kopf.TemporaryError(str(e), delay=RETRY_SECONDS) from e
+        except Exception as e:  # a bug: kopf logs it; the event says it once
+            if failures.failed(key, repr(e)):
+                emit("Warning", RECONCILE_FAILED, f"{repr(e)[:1000]} (see the operator's log)")
+            raise
+        failures.ok(key)
         if octx.metrics is not None:
             octx.metrics.reconciled(kind, ns, name, time.monotonic() - t0, res.status.get("phase"))
         if res.requeue_after is not None:
@@ -242,10 +298,26 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
             sched.spawn(run_key(("GraphServer", body.metadata.namespace or "default", ref["name"])))
 
     @kopf.on.delete(GROUP, VERSION, "graphservers", registry=registry, optional=False)
-    async def graphserver_delete(body: kopf.Body, **_: Any) -> None:
-        jobs = await rec.graphserver_terminating(dict(body), _emitter(dict(body)))
-        if jobs:
-            raise kopf.TemporaryError(f"still attached: {', '.join(jobs)}", delay=RETRY_SECONDS)
+    async def graphserver_delete(namespace: str | None, name: str, **_: Any) -> None:
+        """Hold the deletion (kopf's finalizer) while jobs are attached. The handler waits
+        rather than failing and being retried: each kopf retry writes its progress
+        annotation (and an event), a write every few seconds while nothing changes. It
+        rechecks when a pass of the GraphServer is asked for (an attached job finished or
+        was deleted) and at every resync; each check only reads, unless the jobs changed."""
+        key = ("GraphServer", namespace or "default", name)
+        while True:
+            try:
+                body = await octx.api.get(*key)
+                if body is None:
+                    return
+                jobs = await rec.graphserver_terminating(body, _emitter(body))
+            except ApiError as e:
+                if octx.api.closed:
+                    return
+                raise kopf.TemporaryError(str(e), delay=RETRY_SECONDS) from e
+            if not jobs:
+                return
+            await wakers.wait(key, hs.resync_seconds)
 
     for group, version, plural in CHILD_RESOURCES:
 

@@ -217,6 +217,13 @@ class Reconciler:
     ) -> dict[tuple[str, str], dict[str, Any]]:
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for kind in CHILD_KINDS:
+            if kind == "Secret":
+                # the only Secret an owner has is NAME-token: read by name, so the operator
+                # needs no list/watch on Secrets (least privilege)
+                token = await self.api.get("Secret", ns, d.names(name)["token"])
+                if token is not None and owned_by(token, uid):
+                    out[("Secret", token["metadata"]["name"])] = token
+                continue
             try:
                 found = await self.api.list(kind, ns, {owner_label: name})
             except ApiError as e:

@@ -364,7 +364,8 @@ NAMESPACED_RULES = {
     ("", "services"): APPLIED | {"watch"},
     ("networking.k8s.io", "networkpolicies"): APPLIED | {"watch"},
     ("apps", "statefulsets"): APPLIED | {"watch"},
-    ("", "secrets"): CREATED_ONCE | {"watch"},
+    # the token Secret, read by name: no list/watch of the namespaces' Secrets
+    ("", "secrets"): {"get", "create", "delete"},
     ("batch", "jobs"): CREATED_ONCE | {"watch"},
     ("", "events"): {"create"},  # kopf only POSTs events
 }

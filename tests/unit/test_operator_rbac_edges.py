@@ -26,12 +26,17 @@ class _ForbiddenPodGroups:
             raise ApiError(self.status, "podgroups is forbidden")
         return []
 
+    async def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
+        self.kinds.append(f"{kind}/{name}")
+        return None
+
 
 async def test_forbidden_podgroups_list_as_none() -> None:
     api = _ForbiddenPodGroups(403)
     rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
     assert await rec.observe("ns", "distgnn.dev/job-name", "j", "uid-1") == {}
-    assert "Secret" in api.kinds
+    # the token Secret is read by name, never listed (no list/watch on Secrets)
+    assert "Secret/j-token" in api.kinds and "Secret" not in api.kinds
 
 
 async def test_other_api_errors_still_raise() -> None:

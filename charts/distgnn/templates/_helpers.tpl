@@ -125,8 +125,8 @@ all namespaces, in a Role per namespace otherwise).
   resources: ["pods"]
   verbs: ["list", "delete"]
 # Children the operator applies (observe by label, create, patch drift, prune): headless
-# Services and the servers' StatefulSets and NetworkPolicies. kopf watches every child kind
-# (label-selected), so a deleted child comes back at once. "get" on every child kind: when
+# Services and the servers' StatefulSets and NetworkPolicies. kopf watches these and the
+# Jobs (label-selected), so a deleted child comes back at once. "get" on every child kind: when
 # a create finds the name taken, the operator reads who controls the object there and
 # reports somebody else's in the resource's status (reason ResourceExists).
 - apiGroups: [""]
@@ -138,12 +138,16 @@ all namespaces, in a Role per namespace otherwise).
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Children created once and never patched: the per-job token Secret, the partitioner and
-# trainer Jobs (immutable templates: recreated on restart). "get" on secrets: a job's
-# storage.credentialsSecret that does not exist is reported in its status.
+# The per-job token Secret NAME-token: created once, never patched, read by name (its
+# token's hash goes on the servers' pod template; a job's storage.credentialsSecret that
+# does not exist is reported in its status). No list or watch: RBAC cannot narrow those to
+# the operator's own Secrets, and nothing needs them (a deleted token Secret is recreated
+# by the next pass).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "create", "delete"]
+# Children created once and never patched: the partitioner and trainer Jobs (immutable
+# templates: recreated on restart).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]

@@ -1,0 +1,178 @@
+"""A pass where nothing changed sends no write, in every state of every kind.
+
+The operator (kopf, resync every second) on the emulator, which stores what a real API
+server stores (defaults of the built-in kinds, canonical quantities, omitted empty
+fields) and carries status the way the test (standing in for the kubelet and the
+controllers) writes it. Each resource is brought to a state, then over several resync
+passes of each nothing is written: no PATCH, PUT, POST or DELETE, and no Event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+import pytest
+from test_operator_emulator import (  # noqa: F401  (fixtures)
+    Cluster,
+    Operator,
+    _graphserver,
+    _running,
+    _servers_ready,
+    assert_settled,
+    cluster,
+    job_manifest,
+    make_args,
+    operator_args,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+PARTS = {"partitions": {"manifestURL": "s3://p/x.json"}}
+QUANTITIES = {"requests": {"cpu": "1000m", "memory": "1024Mi"}, "limits": {"cpu": 2}}
+
+
+async def kopf_finalizers(c: Cluster) -> None:
+    """kopf adds its finalizer once; a patch of it refused on a conflict (a status write
+    in between) is retried only on the resource's next watch event: nudge those."""
+    nudges = iter(range(1 << 30))
+
+    async def done() -> bool:
+        lacking = [
+            (kind, o["metadata"]["name"])
+            for kind in ("DistGNNJob", "GraphServer")
+            for o in await c.items(kind)
+            if "distgnn.dev/finalizer" not in (o["metadata"].get("finalizers") or [])
+        ]
+        for kind, name in lacking:
+            await c.patch(kind, name, {"metadata": {"labels": {"nudge": str(next(nudges))}}})
+        if lacking:  # time for kopf to see the nudge before the next one
+            await asyncio.sleep(5.0)
+        return not lacking
+
+    await c.until("kopf's finalizer on every resource", done, timeout=120)
+
+
+async def passes_in_quiet(c: Cluster, names: list[tuple[str, str]], passes: int = 2) -> None:
+    """Until every resource in ``names`` had ``passes`` more passes (resyncs), nothing is
+    written."""
+    await kopf_finalizers(c)
+    await assert_settled(c, 0.5)  # kopf's other one-time writes are done
+    n, calls = len(c.k.writes), len(c.k.calls)
+
+    def seen() -> dict[str, int]:
+        window = c.k.calls[calls:]
+        return {name: window.count(("GET", c._url(kind, name))) for kind, name in names}
+
+    async def enough() -> bool:
+        return min(seen().values()) >= passes
+
+    await c.until(f"{passes} passes of each resource", enough, timeout=120)
+    assert c.k.writes_since(n) == [], (c.k.writes_since(n), seen())
+
+
+@pytest.fixture
+def resync2() -> argparse.Namespace:
+    """A resync every 2 s: several passes of each resource, at half the load of 1 s."""
+    return make_args(2)
+
+
+async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
+    cluster: Cluster,  # noqa: F811  (the emulator module's fixtures)
+    resync2: argparse.Namespace,
+) -> None:
+    """Jobs partitioning, starting, running (own servers, co-located), suspended, and
+    pending on a missing credentials Secret and on PodGroups (succeeded and failed jobs:
+    test_operator_emulator.py's lifecycle tests)."""
+    c = cluster
+    async with Operator(resync2):
+        servers = {"resources": QUANTITIES, "podTemplate": {"env": [{"name": "EMPTY"}]}}
+        await c.create(job_manifest("parting", servers=servers))
+        await c.create(job_manifest("starting", graph=PARTS, servers=servers))
+        await c.create(job_manifest("running", graph=PARTS, servers=servers))
+        await c.create(job_manifest("sus", graph=PARTS, runPolicy={"suspend": True}))
+        colo = {"replicas": 2, "colocate": True, "app": {"name": "node-classification"}}
+        await c.create(job_manifest("colo", graph=PARTS, trainers=colo | {"resources": QUANTITIES}))
+        await c.create(
+            job_manifest("nocreds", graph=PARTS, storage={"credentialsSecret": {"name": "missing"}})
+        )
+        gang = {"schedulingPolicy": {"gang": {"enabled": True}}}
+        await c.create(job_manifest("gang", graph=PARTS, runPolicy=gang))  # no PodGroup CRD
+
+        await c.phase("DistGNNJob", "parting", "Partitioning")
+        await c.phase("DistGNNJob", "starting", "Starting")
+        await c.phase("DistGNNJob", "sus", "Suspended")
+        await c.reason("DistGNNJob", "nocreds", "CredentialsSecretNotFound")
+        await c.reason("DistGNNJob", "gang", "PodGroupUnavailable")
+        await _running(c, "running")
+        await c.child("Job", "colo-trainers")
+        await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 2}}, "status")
+        await c.phase("DistGNNJob", "colo", "Running")
+        names = ["parting", "starting", "running", "sus", "colo", "nocreds", "gang"]
+        await passes_in_quiet(c, [("DistGNNJob", n) for n in names])
+
+
+async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchanged_pass(
+    cluster: Cluster,  # noqa: F811
+    resync2: argparse.Namespace,
+) -> None:
+    """GraphServers partitioning, starting (a job waiting for it) and ready (a job running
+    on it), a job waiting for a GraphServer that does not exist, then a deletion held by
+    the attached job (phase Terminating): nothing is written while nothing changes."""
+    c = cluster
+    async with Operator(resync2):
+        parting = _graphserver("gsp", 2)
+        parting["spec"]["graph"] = {"source": {"url": "s3://graphs/cora.npz"}}
+        parting["spec"]["servers"] = {"resources": QUANTITIES}
+        await c.create(parting)
+        await c.create(_graphserver("gss", 2))
+        await c.create(_graphserver("gsr", 2))
+        await c.create(job_manifest("waits", graph={"graphServer": {"name": "gss"}}))
+        await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
+        await _servers_ready(c, "gsr-server", 2)
+        await c.phase("GraphServer", "gsr", "Ready")
+        await c.create(job_manifest("att", graph={"graphServer": {"name": "gsr"}}))
+        await _running(c, "att", own_servers=False)
+        await c.phase("GraphServer", "gsp", "Partitioning")
+        await c.phase("GraphServer", "gss", "Starting")
+        await c.reason("DistGNNJob", "waits", "GraphServerNotReady")
+        await c.reason("DistGNNJob", "orphan", "GraphServerNotFound")
+
+        async def attached() -> Any:
+            return (await c.status("GraphServer", "gsr")).get("attachedJobs") == ["att"]
+
+        await c.until("attachedJobs current", attached)
+        names = [("GraphServer", n) for n in ("gsp", "gss", "gsr")]
+        names += [("DistGNNJob", n) for n in ("waits", "orphan", "att")]
+        await passes_in_quiet(c, names)
+
+        await c.delete("GraphServer", "gsr")  # held by "att"
+        await c.phase("GraphServer", "gsr", "Terminating")
+        await c.event("gsr", "AttachedJobs")
+        await asyncio.sleep(1.0)  # the status write's own events
+        n = len(c.k.writes)
+        await asyncio.sleep(6.0)  # past kopf's 5 s retry delay
+        assert c.k.writes_since(n) == [], c.k.writes_since(n)
+        await c.delete("DistGNNJob", "att")  # the deletion goes on at once
+        await c.until("GraphServer deleted", lambda: _gone(c, "GraphServer", "gsr"), timeout=15)
+
+
+async def _gone(c: Cluster, kind: str, name: str) -> bool:
+    return await c.get(kind, name) is None
+
+
+async def test_a_failing_pass_posts_one_event_not_one_per_retry(
+    cluster: Cluster,  # noqa: F811
+    operator_args: argparse.Namespace,  # noqa: F811
+) -> None:
+    """A pass that fails the same way on every resync (here: NetworkPolicies forbidden)
+    posts one Warning ReconcileFailed, not an Event per pass and retry (kopf's own)."""
+    c = cluster
+    c.k.forbidden.add("networkpolicies")
+    async with Operator(operator_args):
+        await c.create(job_manifest("nope", graph=PARTS))
+        ev = await c.event("nope", "ReconcileFailed")
+        assert ev["type"] == "Warning" and "HTTP 403" in ev["message"], ev
+        await assert_settled(c, 3.5)
+        assert [e["reason"] for e in await c.events("nope")] == ["ReconcileFailed"]
