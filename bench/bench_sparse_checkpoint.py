@@ -32,12 +32,13 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from summary import median_range
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,8 +166,7 @@ def main() -> None:
     )
 
     def cell(key: str, fmt: str) -> str:
-        v = [r[key] for r in got]
-        return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}-{max(v):{fmt}}]"
+        return median_range([r[key] for r in got], fmt)
 
     for label, key, fmt in (
         ("save, table + state, per trainer (s)", "save_s", ".2f"),
