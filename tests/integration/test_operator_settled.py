@@ -26,6 +26,7 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     make_args,
     operator_args,
 )
+from tests.support.emulator import Write
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,32 +34,36 @@ PARTS = {"partitions": {"manifestURL": "s3://p/x.json"}}
 QUANTITIES = {"requests": {"cpu": "1000m", "memory": "1024Mi"}, "limits": {"cpu": 2}}
 
 
-async def kopf_finalizers(c: Cluster) -> None:
-    """kopf adds its finalizer once; a patch of it refused on a conflict (a status write
-    in between) is retried only on the resource's next watch event: nudge those."""
-    nudges = iter(range(1 << 30))
+KOPF_PREFIX = "distgnn.dev"
+KOPF_FINALIZER = f"{KOPF_PREFIX}/finalizer"
 
-    async def done() -> bool:
-        lacking = [
-            (kind, o["metadata"]["name"])
-            for kind in ("DistGNNJob", "GraphServer")
-            for o in await c.items(kind)
-            if "distgnn.dev/finalizer" not in (o["metadata"].get("finalizers") or [])
-        ]
-        for kind, name in lacking:
-            await c.patch(kind, name, {"metadata": {"labels": {"nudge": str(next(nudges))}}})
-        if lacking:  # time for kopf to see the nudge before the next one
-            await asyncio.sleep(5.0)
-        return not lacking
 
-    await c.until("kopf's finalizer on every resource", done, timeout=120)
+async def create(c: Cluster, obj: dict[str, Any]) -> None:
+    """Create with kopf's finalizer already in place: kopf's one-time JSON patch adding it
+    (optimistic, retried only on the resource's next watch event) is no part of the test,
+    and with many resources passing every second it can lose to their status writes."""
+    obj = {**obj, "metadata": {**obj["metadata"], "finalizers": [KOPF_FINALIZER]}}
+    await c.create(obj)
+
+
+def kopf_diffbase(w: Write) -> bool:
+    """kopf's one-time merge patch of a GraphServer's diff-base annotation and marker (it
+    has a delete handler); under load it can land after the first passes."""
+    md = w.body.get("metadata") if isinstance(w.body, dict) else None
+    keys = set((md or {}).get("annotations") or {})
+    return (
+        w.method == "PATCH"
+        and set(w.body) == {"metadata"}
+        and set(md or {}) <= {"annotations", "resourceVersion"}
+        and bool(keys)
+        and keys <= {f"{KOPF_PREFIX}/last-handled-configuration", f"{KOPF_PREFIX}/kopf-managed"}
+    )
 
 
 async def passes_in_quiet(c: Cluster, names: list[tuple[str, str]], passes: int = 2) -> None:
     """Until every resource in ``names`` had ``passes`` more passes (resyncs), nothing is
     written."""
-    await kopf_finalizers(c)
-    await assert_settled(c, 0.5)  # kopf's other one-time writes are done
+    await asyncio.sleep(1.0)  # in-flight events of the last change
     n, calls = len(c.k.writes), len(c.k.calls)
 
     def seen() -> dict[str, int]:
@@ -69,7 +74,10 @@ async def passes_in_quiet(c: Cluster, names: list[tuple[str, str]], passes: int 
         return min(seen().values()) >= passes
 
     await c.until(f"{passes} passes of each resource", enough, timeout=120)
-    assert c.k.writes_since(n) == [], (c.k.writes_since(n), seen())
+    writes = [w for w in c.k.writes_since(n) if not kopf_diffbase(w)]
+    assert writes == [], (writes, seen())
+    once = [w.name for w in c.k.writes_since(n) if kopf_diffbase(w)]
+    assert len(once) == len(set(once)), once  # kopf's diff-base: once, never each pass
 
 
 @pytest.fixture
@@ -88,17 +96,22 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
     c = cluster
     async with Operator(resync2):
         servers = {"resources": QUANTITIES, "podTemplate": {"env": [{"name": "EMPTY"}]}}
-        await c.create(job_manifest("parting", servers=servers))
-        await c.create(job_manifest("starting", graph=PARTS, servers=servers))
-        await c.create(job_manifest("running", graph=PARTS, servers=servers))
-        await c.create(job_manifest("sus", graph=PARTS, runPolicy={"suspend": True}))
+        await create(c, job_manifest("parting", servers=servers))
+        await create(c, job_manifest("starting", graph=PARTS, servers=servers))
+        await create(c, job_manifest("running", graph=PARTS, servers=servers))
+        await create(c, job_manifest("sus", graph=PARTS, runPolicy={"suspend": True}))
         colo = {"replicas": 2, "colocate": True, "app": {"name": "node-classification"}}
-        await c.create(job_manifest("colo", graph=PARTS, trainers=colo | {"resources": QUANTITIES}))
-        await c.create(
-            job_manifest("nocreds", graph=PARTS, storage={"credentialsSecret": {"name": "missing"}})
+        await create(
+            c, job_manifest("colo", graph=PARTS, trainers=colo | {"resources": QUANTITIES})
+        )
+        await create(
+            c,
+            job_manifest(
+                "nocreds", graph=PARTS, storage={"credentialsSecret": {"name": "missing"}}
+            ),
         )
         gang = {"schedulingPolicy": {"gang": {"enabled": True}}}
-        await c.create(job_manifest("gang", graph=PARTS, runPolicy=gang))  # no PodGroup CRD
+        await create(c, job_manifest("gang", graph=PARTS, runPolicy=gang))  # no PodGroup CRD
 
         await c.phase("DistGNNJob", "parting", "Partitioning")
         await c.phase("DistGNNJob", "starting", "Starting")
@@ -125,14 +138,14 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         parting = _graphserver("gsp", 2)
         parting["spec"]["graph"] = {"source": {"url": "s3://graphs/cora.npz"}}
         parting["spec"]["servers"] = {"resources": QUANTITIES}
-        await c.create(parting)
-        await c.create(_graphserver("gss", 2))
-        await c.create(_graphserver("gsr", 2))
-        await c.create(job_manifest("waits", graph={"graphServer": {"name": "gss"}}))
-        await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
+        await create(c, parting)
+        await create(c, _graphserver("gss", 2))
+        await create(c, _graphserver("gsr", 2))
+        await create(c, job_manifest("waits", graph={"graphServer": {"name": "gss"}}))
+        await create(c, job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
         await _servers_ready(c, "gsr-server", 2)
         await c.phase("GraphServer", "gsr", "Ready")
-        await c.create(job_manifest("att", graph={"graphServer": {"name": "gsr"}}))
+        await create(c, job_manifest("att", graph={"graphServer": {"name": "gsr"}}))
         await _running(c, "att", own_servers=False)
         await c.phase("GraphServer", "gsp", "Partitioning")
         await c.phase("GraphServer", "gss", "Starting")
@@ -153,7 +166,8 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         await asyncio.sleep(1.0)  # the status write's own events
         n = len(c.k.writes)
         await asyncio.sleep(6.0)  # past kopf's 5 s retry delay
-        assert c.k.writes_since(n) == [], c.k.writes_since(n)
+        writes = [w for w in c.k.writes_since(n) if not kopf_diffbase(w)]
+        assert writes == [], writes
         await c.delete("DistGNNJob", "att")  # the deletion goes on at once
         await c.until("GraphServer deleted", lambda: _gone(c, "GraphServer", "gsr"), timeout=15)
 
@@ -171,7 +185,7 @@ async def test_a_failing_pass_posts_one_event_not_one_per_retry(
     c = cluster
     c.k.forbidden.add("networkpolicies")
     async with Operator(operator_args):
-        await c.create(job_manifest("nope", graph=PARTS))
+        await create(c, job_manifest("nope", graph=PARTS))
         ev = await c.event("nope", "ReconcileFailed")
         assert ev["type"] == "Warning" and "HTTP 403" in ev["message"], ev
         await assert_settled(c, 3.5)
