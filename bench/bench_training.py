@@ -28,6 +28,14 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
   partition's seeds from its server's shared memory), runs alternating; per-step
   medians side by side. ``--modes`` picks the topologies (``colocated-tcp-sampling``:
   co-located with ``DISTGNN_LOCAL_SAMPLING=0``, sampling over TCP).
+* The timed window's whole-machine account (``bench/cpu_account.py``, from ``/proc``; a
+  few lines per mode, ms per timed step, medians over runs): the cores' time by owner
+  (each trainer with all its threads, both servers with their workers, other processes,
+  idle, steal) and the window's mean step less the median step (slow steps); per rank its
+  CPU (threads other than the main one, kernel time, page faults) and its main thread's
+  time off its core, waiting for one (runnable) or blocked (sleeping), by phase: getting
+  the batch (sampling, pull), forward, backward (DDP's all-reduce waits for the slower
+  rank there), optimizer, between steps.
 """
 
 from __future__ import annotations
@@ -122,6 +130,7 @@ def child_train(
     import torch.distributed as dist
     from torch.nn import functional as F
 
+    from cpu_account import account, snapshot, thread_times
     from distgnn.nn import GraphSAGE
     from distgnn.sampling import NeighborSampler, NodeBatcher
     from distgnn.sampling.loader import BatchLoader, prefetch
@@ -132,8 +141,12 @@ def child_train(
     from distgnn.train.proc import configure_trainer_process
 
     threads = configure_trainer_process()
+    server_pids = [int(p) for p in os.environ.get(ENV_SERVER_PIDS, "").split(",") if p]
+    watched = {"trainer": [os.getpid()]}
     cfg = TrainConfig(precision=precision).validate()
     ctx = init_ddp()
+    if ctx.rank == 0 and server_pids:
+        watched["servers"] = server_pids
     tg = open_train_graph()
     ids = tg.split_nodes("train_mask", ctx)
     n_cls = int(tg.read_all("label").max()) + 1
@@ -143,6 +156,11 @@ def child_train(
     num = int(os.environ.get("DISTGNN_NUM_SAMPLERS", "0"))
     keys = ("wait", "sample", "fetch", "forward", "backward", "optimizer")
     parts: dict[str, list[float]] = {k: [] for k in keys}
+    # the main thread's CPU and run-queue wait per phase, summed over the timed steps
+    phases = ("batch", "forward", "backward", "optimizer")
+    ph_cpu = dict.fromkeys(phases, 0.0)
+    ph_runq = dict.fromkeys(phases, 0.0)
+    ph_wall = dict.fromkeys(phases, 0.0)
     times: list[float] = []
     epoch_times: list[float] = []
     n_inputs: list[int] = []
@@ -177,20 +195,33 @@ def child_train(
         batches = prefetch(src, load) if use_prefetch else map(load, src)
         done = 0
         try:
-            t_prev = time.perf_counter()
+            t_prev, c_prev = time.perf_counter(), thread_times()
             # padded: a trainer out of batches repeats its last one with weight 0
             for (t_sample, t_fetch, x, y, blocks, n_in), w in padded(batches, n):
-                t1 = time.perf_counter()
+                t1, c1 = time.perf_counter(), thread_times()
                 with autocast(cfg, x.device):
                     logits = model(blocks, x).float()
                 loss = F.cross_entropy(logits, y) * w
-                t2 = time.perf_counter()
+                t2, c2 = time.perf_counter(), thread_times()
                 opt.zero_grad()
                 loss.backward()
-                t3 = time.perf_counter()
+                t3, c3 = time.perf_counter(), thread_times()
                 opt.step()
-                t4 = time.perf_counter()
+                t4, c4 = time.perf_counter(), thread_times()
                 if record:
+                    for ph, (ta, tb, ca, cb) in zip(
+                        phases,
+                        (
+                            (t_prev, t1, c_prev, c1),
+                            (t1, t2, c1, c2),
+                            (t2, t3, c2, c3),
+                            (t3, t4, c3, c4),
+                        ),
+                        strict=True,
+                    ):
+                        ph_wall[ph] += tb - ta
+                        ph_cpu[ph] += cb.cpu_s - ca.cpu_s
+                        ph_runq[ph] += cb.runq_s - ca.runq_s
                     times.append(t4 - t_prev)
                     for k, v in zip(
                         keys,
@@ -201,7 +232,7 @@ def child_train(
                     n_inputs.append(n_in)
                 if keep and len(kept) < floor_steps:
                     kept.append((x, y, blocks))
-                t_prev = t4
+                t_prev, c_prev = t4, c4
                 done += 1
         finally:
             close = getattr(batches, "close", None)
@@ -214,9 +245,12 @@ def child_train(
         run_steps(loader, 2, record=False)  # warm-up (epoch 0)
         barrier(ctx)
         cpu0 = time.process_time()
+        # the timed window (every rank from the same barrier): its whole-machine account
+        snap0 = snapshot(watched)
         if steps > 0:
             loader.set_epoch(1)
             run_steps(loader, steps, record=True)
+            barrier(ctx)
         else:
             for e in range(epochs):
                 loader.set_epoch(1 + e)
@@ -225,7 +259,15 @@ def child_train(
                 run_steps(loader, steps_per_epoch, record=True)
                 barrier(ctx)
                 epoch_times.append(time.perf_counter() - t0)
+        acct = account(snap0, snapshot(watched))
         cpu = (time.process_time() - cpu0) / max(1, len(times))
+        # every rank's own figures to rank 0 (a float tensor: no pickle)
+        me = acct.groups["trainer"]
+        mine = [me.cpu_s, me.runq_s, me.sys_s, float(me.faults)]
+        mine += [acct.thread.cpu_s, acct.thread.runq_s, acct.thread_blocked_s]
+        for ph in phases:
+            mine += [ph_wall[ph], ph_cpu[ph], ph_runq[ph]]
+        everyone = gather_floats(ctx, mine)
         if floor_steps:
             # the floor's batches come from extra, untimed steps: holding them during the
             # timed ones keeps ~0.1 GB each from the allocator, so the timed steps would
@@ -248,6 +290,7 @@ def child_train(
             json.dumps(
                 {
                     "step_s": statistics.median(times),
+                    "step_times": times,
                     "steps_per_epoch": steps_per_epoch,
                     "timed_steps": len(times),
                     "epoch_times": epoch_times,
@@ -257,6 +300,7 @@ def child_train(
                     "trainer_cpu": cpu,
                     "prefetch": use_prefetch,
                     "pulled_bytes": cstats.bytes_pulled if cstats else 0,
+                    "account": account_json(acct, everyone, phases, times),
                     **({"cache": dataclasses.asdict(cache.stats)} if cache else {}),
                     **({"floor_step_s": floor} if floor is not None else {}),
                     **({"floor_all_step_s": floor_all} if floor_all is not None else {}),
@@ -264,6 +308,123 @@ def child_train(
                 }
             )
         )
+
+
+ENV_SERVER_PIDS = "DISTGNN_BENCH_SERVER_PIDS"
+"""The servers' process IDs, given to the trainers so rank 0 accounts for their CPU."""
+TRAINER_FIELDS = (
+    "cpu_s", "runq_s", "sys_s", "faults", "main_cpu_s", "main_runq_s", "main_blocked_s",
+)  # fmt: skip
+
+
+def gather_floats(ctx: Any, values: list[float]) -> list[list[float]]:
+    """Every rank's ``values`` (the same length everywhere), in rank order."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    if not ctx.joined:
+        return [values]
+    out = [torch.zeros_like(t) for _ in range(ctx.world_size)]
+    dist.all_gather(out, t)
+    return [o.tolist() for o in out]
+
+
+def account_json(
+    acct: Any, everyone: list[list[float]], phases: tuple[str, ...], step_times: list[float]
+) -> dict[str, Any]:
+    """The timed window's machine account (``cpu_account.Account``) with every rank's
+    process and main-thread figures (as :func:`child_train` gathers them)."""
+    n = len(TRAINER_FIELDS)
+    trainers = []
+    for vals in everyone:
+        t: dict[str, Any] = dict(zip(TRAINER_FIELDS, vals[:n], strict=True))
+        t["phases"] = {
+            ph: dict(zip(("wall_s", "cpu_s", "runq_s"), vals[n + 3 * i : n + 3 * i + 3],
+                         strict=True))
+            for i, ph in enumerate(phases)
+        }  # fmt: skip
+        trainers.append(t)
+    servers = acct.groups.get("servers")
+    return {
+        "wall_s": acct.wall_s,
+        "cores": acct.cores,
+        "steps": len(step_times),
+        "machine_busy_s": acct.machine_busy_s,
+        "machine_idle_s": acct.machine_idle_s,
+        "steal_s": acct.steal_s,
+        "servers_cpu_s": servers.cpu_s if servers else float("nan"),
+        "servers_runq_s": servers.runq_s if servers else float("nan"),
+        "servers_sys_s": servers.sys_s if servers else float("nan"),
+        "median_step_s": statistics.median(step_times) if step_times else float("nan"),
+        "trainers": trainers,
+    }
+
+
+def account_figures(acc: dict[str, Any]) -> dict[str, float]:
+    """Per-step seconds of the timed window's account: the machine's core-seconds by
+    owner (every trainer, the servers with their workers, other processes, idle) and
+    each rank's main thread off its core (waiting for a core; blocked, by phase)."""
+    n = max(1, acc["steps"])
+    trainers = acc["trainers"]
+    t_cpu = sum(t["cpu_s"] for t in trainers)
+    out = {
+        "wall": acc["wall_s"] / n,
+        "capacity": acc["cores"] * acc["wall_s"] / n,
+        "trainers_cpu": t_cpu / n,
+        "servers_cpu": acc["servers_cpu_s"] / n,
+        "other_cpu": max(0.0, acc["machine_busy_s"] - t_cpu - acc["servers_cpu_s"]) / n,
+        "idle": acc["machine_idle_s"] / n,
+        "steal": acc["steal_s"] / n,
+        "servers_sys": acc["servers_sys_s"] / n,
+        "slow_steps": acc["wall_s"] / n - acc["median_step_s"],
+        "cores": acc["cores"],
+    }
+    for r, t in enumerate(trainers):
+        out[f"r{r}_cpu"] = t["cpu_s"] / n
+        out[f"r{r}_sys"] = t["sys_s"] / n
+        out[f"r{r}_other_threads"] = max(0.0, t["cpu_s"] - t["main_cpu_s"]) / n
+        out[f"r{r}_faults"] = t["faults"] / n / 1e3  # ms() prints x 1e3: faults per step
+        out[f"r{r}_runq"] = t["main_runq_s"] / n
+        out[f"r{r}_blocked"] = t["main_blocked_s"] / n
+        in_steps = 0.0
+        for ph, v in t["phases"].items():
+            b = max(0.0, v["wall_s"] - v["cpu_s"] - v["runq_s"])
+            out[f"r{r}_blocked_{ph}"] = b / n
+            in_steps += b
+        out[f"r{r}_blocked_outside"] = max(0.0, t["main_blocked_s"] - in_steps) / n
+    return out
+
+
+def account_lines(figs: list[dict[str, float]]) -> list[str]:
+    """The accounting as text: medians (ms per step) over runs' :func:`account_figures`."""
+
+    def ms(key: str) -> str:
+        vals = [f[key] for f in figs if key in f]
+        return f"{1e3 * statistics.median(vals):.0f}" if vals else "-"
+
+    ranks = sorted({int(k[1 : k.index("_")]) for k in figs[0] if k.startswith("r")})
+    lines = [
+        f"  machine per step (ms of core time): {ms('capacity')} = "
+        f"{figs[0]['cores']:.0f} cores x {ms('wall')}: "
+        f"trainers {ms('trainers_cpu')} ("
+        + " + ".join(ms(f"r{r}_cpu") for r in ranks)
+        + f"), servers {ms('servers_cpu')}, other processes {ms('other_cpu')}, "
+        f"idle {ms('idle')}, steal {ms('steal')}; window / steps - median step "
+        f"{ms('slow_steps')}"
+    ]
+    for r in ranks:
+        lines.append(
+            f"  rank {r} per step: CPU {ms(f'r{r}_cpu')} ms (threads but the main one "
+            f"{ms(f'r{r}_other_threads')}, kernel {ms(f'r{r}_sys')}, "
+            f"{ms(f'r{r}_faults')} page faults); main thread off-core (ms): waiting for a core "
+            f"{ms(f'r{r}_runq')}, blocked {ms(f'r{r}_blocked')} "
+            f"(batch {ms(f'r{r}_blocked_batch')}, "
+            f"forward {ms(f'r{r}_blocked_forward')}, backward + all-reduce "
+            f"{ms(f'r{r}_blocked_backward')}, optimizer {ms(f'r{r}_blocked_optimizer')}, "
+            f"between steps {ms(f'r{r}_blocked_outside')})"
+        )
+    return lines
 
 
 def compute_floor(model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, Any]]) -> float:
@@ -318,6 +479,7 @@ def bench_epoch(
             DISTGNN_LOG_LEVEL="WARNING",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // trainers)),
             LOCAL_WORLD_SIZE=str(trainers),
+            **{ENV_SERVER_PIDS: ",".join(str(p) for p in server_pids)},
         )
         if stores:
             part = r // max(1, trainers // len(stores)) % len(stores)
@@ -466,6 +628,9 @@ def main() -> None:
         rows.append((f"one-hop sampling, batch {batch} (seeds/s)", f"{v / 1e3:.0f}k", "", "", ""))
     for r in rows:
         print(f"{r[0]:<44} {r[1]:>12}")
+    print("timed window's account (cpu_account: /proc, all processes):")
+    for line in account_lines([account_figures(ep["account"])]):
+        print(line)
 
 
 TOPOLOGIES = {
@@ -561,6 +726,11 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ratio = m1 / m0 if m0 else float("nan")
         print(f"{label:<34}" + "".join(f" {c:>24}" for c in cells) + f" {ratio:>6.2f}x")
     print(f"ratio: {TOPOLOGIES[last]} / {TOPOLOGIES[first]}")
+    print("timed window's account (cpu_account: /proc, all processes), medians:")
+    for m in modes:
+        print(f" {TOPOLOGIES[m]}:")
+        for line in account_lines([account_figures(r["account"]) for r in got[m]]):
+            print(line)
 
 
 if __name__ == "__main__":
