@@ -161,6 +161,8 @@ def child_train(
     ph_cpu = dict.fromkeys(phases, 0.0)
     ph_runq = dict.fromkeys(phases, 0.0)
     ph_wall = dict.fromkeys(phases, 0.0)
+    ph_sys = dict.fromkeys(phases, 0.0)
+    ph_faults = dict.fromkeys(phases, 0.0)
     times: list[float] = []
     epoch_times: list[float] = []
     n_inputs: list[int] = []
@@ -222,6 +224,8 @@ def child_train(
                         ph_wall[ph] += tb - ta
                         ph_cpu[ph] += cb.cpu_s - ca.cpu_s
                         ph_runq[ph] += cb.runq_s - ca.runq_s
+                        ph_sys[ph] += cb.sys_s - ca.sys_s
+                        ph_faults[ph] += cb.faults - ca.faults
                     times.append(t4 - t_prev)
                     for k, v in zip(
                         keys,
@@ -266,7 +270,7 @@ def child_train(
         mine = [me.cpu_s, me.runq_s, me.sys_s, float(me.faults)]
         mine += [acct.thread.cpu_s, acct.thread.runq_s, acct.thread_blocked_s]
         for ph in phases:
-            mine += [ph_wall[ph], ph_cpu[ph], ph_runq[ph]]
+            mine += [ph_wall[ph], ph_cpu[ph], ph_runq[ph], ph_sys[ph], ph_faults[ph]]
         everyone = gather_floats(ctx, mine)
         if floor_steps:
             # the floor's batches come from extra, untimed steps: holding them during the
@@ -274,11 +278,16 @@ def child_train(
             # page-fault fresh memory (measured: a 25-step epoch 13.1-13.3 s vs 10.8-11.8 s)
             loader.set_epoch(1 + max(1, epochs))
             run_steps(loader, floor_steps, record=False, keep=True)
-    floor = compute_floor(model, opt, cfg, kept) if ctx.rank == 0 and kept else None
+    floor = compute_floor(model, opt, cfg, kept)[0] if ctx.rank == 0 and kept else None
     barrier(ctx)
     # the same, every trainer at once: what the machine's cores give compute together
     # (2 vCPUs need not double it: they may share a physical core)
-    floor_all = compute_floor(model, opt, cfg, kept) if kept else None
+    floor_all, floor_all_cpu = compute_floor(model, opt, cfg, kept) if kept else (None, None)
+    barrier(ctx)
+    # and through DDP: what its hooks, bucket copies and all-reduce add
+    floor_ddp, floor_ddp_cpu = (
+        compute_floor(model, opt, cfg, kept, ddp=True) if kept and ctx.joined else (None, None)
+    )
     barrier(ctx)
     cache = getattr(getattr(tg.g, "ctx", None), "feature_cache", None)
     cstats = tg.client_stats()
@@ -304,6 +313,9 @@ def child_train(
                     **({"cache": dataclasses.asdict(cache.stats)} if cache else {}),
                     **({"floor_step_s": floor} if floor is not None else {}),
                     **({"floor_all_step_s": floor_all} if floor_all is not None else {}),
+                    **({"floor_all_cpu_s": floor_all_cpu} if floor_all_cpu is not None else {}),
+                    **({"floor_ddp_step_s": floor_ddp} if floor_ddp is not None else {}),
+                    **({"floor_ddp_cpu_s": floor_ddp_cpu} if floor_ddp_cpu is not None else {}),
                     **med,
                 }
             )
@@ -315,6 +327,8 @@ ENV_SERVER_PIDS = "DISTGNN_BENCH_SERVER_PIDS"
 TRAINER_FIELDS = (
     "cpu_s", "runq_s", "sys_s", "faults", "main_cpu_s", "main_runq_s", "main_blocked_s",
 )  # fmt: skip
+
+PHASE_FIELDS = ("wall_s", "cpu_s", "runq_s", "sys_s", "faults")
 
 
 def gather_floats(ctx: Any, values: list[float]) -> list[list[float]]:
@@ -335,15 +349,14 @@ def account_json(
 ) -> dict[str, Any]:
     """The timed window's machine account (``cpu_account.Account``) with every rank's
     process and main-thread figures (as :func:`child_train` gathers them)."""
-    n = len(TRAINER_FIELDS)
+    n, k = len(TRAINER_FIELDS), len(PHASE_FIELDS)
     trainers = []
     for vals in everyone:
         t: dict[str, Any] = dict(zip(TRAINER_FIELDS, vals[:n], strict=True))
         t["phases"] = {
-            ph: dict(zip(("wall_s", "cpu_s", "runq_s"), vals[n + 3 * i : n + 3 * i + 3],
-                         strict=True))
+            ph: dict(zip(PHASE_FIELDS, vals[n + k * i : n + k * (i + 1)], strict=True))
             for i, ph in enumerate(phases)
-        }  # fmt: skip
+        }
         trainers.append(t)
     servers = acct.groups.get("servers")
     return {
@@ -391,6 +404,8 @@ def account_figures(acc: dict[str, Any]) -> dict[str, float]:
         for ph, v in t["phases"].items():
             b = max(0.0, v["wall_s"] - v["cpu_s"] - v["runq_s"])
             out[f"r{r}_blocked_{ph}"] = b / n
+            out[f"r{r}_sys_{ph}"] = v["sys_s"] / n
+            out[f"r{r}_faults_{ph}"] = v["faults"] / n / 1e3
             in_steps += b
         out[f"r{r}_blocked_outside"] = max(0.0, t["main_blocked_s"] - in_steps) / n
     return out
@@ -424,22 +439,32 @@ def account_lines(figs: list[dict[str, float]]) -> list[str]:
             f"{ms(f'r{r}_blocked_backward')}, optimizer {ms(f'r{r}_blocked_optimizer')}, "
             f"between steps {ms(f'r{r}_blocked_outside')})"
         )
+        lines.append(
+            f"  rank {r} main thread's kernel time (ms) / page faults per step: "
+            + ", ".join(
+                f"{ph} {ms(f'r{r}_sys_{ph}')} / {ms(f'r{r}_faults_{ph}')}"
+                for ph in ("batch", "forward", "backward", "optimizer")
+            )
+        )
     return lines
 
 
-def compute_floor(model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, Any]]) -> float:
-    """Median seconds of forward + backward + optimizer step over ``batches`` (rank 0
-    alone, on the module inside DDP so no all-reduce runs)."""
-    import torch
+def compute_floor(
+    model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, Any]], ddp: bool = False
+) -> tuple[float, float]:
+    """Median seconds of forward + backward + optimizer step over ``batches`` and the
+    median thread CPU of one: on the module inside DDP, so no all-reduce runs (rank 0
+    alone, or every rank at once), or with ``ddp`` through DDP itself (every rank at
+    once: its hooks, bucket copies and the all-reduce's wait for the other ranks)."""
     from torch.nn import functional as F
 
     from distgnn.train.loop import autocast
 
-    module = getattr(model, "module", model)
-    times = []
+    module = model if ddp else getattr(model, "module", model)
+    times, cpus = [], []
     for rep in range(2):
         for x, y, blocks in batches:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             with autocast(cfg, x.device):
                 logits = module(blocks, x).float()
             loss = F.cross_entropy(logits, y)
@@ -448,8 +473,8 @@ def compute_floor(model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, 
             opt.step()
             if rep == 1:
                 times.append(time.perf_counter() - t0)
-    del torch
-    return statistics.median(times)
+                cpus.append(time.thread_time() - c0)
+    return statistics.median(times), statistics.median(cpus)
 
 
 def bench_epoch(
@@ -692,6 +717,8 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
                     out.append(c.get("bytes_saved", 0) / n / 1e6)
                 else:
                     out.append(c.get("bytes", 0) / 1e6)
+            elif key not in r:
+                return []
             else:
                 out.append(r[key])
         return out
@@ -714,6 +741,10 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ("cache hit rate (cached tensors)", "cache_hit"),
         ("MB not pulled (hits) per step", "cache_saved_mb"),
         ("cache memory (MB)", "cache_mem"),
+        ("floor step, every rank at once (s)", "floor_all_step_s"),
+        ("  its CPU (s)", "floor_all_cpu_s"),
+        ("floor step through DDP, every rank (s)", "floor_ddp_step_s"),
+        ("  its CPU (s)", "floor_ddp_cpu_s"),
         ("epoch / floor (rank 0 alone)", "epoch_floor"),
     ):
         if not vals(first, key):

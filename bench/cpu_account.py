@@ -13,6 +13,7 @@ time (sleeping on a socket, a lock or a peer: wall less the other two).
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass, field
 
@@ -109,11 +110,13 @@ def proc_times(pid: int) -> ProcTimes:
 
 
 def thread_times() -> ProcTimes:
-    """The calling thread's CPU and run-queue wait (``/proc/thread-self/schedstat``)."""
+    """The calling thread's CPU and run-queue wait (``/proc/thread-self/schedstat``),
+    kernel time and minor faults (``getrusage(RUSAGE_THREAD)``)."""
     s = _read("/proc/thread-self/schedstat").split()
+    ru = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
     if len(s) < 2:
-        return ProcTimes(time.thread_time(), 0.0)
-    return ProcTimes(int(s[0]) / 1e9, int(s[1]) / 1e9)
+        return ProcTimes(time.thread_time(), 0.0, ru.ru_stime, ru.ru_minflt)
+    return ProcTimes(int(s[0]) / 1e9, int(s[1]) / 1e9, ru.ru_stime, ru.ru_minflt)
 
 
 def tree_times(pids: list[int]) -> ProcTimes:
