@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import cpu_account  # noqa: E402
+import cpu_account
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/schedstat").exists(), reason="needs Linux /proc schedstat"
