@@ -137,7 +137,7 @@ def child_train(
     from distgnn.train.config import TrainConfig
     from distgnn.train.ddp import agree_steps, barrier, init_ddp, shutdown, wrap
     from distgnn.train.graph import open_train_graph
-    from distgnn.train.loop import autocast, padded
+    from distgnn.train.loop import Steps, autocast, deferred_sync, padded
     from distgnn.train.proc import configure_trainer_process
 
     threads = configure_trainer_process()
@@ -167,6 +167,7 @@ def child_train(
     epoch_times: list[float] = []
     n_inputs: list[int] = []
     kept: list[tuple[Any, Any, Any]] = []  # batches re-run for the floor
+    sync = deferred_sync(ctx, model, use_prefetch)  # DISTGNN_DEFER_ALLREDUCE, as the app
 
     # all-reduce of one gradient-sized buffer (DDP does this inside backward)
     flat = torch.zeros(sum(p.numel() for p in model.parameters()))
@@ -199,14 +200,19 @@ def child_train(
         try:
             t_prev, c_prev = time.perf_counter(), thread_times()
             # padded: a trainer out of batches repeats its last one with weight 0
-            for (t_sample, t_fetch, x, y, blocks, n_in), w in padded(batches, n):
+            # (the app's Steps: with a deferred all-reduce, the next batch is made while
+            # it waits for the other ranks, in sync_gradients)
+            steps_it = Steps(padded(batches, n), sync)
+            for (t_sample, t_fetch, x, y, blocks, n_in), w in steps_it:
                 t1, c1 = time.perf_counter(), thread_times()
-                with autocast(cfg, x.device):
-                    logits = model(blocks, x).float()
-                loss = F.cross_entropy(logits, y) * w
-                t2, c2 = time.perf_counter(), thread_times()
-                opt.zero_grad()
-                loss.backward()
+                with steps_it.no_sync():
+                    with autocast(cfg, x.device):
+                        logits = model(blocks, x).float()
+                    loss = F.cross_entropy(logits, y) * w
+                    t2, c2 = time.perf_counter(), thread_times()
+                    opt.zero_grad()
+                    loss.backward()
+                steps_it.sync_gradients()
                 t3, c3 = time.perf_counter(), thread_times()
                 opt.step()
                 t4, c4 = time.perf_counter(), thread_times()
@@ -308,6 +314,7 @@ def child_train(
                     "threads": threads,
                     "trainer_cpu": cpu,
                     "prefetch": use_prefetch,
+                    "deferred_allreduce": sync is not None,
                     "pulled_bytes": cstats.bytes_pulled if cstats else 0,
                     "account": account_json(acct, everyone, phases, times),
                     **({"cache": dataclasses.asdict(cache.stats)} if cache else {}),
@@ -573,6 +580,10 @@ def main() -> None:
     )
     ap.add_argument("--cache-mb", type=float, default=64,
                     help="--modes ...-cache: feature cache per trainer (MB)")  # fmt: skip
+    ap.add_argument("--defer-allreduce", default="auto", choices=["auto", "on", "off"],
+                    help="the trainers' DISTGNN_DEFER_ALLREDUCE (distgnn.train.gradsync: the "
+                    "next batch made while the gradients' all-reduce waits; auto: on without "
+                    "a prefetch thread)")  # fmt: skip
     ap.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_train:
@@ -589,6 +600,8 @@ def main() -> None:
         end_process(0)
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     from servers import running_servers
+
+    os.environ["DISTGNN_DEFER_ALLREDUCE"] = a.defer_allreduce  # the trainers inherit it
 
     extra = ["--steps", str(a.steps), "--epochs", str(a.epochs)]
     if a.no_prefetch:
@@ -617,7 +630,9 @@ def main() -> None:
     print(
         f"bench_training: {a.nodes} nodes, 2 partitions/servers, {a.trainers} trainers "
         f"({ep['threads']} torch thread(s) each), num_samplers={a.num_samplers}, "
-        f"prefetch={'on' if ep['prefetch'] else 'off'} ({a.prefetch}), precision {a.precision}, "
+        f"prefetch={'on' if ep['prefetch'] else 'off'} ({a.prefetch}), deferred all-reduce "
+        f"{'on' if ep['deferred_allreduce'] else 'off'} ({a.defer_allreduce}), "
+        f"precision {a.precision}, "
         f"server gather threads {senv.get('DISTGNN_GATHER_THREADS') or 'from the environment'}; "
         f"epoch: {how}"
     )
@@ -725,7 +740,8 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
 
     print(
         f"bench_training --colocate: {a.nodes} nodes, 2 partitions, {a.trainers} trainers, "
-        f"{a.colocate} alternating round(s) per topology, medians (rank 0) [min-max]"
+        f"{a.colocate} alternating round(s) per topology, deferred all-reduce "
+        f"{a.defer_allreduce}, medians (rank 0) [min-max]"
     )
     first, last = modes[0], modes[-1]
     head = "".join(f" {TOPOLOGIES[m]:>24}" for m in modes)
