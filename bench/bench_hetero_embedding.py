@@ -23,13 +23,14 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from summary import median_range
 
 CACHE = "/tmp/distgnn-bench"
 REPO = Path(__file__).resolve().parents[1]
@@ -167,8 +168,7 @@ def main() -> None:
     )
 
     def cell(mode: str, key: str, fmt: str) -> str:
-        v = [r[key] for r in got[mode]]
-        return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}-{max(v):{fmt}}]"
+        return median_range([r[key] for r in got[mode]], fmt)
 
     print(f"{'metric':<34} {'dense nn.Embedding':>26} {'sparse DistEmbedding':>26}")
     for label, key, fmt in (

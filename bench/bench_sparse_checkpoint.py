@@ -17,9 +17,11 @@ partitions, 2 real ``distgnn serve`` processes). Two DDP trainers attach the app
   rank 0 reads the whole table (``checkpoint.embedding_state``) and ``torch.save`` s it
   into memory (no file write).
 
-Also the bytes written and each trainer's peak RSS growth during save and restore
-(``ru_maxrss``, the larger trainer's; the "before" figure is rank 0's). Medians over
-the rounds, [min-max].
+Also the bytes written and each trainer's peak RSS during save and restore over its RSS
+when the step began (the kernel's high-water mark ``VmHWM``, reset before each step
+through ``/proc/self/clear_refs``, so a step's figure is its own, not an earlier step's
+peak; the larger trainer's; the "before" figure is rank 0's). Medians over the rounds,
+[min-max].
 """
 
 from __future__ import annotations
@@ -28,21 +30,34 @@ import argparse
 import io
 import json
 import os
-import resource
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from summary import median_range
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _status_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise SystemExit(f"/proc/self/status has no {field}")
+
+
 def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The RSS now, with the peak reset to it (what :func:`_peak_mib` measures from)."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_mib("VmRSS")
+
+
+def _peak_mib() -> float:
+    return _status_mib("VmHWM")
 
 
 def worker(ckpt_dir: str, hidden: int, out: str) -> None:
@@ -67,20 +82,20 @@ def worker(ckpt_dir: str, hidden: int, out: str) -> None:
     part = embs.save(url)
     barrier(ctx)
     res["save_s"] = time.perf_counter() - t0
-    res["save_rss_mib"] = _rss_mib() - rss0
+    res["save_rss_mib"] = _peak_mib() - rss0
     rss0 = _rss_mib()
     t0 = time.perf_counter()
     embs.restore(part, url, ctx.is_main)
     barrier(ctx)
     res["restore_s"] = time.perf_counter() - t0
-    res["restore_rss_mib"] = _rss_mib() - rss0
+    res["restore_rss_mib"] = _peak_mib() - rss0
     if ctx.is_main:
         rss0 = _rss_mib()
         t0 = time.perf_counter()
         state = checkpoint.embedding_state(list(embs.tables.values()), CHUNK)
         torch.save(state, io.BytesIO())
         res["gather_s"] = time.perf_counter() - t0
-        res["gather_rss_mib"] = _rss_mib() - rss0
+        res["gather_rss_mib"] = _peak_mib() - rss0
     barrier(ctx)
     Path(out).write_text(json.dumps(res))
     g.close()
@@ -151,17 +166,16 @@ def main() -> None:
     )
 
     def cell(key: str, fmt: str) -> str:
-        v = [r[key] for r in got]
-        return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}-{max(v):{fmt}}]"
+        return median_range([r[key] for r in got], fmt)
 
     for label, key, fmt in (
         ("save, table + state, per trainer (s)", "save_s", ".2f"),
         ("restore, table + state (s)", "restore_s", ".2f"),
         ("written (MiB)", "mib", ".0f"),
-        ("trainer peak RSS growth, save (MiB)", "save_rss_mib", ".0f"),
-        ("trainer peak RSS growth, restore (MiB)", "restore_rss_mib", ".0f"),
+        ("trainer peak RSS over start, save (MiB)", "save_rss_mib", ".0f"),
+        ("trainer peak RSS over start, restore (MiB)", "restore_rss_mib", ".0f"),
         ("before: rank 0 gathers the table (s)", "gather_s", ".2f"),
-        ("before: rank 0 peak RSS growth (MiB)", "gather_rss_mib", ".0f"),
+        ("before: rank 0 peak RSS over start (MiB)", "gather_rss_mib", ".0f"),
     ):
         print(f"{label:<40} {cell(key, fmt):>24}")
 

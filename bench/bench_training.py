@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from summary import median_range
+
 CACHE = "/tmp/distgnn-bench"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -555,8 +557,7 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
             continue
         cells = []
         for m in modes:
-            v = vals(m, key)
-            cells.append(f"{statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}]")
+            cells.append(median_range(vals(m, key), ".3f"))
         m0, m1 = statistics.median(vals(first, key)), statistics.median(vals(last, key))
         ratio = m1 / m0 if m0 else float("nan")
         print(f"{label:<34}" + "".join(f" {c:>24}" for c in cells) + f" {ratio:>6.2f}x")

@@ -55,6 +55,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from summary import value_range
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 CACHE = Path("/tmp/distgnn-bench")
@@ -297,10 +299,6 @@ def dgl_epoch(parts: Path, dgl_py: Path, epochs: int, tuned: bool, work: Path) -
 
 
 # ---------------------------------------------------------------- report
-def _fmt_range(vals: list[float], scale: float, fmt: str) -> str:
-    return f"{min(vals) * scale:{fmt}}-{max(vals) * scale:{fmt}}"
-
-
 def report(title: str, rows: list[tuple[str, str, list[float], list[float], float, str]]) -> None:
     """rows: (metric, unit, distgnn values, dgl values, scale, fmt)."""
     print(f"\n{title}")
@@ -310,8 +308,8 @@ def report(title: str, rows: list[tuple[str, str, list[float], list[float], floa
         if not a or not b:
             continue
         ma, mb = statistics.median(a), statistics.median(b)
-        print(f"| {metric} ({unit}) | {ma * scale:{fmt}} ({_fmt_range(a, scale, fmt)}) | "
-              f"{mb * scale:{fmt}} ({_fmt_range(b, scale, fmt)}) | {ma / mb:.2f} |")  # fmt: skip
+        print(f"| {metric} ({unit}) | {ma * scale:{fmt}} ({value_range(a, fmt, scale)}) | "
+              f"{mb * scale:{fmt}} ({value_range(b, fmt, scale)}) | {ma / mb:.2f} |")  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import posixpath
 import stat
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -146,26 +146,32 @@ def redact(url: str) -> str:
     return url
 
 
-def read_bytes(
-    url: str, storage_options: Mapping[str, Any] | None = None, max_bytes: int | None = None
-) -> bytes:
-    """Read a whole object; missing, denied or unreachable objects raise StorageError.
-
-    With ``max_bytes``, a larger object is refused without reading it all. Local paths
-    must be regular files (a FIFO or device is refused instead of blocking).
-    """
+@contextlib.contextmanager
+def open_read(url: str, storage_options: Mapping[str, Any] | None = None) -> Iterator[BinaryIO]:
+    """An object opened for binary, seekable reading; missing, denied or unreachable
+    objects (and failures while reading in the block) raise StorageError. Local paths
+    must be regular files (a FIFO or device is refused instead of blocking)."""
     fs, path = get_fs(url, storage_options)
-    limit = -1 if max_bytes is None else max_bytes + 1
     with errors_for(url):
         if isinstance(fs, LocalFileSystem):
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise StorageError(f"{redact(url)}: not a regular file")
-                data: bytes = f.read(limit)
+                yield f
         else:
             with fs.open(path, "rb") as f:
-                data = f.read(limit)
+                yield f
+
+
+def read_bytes(
+    url: str, storage_options: Mapping[str, Any] | None = None, max_bytes: int | None = None
+) -> bytes:
+    """Read a whole object (as :func:`open_read`); with ``max_bytes``, a larger object is
+    refused without reading it all."""
+    limit = -1 if max_bytes is None else max_bytes + 1
+    with open_read(url, storage_options) as f:
+        data: bytes = f.read(limit)
     if max_bytes is not None and len(data) > max_bytes:
         raise StorageError(f"{redact(url)}: larger than {max_bytes} bytes")
     return data
@@ -230,6 +236,7 @@ __all__ = [
     "is_remote_failure",
     "join",
     "local_path",
+    "open_read",
     "read_bytes",
     "redact",
     "write_bytes",

@@ -65,8 +65,14 @@ def checkpoint_table(ckpt_file: Path, name: str) -> np.ndarray:
     for r in range(part["world_size"]):
         saved = rowshards.read(str(ckpt_file.parent / part["path"] / f"tables_{r}"))
         assert saved is not None, r
-        ids = saved.ids(name, n)
-        out[ids] = saved.array(name, "weight", np.dtype(np.float32), (len(ids), d))
+        rec = saved.tables[name]
+        k = rec["ids"]["shape"][0]
+        ids_f = saved.file(rec["ids"], np.dtype(np.int64), (k,))
+        rows_f = saved.file(rec["arrays"]["weight"], np.dtype(np.float32), (k, d))
+        for ids, rows in zip(
+            rowshards.stream(ids_f, 4096), rowshards.stream(rows_f, 4096), strict=True
+        ):
+            out[ids] = rows
     assert not np.isnan(out).any()
     return out
 

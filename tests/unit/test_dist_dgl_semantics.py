@@ -4,6 +4,7 @@ differ silently from DGL (issue 14)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -348,6 +349,117 @@ def test_sparse_state_saved_by_two_trainers_loads_into_one_or_three(
     (tmp_path / "o_1" / "meta.json").unlink()
     with pytest.raises(StorageError, match=r"o_1/meta\.json: missing \(trainer 1's rows"):
         rowshards.load(tmp_path / "o", 0, 1, "SparseAdagrad", tables, saved_world=2)
+
+
+def _record_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """Every read from a file opened by ``storage.open_read`` from now on: name -> sizes
+    (one list per opening, in order)."""
+    from distgnn import storage
+
+    opened = storage.open_read
+    reads: dict[str, list[int]] = {}
+
+    class Recorder:
+        def __init__(self, f: Any, sizes: list[int]) -> None:
+            self.f, self.sizes = f, sizes
+
+        def read(self, n: int = -1) -> bytes:
+            data: bytes = self.f.read(n)
+            self.sizes.append(len(data))
+            return data
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.f, name)
+
+    @contextlib.contextmanager
+    def recording(url: str, *a: Any, **kw: Any) -> Iterator[Any]:
+        with opened(url, *a, **kw) as f:
+            yield Recorder(f, reads.setdefault(Path(url).name, []))
+
+    monkeypatch.setattr(storage, "open_read", recording)
+    return reads
+
+
+def test_sparse_state_is_restored_in_bounded_reads(
+    ctx: dd.DistContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Restoring never reads a whole file (nor holds one): every read is at most
+    ``READ_BYTES``, each file read through exactly twice (checked, then written)."""
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 32, "e9", ctx=ctx)
+    opt = dd.SparseAdam([emb], lr=0.01)
+    want = [torch.rand(st.shape) for st in opt._state["e9"]]
+    for st, w in zip(opt._state["e9"], want, strict=True):
+        st[torch.arange(n)] = w
+    opt.save(tmp_path / "o")
+    for st in opt._state["e9"]:
+        st[torch.arange(n)] = torch.zeros(st.shape)
+    bound = 16 * (8 + 4 + 128 + 128)  # 16 rows of the IDs and the three arrays
+    monkeypatch.setattr(rowshards, "READ_BYTES", bound)
+    reads = _record_reads(monkeypatch)
+    opt.load(tmp_path / "o")
+    for st, w in zip(opt._state["e9"], want, strict=True):
+        assert torch.equal(st[torch.arange(n)], w), st.name
+    sizes = {p.name: p.stat().st_size for p in (tmp_path / "o_0").glob("*.npy")}
+    assert (
+        sorted(k for k in reads if k.endswith(".npy"))
+        == sorted(sizes)
+        == ["t0.a0.npy", "t0.a1.npy", "t0.a2.npy", "t0.ids.npy"]
+    )
+    for name, size in sizes.items():
+        assert len(reads[name]) > 2 * size // bound, name  # many reads, not one
+        assert max(reads[name]) <= bound, name
+        assert sum(reads[name]) == 2 * size, name
+    assert sizes["t0.a1.npy"] > 20 * bound  # the bound is far below a file
+
+
+def test_a_file_replaced_between_check_and_write_is_refused(
+    ctx: dd.DistContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are hashed again as they are written: a file swapped after the check
+    pass is refused, naming it."""
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 2, "e10", ctx=ctx)
+    opt = dd.SparseAdagrad([emb], lr=0.1)
+    opt.save(tmp_path / "o")
+    reads = _record_reads(monkeypatch)
+    path = tmp_path / "o_0" / "t0.a0.npy"
+    seen = {"done": False}
+    setitem = type(opt._state["e10"]).__setitem__
+
+    def first_write_replaces(self: Any, ids: Any, values: Any) -> None:
+        if not seen["done"]:  # the check pass is over: swap the file's last bytes
+            seen["done"] = True
+            path.write_bytes(path.read_bytes()[:-4] + b"abcd")
+        setitem(self, ids, values)
+
+    monkeypatch.setattr(type(opt._state["e10"]), "__setitem__", first_write_replaces)
+    monkeypatch.setattr(rowshards, "READ_BYTES", 64)
+    with pytest.raises(StorageError, match=r"t0\.a0\.npy: sha256 does not match"):
+        opt.load(tmp_path / "o")
+    assert seen["done"] and len(reads["t0.a0.npy"]) > 2
+
+
+def test_every_folder_is_checked_before_any_row_is_written(
+    ctx: dd.DistContext, tmp_path: Path
+) -> None:
+    """One trainer loading what two saved: a corrupt second folder leaves the rows of
+    the first unwritten too."""
+    n = ctx.manifest.num_nodes
+    emb = dd.DistEmbedding(n, 2, "e11", ctx=ctx)
+    opt = dd.SparseAdagrad([emb], lr=0.1)
+    opt._state["e11"][torch.arange(n)] = torch.ones(n, 2)
+    for r in range(2):
+        table = {"e11": rowshards.Table(n, rowshards.owned_rows(emb.part_policy, n, r, 2),
+                                        {"e11_sum": opt._state["e11"]})}  # fmt: skip
+        rowshards.write(rowshards.rank_url(tmp_path / "o", r), "SparseAdagrad",
+                        dict(opt._defaults), 2, table)  # fmt: skip
+    bad = tmp_path / "o_1" / "t0.a0.npy"
+    bad.write_bytes(bad.read_bytes()[:-4] + b"abcd")
+    opt._state["e11"][torch.arange(n)] = torch.zeros(n, 2)
+    with pytest.raises(StorageError, match=r"o_1/t0\.a0\.npy: sha256 does not match"):
+        opt.load(tmp_path / "o")
+    assert opt._state["e11"][torch.arange(n)].abs().sum() == 0
 
 
 def _tamper(folder: Path, edit: Any) -> None:

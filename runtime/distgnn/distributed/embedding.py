@@ -107,11 +107,14 @@ class DistEmbedding:
 TABLES_KIND = "DistEmbedding"
 
 
-def _tables(embs: Sequence[DistEmbedding], rank: int, world: int) -> dict[str, rowshards.Table]:
+def _tables(
+    embs: Sequence[DistEmbedding], rank: int, world: int, owned: bool = True
+) -> dict[str, rowshards.Table]:
+    """Each table, with the rows trainer ``rank`` owns when ``owned`` (saving)."""
     return {
         e.name: rowshards.Table(
             e.num_embeddings,
-            rowshards.owned_rows(e.part_policy, e.num_embeddings, rank, world),
+            rowshards.owned_rows(e.part_policy, e.num_embeddings, rank, world) if owned else None,
             {"weight": e.tensor},
         )
         for e in embs
@@ -140,6 +143,6 @@ def load_tables(embs: Sequence[DistEmbedding], f: str | os.PathLike[str], saved_
         ctx.rank,
         ctx.world_size,
         TABLES_KIND,
-        _tables(embs, ctx.rank, ctx.world_size),
+        _tables(embs, ctx.rank, ctx.world_size, owned=False),
         saved_world=saved_world,
     )

@@ -172,12 +172,18 @@ class SparseOptimizer:
             t.ctx.call_many(calls)
 
     # --- checkpoints --------------------------------------------------------------
-    def _tables(self) -> dict[str, rowshards.Table]:
+    def _tables(self, owned: bool = True) -> dict[str, rowshards.Table]:
+        """Each table's state tensors, with the rows this trainer owns when ``owned``
+        (saving; loading takes the rows from the files)."""
         ctx = self._params[0].tensor.ctx
         out = {}
         for emb in self._params:
-            ids = rowshards.owned_rows(
-                emb.tensor.policy, emb.num_embeddings, ctx.rank, ctx.world_size
+            ids = (
+                rowshards.owned_rows(
+                    emb.tensor.policy, emb.num_embeddings, ctx.rank, ctx.world_size
+                )
+                if owned
+                else None
             )
             out[emb.name] = rowshards.Table(
                 emb.num_embeddings, ids, {st.name: st for st in self._states(emb)}
@@ -239,7 +245,7 @@ class SparseOptimizer:
             ctx.rank,
             ctx.world_size,
             type(self).__name__,
-            self._tables(),
+            self._tables(owned=False),
             self._check_params,
             saved_world,
         )

@@ -11,9 +11,13 @@ its own folder ``f"{f}_{rank}"``; nothing gathers a whole table on one process::
     F_RANK/t0.a0.npy          float32 (k, d) one array per saved tensor, rows of ``ids``
 
 Rows are pulled from the servers and written in chunks (a trainer holds one chunk at a
-time). Reading checks each file against ``meta.json`` (size and sha256 over the bytes
-the array is built from, the ``.npy`` header read without NumPy's pickle-capable
-loader, dtype and shape) and refuses, naming the file, what does not match.
+time). Loading streams the files too, in two passes of bounded reads (at most
+``READ_BYTES`` of rows across a table's files at a time, never a whole file): the first
+checks every file of every folder it reads against ``meta.json`` (size, the ``.npy``
+header read without NumPy's pickle-capable loader, dtype, shape, sha256 over all the
+file's bytes, row IDs in range) before any row is written, and refuses, naming the file,
+what does not match; the second reads the rows again, chunk by chunk, into the servers,
+hashing again (a file replaced in between is refused, naming it).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +44,9 @@ FORMAT = "distgnn-rows"
 VERSION = 1
 META = "meta.json"
 CHUNK_ROWS = 1 << 16
+READ_BYTES = 16 << 20
 MAX_META_BYTES = 16 << 20
+MAX_HEADER_BYTES = 1 << 16
 
 
 def row_owner(policy: Any, ids: np.ndarray, world: int) -> np.ndarray:
@@ -68,11 +74,12 @@ def rank_url(f: str | os.PathLike[str], rank: int) -> str:
 
 @dataclass
 class Table:
-    """One table to save: its rows ``ids`` of each named tensor (``name -> DistTensor``,
-    all ``num_rows`` long)."""
+    """One table: its rows ``ids`` (what :func:`write` saves; None when loading, which
+    takes them from the files) of each named tensor (``name -> DistTensor``, all
+    ``num_rows`` long)."""
 
     num_rows: int
-    ids: np.ndarray
+    ids: np.ndarray | None
     tensors: dict[str, Any]
 
 
@@ -121,6 +128,8 @@ def write(
         with storage.errors_for(meta_url):
             fs.rm(path)
     for i, (name, t) in enumerate(tables.items()):
+        if t.ids is None:
+            raise ValueError(f"table {name!r}: no row IDs to write")
         ids = np.ascontiguousarray(t.ids, dtype=np.int64)
         rec: dict[str, Any] = {"num_rows": int(t.num_rows), "arrays": {}}
         rec["ids"] = _write_array(url, f"t{i}.ids.npy", np.dtype(np.int64), ids.shape, [ids])
@@ -130,6 +139,18 @@ def write(
             rec["arrays"][an] = _write_array(url, f"t{i}.a{j}.npy", dt.np_dtype, shape, pulls)
         meta["tables"][name] = rec
     storage.write_bytes(meta_url, json.dumps(meta, indent=1).encode())
+
+
+@dataclass
+class _File:
+    """One file entry of ``meta.json``, the name vetted, and what it must hold."""
+
+    url: str
+    where: str
+    size: int
+    sha256: Any
+    dtype: np.dtype
+    shape: tuple[int, ...]
 
 
 @dataclass
@@ -145,49 +166,94 @@ class Saved:
     def where(self, rel: str = META) -> str:
         return storage.redact(storage.join(self.url, rel))
 
-    def ids(self, name: str, num_rows: int) -> np.ndarray:
-        """The row IDs of table ``name`` (int64, 1-D, each in ``[0, num_rows)``)."""
-        ids = self._array(self.tables[name]["ids"], np.dtype(np.int64), None)
-        if ids.ndim != 1:
-            raise StorageError(f"{self.where(self.tables[name]['ids']['path'])}: IDs not 1-D")
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_rows):
-            raise StorageError(
-                f"{self.where(self.tables[name]['ids']['path'])}: row IDs outside [0, {num_rows})"
-            )
-        return ids
-
-    def array(self, name: str, array: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        """Array ``array`` of table ``name``, checked to be ``dtype`` and ``shape``."""
-        return self._array(self.tables[name]["arrays"][array], dtype, shape)
-
-    def _array(self, info: Any, dtype: np.dtype, shape: tuple[int, ...] | None) -> np.ndarray:
+    def file(self, info: Any, dtype: np.dtype, shape: tuple[int, ...]) -> _File:
+        """The entry ``info`` of ``meta.json`` (a file of ``dtype`` and ``shape``)."""
         if not isinstance(info, dict) or not isinstance(info.get("path"), str):
             raise StorageError(f"{self.where()}: a file entry is malformed")
         rel = info["path"]
-        where = self.where(rel)
         if "/" in rel or rel.startswith(".") or not rel.endswith(".npy"):
             raise StorageError(f"{self.where()}: file name {rel!r} is refused")
-        size = int(info.get("bytes", -1))
-        data = storage.read_bytes(storage.join(self.url, rel), max_bytes=max(size, 0))
-        if len(data) != size:
-            raise StorageError(f"{where}: {len(data)} bytes, {META} says {size} (truncated?)")
-        if hashlib.sha256(data).hexdigest() != info.get("sha256"):
-            raise StorageError(f"{where}: sha256 does not match {META} (corrupted or replaced)")
-        head = io.BytesIO(data)
+        size = info.get("bytes")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise StorageError(f"{self.where(rel)}: {META} gives no size")
+        url = storage.join(self.url, rel)
+        return _File(url, storage.redact(url), size, info.get("sha256"), np.dtype(dtype), shape)
+
+    def table_files(self, name: str, t: Table) -> tuple[_File, dict[str, _File]]:
+        """Table ``name``'s IDs file and one file per tensor of ``t``, rows of ``t``'s
+        row shape (the IDs' count read from their file's header when streamed)."""
+        rec = self.tables[name]
+        n = _rows_in(rec["ids"])
+        ids = self.file(rec["ids"], np.dtype(np.int64), (n,))
+        arrays = {
+            an: self.file(rec["arrays"][an], dt.np_dtype, (n, *dt.shape[1:]))
+            for an, dt in t.tensors.items()
+        }
+        return ids, arrays
+
+
+def _rows_in(info: Any) -> int:
+    """The row count ``meta.json`` records for a file (its shape's first entry)."""
+    shape = info.get("shape") if isinstance(info, dict) else None
+    if not isinstance(shape, list) or not shape or not isinstance(shape[0], int):
+        return -1
+    return int(shape[0])
+
+
+def _header(f: _File, fh: Any) -> bytes:
+    """The ``.npy`` header at the start of ``fh``, read in at most two bounded reads."""
+    pre = fh.read(12)
+    try:
+        major, _ = np.lib.format.read_magic(io.BytesIO(pre))
+    except Exception as e:  # untrusted bytes
+        raise StorageError(f"{f.where}: not a readable .npy file ({str(e)[:200]})") from e
+    if major == 1:
+        start, hlen = 10, int.from_bytes(pre[8:10], "little")
+    else:
+        start, hlen = 12, int.from_bytes(pre[8:12], "little")
+    if start + hlen > MAX_HEADER_BYTES:
+        raise StorageError(f"{f.where}: .npy header of {hlen} bytes is refused")
+    return pre + fh.read(max(0, start + hlen - len(pre)))
+
+
+def stream(f: _File, rows: int) -> Iterator[np.ndarray]:
+    """The rows of ``f``, ``rows`` at a time (each chunk one read, then dropped), after
+    checking its size, header, dtype and shape; once all are read, its sha256. Every
+    mismatch is a StorageError naming the file."""
+    with storage.open_read(f.url) as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size != f.size:
+            raise StorageError(f"{f.where}: {size} bytes, {META} says {f.size} (truncated?)")
+        fh.seek(0)
+        head = _header(f, fh)
+        bio = io.BytesIO(head)
         try:
-            got_shape, fortran, got_dtype = npy.read_header(head)
+            got_shape, fortran, got_dtype = npy.read_header(bio)
         except Exception as e:  # untrusted header text
-            raise StorageError(f"{where}: not a readable .npy file ({str(e)[:200]})") from e
+            raise StorageError(f"{f.where}: not a readable .npy file ({str(e)[:200]})") from e
+        if bio.tell() != len(head):
+            raise StorageError(f"{f.where}: not a readable .npy file (header length)")
         if got_dtype.hasobject or (fortran and len(got_shape) > 1):
-            raise StorageError(f"{where}: object or Fortran-ordered arrays are refused")
-        if got_dtype != dtype:
-            raise StorageError(f"{where}: dtype {got_dtype}, expected {dtype}")
-        if shape is not None and tuple(got_shape) != tuple(shape):
-            raise StorageError(f"{where}: shape {tuple(got_shape)}, expected {tuple(shape)}")
-        count = math.prod(got_shape)
-        if head.tell() + count * got_dtype.itemsize != len(data):
-            raise StorageError(f"{where}: header says {got_shape} but the data size differs")
-        return np.frombuffer(data, got_dtype, count, head.tell()).reshape(got_shape)
+            raise StorageError(f"{f.where}: object or Fortran-ordered arrays are refused")
+        if got_dtype != f.dtype:
+            raise StorageError(f"{f.where}: dtype {got_dtype}, expected {f.dtype}")
+        if tuple(got_shape) != tuple(f.shape):
+            raise StorageError(f"{f.where}: shape {tuple(got_shape)}, expected {tuple(f.shape)}")
+        row = f.shape[1:]
+        row_bytes = math.prod(row) * got_dtype.itemsize
+        total = f.shape[0]
+        if len(head) + total * row_bytes != size:
+            raise StorageError(f"{f.where}: header says {got_shape} but the data size differs")
+        digest = hashlib.sha256(head)
+        for k in range(0, total, max(1, rows)):
+            n = min(max(1, rows), total - k)
+            data = fh.read(n * row_bytes)
+            if len(data) != n * row_bytes:
+                raise StorageError(f"{f.where}: shorter than its header says (truncated?)")
+            digest.update(data)
+            yield np.frombuffer(data, got_dtype).reshape(n, *row)
+        if digest.hexdigest() != f.sha256:
+            raise StorageError(f"{f.where}: sha256 does not match {META} (corrupted or replaced)")
 
 
 def read(url: str) -> Saved | None:
@@ -217,8 +283,8 @@ def read(url: str) -> Saved | None:
     return Saved(url, str(obj.get("kind")), params, world, tables)
 
 
-def _load_one(saved: Saved, kind: str, tables: dict[str, Table], chunk: int) -> None:
-    """Write the rows of ``saved`` into ``tables``' tensors (checked first)."""
+def _check(saved: Saved, kind: str, tables: dict[str, Table]) -> None:
+    """ConfigError unless ``saved`` holds ``kind``'s state of exactly ``tables``."""
     if saved.kind != kind:
         raise ConfigError(f"{saved.where()}: holds {saved.kind} state, not {kind}'s")
     missing, extra = (
@@ -243,14 +309,42 @@ def _load_one(saved: Saved, kind: str, tables: dict[str, Table], chunk: int) -> 
                 f"{saved.where()}: table {name!r} saved {sorted(rec['arrays'])}, "
                 f"expected {sorted(t.tensors)}"
             )
-        ids = saved.ids(name, t.num_rows)
-        arrays = {
-            an: saved.array(name, an, dt.np_dtype, (len(ids), *dt.shape[1:]))
-            for an, dt in t.tensors.items()
-        }
-        for an, dt in t.tensors.items():
-            for k in range(0, len(ids), chunk):
-                dt[ids[k : k + chunk]] = arrays[an][k : k + chunk]
+
+
+def _chunk_rows(files: list[_File], chunk: int) -> int:
+    """Rows per read: at most ``chunk``, and at most ``READ_BYTES`` across ``files``."""
+    per_row = sum(math.prod(f.shape[1:]) * f.dtype.itemsize for f in files)
+    return max(1, min(chunk, READ_BYTES // max(1, per_row)))
+
+
+def _verify(saved: Saved, tables: dict[str, Table], chunk: int) -> None:
+    """Every file of ``saved`` read through once (bounded reads): its size, header,
+    sha256, and the row IDs in range; nothing is written."""
+    for name, t in tables.items():
+        ids, arrays = saved.table_files(name, t)
+        lo, hi = 0, -1
+        for c in stream(ids, _chunk_rows([ids], chunk)):
+            if c.size:
+                lo, hi = min(lo, int(c.min())), max(hi, int(c.max()))
+        if lo < 0 or hi >= t.num_rows:
+            raise StorageError(f"{ids.where}: row IDs outside [0, {t.num_rows})")
+        for f in arrays.values():
+            for _ in stream(f, _chunk_rows([f], chunk)):
+                pass
+
+
+def _write_rows(saved: Saved, tables: dict[str, Table], chunk: int) -> None:
+    """The rows of ``saved`` (verified) into ``tables``' tensors, one bounded chunk of
+    the IDs and of every array at a time."""
+    for name, t in tables.items():
+        ids, arrays = saved.table_files(name, t)
+        rows = _chunk_rows([ids, *arrays.values()], chunk)
+        names = list(arrays)
+        streams = [stream(ids, rows), *(stream(arrays[an], rows) for an in names)]
+        # strict: once the IDs end, every array is read to its end (its sha256 checked)
+        for idx, *vals in zip(*streams, strict=True):
+            for an, v in zip(names, vals, strict=True):
+                t.tensors[an][idx] = v
 
 
 def load(
@@ -270,8 +364,9 @@ def load(
     ``saved_world`` None (DGL's ``load``): a missing ``f_RANK`` is a warning and loads
     nothing (more trainers than at save time). Given (a checkpoint that recorded it):
     every folder ``RANK, RANK+world, ... < saved_world`` must be there and say so.
+    Every folder is checked (files, sizes, checksums) before any row is written; rows
+    are read and written ``chunk`` rows at a time (fewer where ``READ_BYTES`` says).
     Returns the first folder read (None: none)."""
-    first: Saved | None = None
     own: Saved | None = None
     if saved_world is None:
         own = read(rank_url(f, rank))
@@ -282,6 +377,7 @@ def load(
         ranks = [rank, *range(rank + world, own.world_size, world)]
     else:
         ranks = list(range(rank, saved_world, world))
+    folders: list[Saved] = []
     for r in ranks:
         s = own if r == rank and own is not None else read(rank_url(f, r))
         if s is None:
@@ -293,6 +389,10 @@ def load(
             )
         if check is not None:
             check(s)
-        _load_one(s, kind, tables, chunk)
-        first = first or s
-    return first
+        _check(s, kind, tables)
+        folders.append(s)
+    for s in folders:  # every folder checked, whole, before any row is written
+        _verify(s, tables, chunk)
+    for s in folders:
+        _write_rows(s, tables, chunk)
+    return folders[0] if folders else None
