@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
 from summary import median_range
 
 HOPS = (5_000, 33_000, 181_000)
@@ -100,8 +101,10 @@ def main() -> None:
                     ts.append(time.thread_time() - t0)
                 got[m].append(statistics.median(ts) * 1e3)
     mb = statistics.median(len(i) for i in ids) * a.dim * 4 / 1e6
-    print(f"bench_gather: {a.rows} x {a.dim} float32 in shared memory, a step's "
-          f"{mb:.0f} MB of rows, {a.rounds} rounds; ms of thread time (median [range])")  # fmt: skip
+    print(
+        f"bench_gather: {a.rows} x {a.dim} float32 in shared memory, a step's {mb:.0f} MB "
+        f"of rows, {a.rounds} rounds; ms of thread time (median [range])"
+    )
     for m, v in got.items():
         gbs = mb / 1e3 / (statistics.median(v) / 1e3)
         print(f"{m:<40} {median_range(v, '.2f'):>22}  {gbs:5.1f} GB/s")
