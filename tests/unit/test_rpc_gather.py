@@ -255,3 +255,15 @@ def test_a_colocated_read_streams_the_rows_from_shared_memory(
     assert all(a[3] is True for a in seen) and bool(seen) == (path == "native")
     assert sum(len(a[1]) for a in seen) == (len(ids) - 50 if path == "native" else 0)
     reader.close()
+
+
+def test_an_extension_built_before_the_kernel_falls_back_to_take(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stale in-place build (no ``gather_rows``): the same rows by ``np.take``."""
+    monkeypatch.setattr(gather, "native", SimpleNamespace(kernels=SimpleNamespace))
+    table = np.arange(4_000_000, dtype=np.float32).reshape(40_000, 100)
+    ids = _step_like(np.random.default_rng(1), 40_000, 30_000)
+    out = np.empty((len(ids), 100), np.float32)
+    RowGatherer(1).gather(table, ids, out, stream=True)
+    np.testing.assert_array_equal(out, table[ids])

@@ -64,10 +64,12 @@ def _take(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
 
 def _streaming(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     """The native streaming gather where it applies (C-contiguous table and output of
-    one dtype, int64 or int32 rows), else ``np.take``."""
+    one dtype, int64 or int32 rows), else ``np.take`` (also with an extension built
+    before the kernel existed: a checkout's stale in-place build)."""
     k = native.kernels()
+    kernel = getattr(k, "gather_rows", None)  # None too for an extension built before it
     if (
-        k is None
+        kernel is None
         or table.dtype != out.dtype
         or table.dtype.hasobject
         or not table.flags.c_contiguous
@@ -77,7 +79,7 @@ def _streaming(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     ):
         _take(table, rows, out)
         return
-    k.gather_rows(table, np.ascontiguousarray(rows), out, True)
+    kernel(table, np.ascontiguousarray(rows), out, True)
 
 
 _ROW_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
