@@ -159,7 +159,7 @@ def child_train(
     keys = ("wait", "sample", "fetch", "forward", "backward", "optimizer")
     parts: dict[str, list[float]] = {k: [] for k in keys}
     # the main thread's CPU and run-queue wait per phase, summed over the timed steps
-    phases = ("batch", "forward", "backward", "optimizer")
+    phases = ("batch", "forward", "backward", "sync", "optimizer")
     ph_cpu = dict.fromkeys(phases, 0.0)
     ph_runq = dict.fromkeys(phases, 0.0)
     ph_wall = dict.fromkeys(phases, 0.0)
@@ -214,7 +214,8 @@ def child_train(
                     t2, c2 = time.perf_counter(), thread_times()
                     opt.zero_grad()
                     loss.backward()
-                steps_it.sync_gradients()
+                t_bwd, c_bwd = time.perf_counter(), thread_times()
+                steps_it.sync_gradients()  # deferred: the all-reduce, the next batch meanwhile
                 t3, c3 = time.perf_counter(), thread_times()
                 opt.step()
                 t4, c4 = time.perf_counter(), thread_times()
@@ -224,7 +225,8 @@ def child_train(
                         (
                             (t_prev, t1, c_prev, c1),
                             (t1, t2, c1, c2),
-                            (t2, t3, c2, c3),
+                            (t2, t_bwd, c2, c_bwd),
+                            (t_bwd, t3, c_bwd, c3),
                             (t3, t4, c3, c4),
                         ),
                         strict=True,
@@ -237,7 +239,8 @@ def child_train(
                     times.append(t4 - t_prev)
                     for k, v in zip(
                         keys,
-                        (t1 - t_prev, t_sample, t_fetch, t2 - t1, t3 - t2, t4 - t3),
+                        # waiting: for the batch, and (deferred) the all-reduce + next batch
+                        (t1 - t_prev + t3 - t_bwd, t_sample, t_fetch, t2 - t1, t_bwd - t2, t4 - t3),
                         strict=True,
                     ):
                         parts[k].append(v)
@@ -444,15 +447,16 @@ def account_lines(figs: list[dict[str, float]]) -> list[str]:
             f"{ms(f'r{r}_faults')} page faults); main thread off-core (ms): waiting for a core "
             f"{ms(f'r{r}_runq')}, blocked {ms(f'r{r}_blocked')} "
             f"(batch {ms(f'r{r}_blocked_batch')}, "
-            f"forward {ms(f'r{r}_blocked_forward')}, backward + all-reduce "
-            f"{ms(f'r{r}_blocked_backward')}, optimizer {ms(f'r{r}_blocked_optimizer')}, "
+            f"forward {ms(f'r{r}_blocked_forward')}, backward (+ DDP's all-reduce) "
+            f"{ms(f'r{r}_blocked_backward')}, deferred all-reduce + next batch "
+            f"{ms(f'r{r}_blocked_sync')}, optimizer {ms(f'r{r}_blocked_optimizer')}, "
             f"between steps {ms(f'r{r}_blocked_outside')})"
         )
         lines.append(
             f"  rank {r} main thread's kernel time (ms) / page faults per step: "
             + ", ".join(
                 f"{ph} {ms(f'r{r}_sys_{ph}')} / {ms(f'r{r}_faults_{ph}')}"
-                for ph in ("batch", "forward", "backward", "optimizer")
+                for ph in ("batch", "forward", "backward", "sync", "optimizer")
             )
         )
     return lines
@@ -647,11 +651,13 @@ def main() -> None:
         ("  step (s) / steps per epoch", f"{ep['step_s']:.3f}/{ep['steps_per_epoch']:.0f}",
          "", "", ""),
         ("  per step, rank 0 medians (s):", "", "", "", ""),
-        ("    waiting for the next batch", f"{ep['wait']:.3f}", "", "", ""),
+        ("    waiting for the next batch (+ deferred all-reduce)", f"{ep['wait']:.3f}",
+         "", "", ""),
         ("    sampling 3 hops" + hidden, f"{ep['sample']:.3f}", "", "", ""),
         ("    feature pull" + hidden, f"{ep['fetch']:.3f}", "", "", ""),
         ("    forward", f"{ep['forward']:.3f}", "", "", ""),
-        ("    backward (incl. DDP all-reduce)", f"{ep['backward']:.3f}", "", "", ""),
+        ("    backward (incl. DDP's all-reduce if not deferred)", f"{ep['backward']:.3f}",
+         "", "", ""),
         ("    all-reduce of the gradients alone", f"{ep['allreduce']:.3f}", "", "", ""),
         ("    optimizer", f"{ep['optimizer']:.3f}", "", "", ""),
         ("  input nodes per batch", f"{ep['input_nodes']:.0f}", "", "", ""),
@@ -752,7 +758,7 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ("step (s)", "step_s"),
         ("feature pull per step (s)", "fetch"),
         ("sampling per step (s)", "sample"),
-        ("waiting for the next batch (s)", "wait"),
+        ("waiting for batch + deferred AR (s)", "wait"),
         ("CPU s per step: trainer (rank 0)", "trainer_cpu"),
         ("CPU s per step: both servers", "server_cpu"),
         ("MB pulled over TCP per step", "pulled_mb"),
