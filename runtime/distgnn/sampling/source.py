@@ -81,8 +81,9 @@ class _DistOneHop:
         seed = int(self.rng.integers(0, 2**31 - 1))
         gid = seed_ids(self.g, np.asarray(seeds, dtype=np.int64))
         h = sample_hop_edges(self.g, gid, fan, replace=replace, prob=prob, seed=seed)
-        # edges of a graph without edge types are of type 0 (zero pages until read)
-        et = np.zeros(len(h.src), np.int64) if h.etype is None else h.etype.astype(np.int64)
+        # a graph without edge types: no edge-type column (the blocks' type is 0, as from
+        # a local graph; DGL's homogeneous blocks carry only EID)
+        et = None if h.etype is None else h.etype.astype(np.int64)
         return Hop(h.src, None, h.eid, et, dst_index=h.dst_index)
 
 
