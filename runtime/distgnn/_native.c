@@ -8,8 +8,12 @@
  * it gets here. Results are bytearrays (writable, wrapped by np.frombuffer). The GIL is
  * released while a kernel computes.
  *
- * sample_uniform(indptr, seeds, fanout, replace, seed) -> (pos, run_seed, run_len)
- *     uniform in-edge sampling of a CSC (the server's SAMPLE_NEIGHBORS), int64 outputs.
+ * sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges]])
+ *         -> (pos, run_seed, run_len[, picked])
+ *     uniform in-edge sampling of a CSC (the server's SAMPLE_NEIGHBORS), int64 outputs;
+ *     with values (int64, one per position), picked[e] = values[pos[e]], gathered in the
+ *     same pass (prefetched behind the draw); with max_edges >= 0, a sample of more
+ *     edges returns its edge count (an int) instead, nothing drawn.
  * mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)
  *     a CSR with one row per key, entries in edge order (a stable counting sort).
  * relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)
@@ -119,6 +123,7 @@ static int set_insert(Set *s, int64_t x) { /* 1 if added, 0 if present */
     return 1;
 }
 
+#define LAG 128 /* edges: values are gathered this far behind the draw (prefetched) */
 #define LINEAR_MAX 48 /* fanouts up to this check picks by a scan, above by the set */
 
 /* f distinct offsets in [0, d), d > f: Floyd's algorithm (a uniform f-subset; the picks
@@ -159,21 +164,29 @@ static void floyd(Rng *r, int64_t d, int64_t f, int64_t *out, Set *set) {
 }
 
 static PyObject *sample_uniform(PyObject *self, PyObject *args) {
-    PyObject *o_indptr, *o_seeds;
-    long long fanout;
+    PyObject *o_indptr, *o_seeds, *o_vals = Py_None;
+    long long fanout, max_edges = -1;
     int replace;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "OOLpK", &o_indptr, &o_seeds, &fanout, &replace, &seed))
+    if (!PyArg_ParseTuple(args, "OOLpK|OL", &o_indptr, &o_seeds, &fanout, &replace, &seed,
+                          &o_vals, &max_edges))
         return NULL;
-    Py_buffer vi, vs;
+    Py_buffer vi, vs, vv;
+    int has_vals = o_vals != Py_None;
     if (get_buf(o_indptr, &vi, 'q', "indptr") < 0) return NULL;
     if (get_buf(o_seeds, &vs, 'q', "seeds") < 0) {
         PyBuffer_Release(&vi);
         return NULL;
     }
-    PyObject *res = NULL, *b_pos = NULL, *b_rs = NULL, *b_rl = NULL;
-    const int64_t *indptr = vi.buf, *seeds = vs.buf;
+    if (has_vals && get_buf(o_vals, &vv, 'q', "values") < 0) {
+        PyBuffer_Release(&vi);
+        PyBuffer_Release(&vs);
+        return NULL;
+    }
+    PyObject *res = NULL, *b_pos = NULL, *b_rs = NULL, *b_rl = NULL, *b_val = NULL;
+    const int64_t *indptr = vi.buf, *seeds = vs.buf, *vals = has_vals ? vv.buf : NULL;
     int64_t n = (int64_t)vi.shape[0] - 1, ns = (int64_t)vs.shape[0];
+    int64_t nvals = has_vals ? (int64_t)vv.shape[0] : 0;
     int64_t total = 0, nruns = 0, maxdeg = 0;
     const int64_t limit = PY_SSIZE_T_MAX / 8;
     const char *err = NULL;
@@ -182,6 +195,7 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
         int64_t s = seeds[i];
         if (s < 0 || s >= n) err = "a seed is out of the CSC's range";
         else if (indptr[s] < 0 || indptr[s + 1] < indptr[s]) err = "indptr is not ascending";
+        else if (has_vals && indptr[s + 1] > nvals) err = "values are shorter than indptr";
         else {
             int64_t d = indptr[s + 1] - indptr[s], add = 0;
             if (d > maxdeg) maxdeg = d;
@@ -197,12 +211,19 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, err);
         goto done;
     }
+    if (max_edges >= 0 && total > max_edges) { /* refused: the count, nothing drawn */
+        res = PyLong_FromLongLong(total);
+        goto done;
+    }
     char *p_pos = NULL, *p_rs = NULL, *p_rl = NULL;
     b_pos = new_bytes(total, 8, &p_pos);
     b_rs = new_bytes(nruns, 8, &p_rs);
     b_rl = new_bytes(nruns, 8, &p_rl);
-    if (!b_pos || !b_rs || !b_rl) goto done;
+    char *p_val = NULL;
+    if (has_vals) b_val = new_bytes(total, 8, &p_val);
+    if (!b_pos || !b_rs || !b_rl || (has_vals && !b_val)) goto done;
     int64_t *pos = (int64_t *)p_pos, *rs = (int64_t *)p_rs, *rl = (int64_t *)p_rl;
+    int64_t *val = (int64_t *)p_val;
     Set set = {NULL, 0};
     if (!replace && fanout > LINEAR_MAX && maxdeg > fanout) { /* Floyd with a set */
         uint64_t cap = 1; /* fanout < maxdeg <= total edges: the set is smaller than pos */
@@ -218,9 +239,9 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     Rng r;
     rng_seed(&r, seed);
-    int64_t e = 0, k = 0;
+    int64_t e = 0, k = 0, g = 0;
     for (int64_t i = 0; fanout != 0 && i < ns; i++) {
-        int64_t st = indptr[seeds[i]], d = indptr[seeds[i] + 1] - st;
+        int64_t st = indptr[seeds[i]], d = indptr[seeds[i] + 1] - st, e0 = e;
         if (fanout < 0 || (!replace && d <= fanout)) {
             for (int64_t j = 0; j < d; j++) pos[e + j] = st + j;
             rs[k] = i, rl[k++] = d, e += d;
@@ -234,11 +255,19 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
             for (int64_t j = 0; j < fanout; j++) pos[e + j] += st;
             rs[k] = i, rl[k++] = fanout, e += fanout;
         }
+        if (vals) { /* the random reads: prefetch this seed's picks, gather LAG behind */
+            for (int64_t j = e0; j < e; j++) __builtin_prefetch(vals + pos[j]);
+            for (; g < e - LAG; g++) val[g] = vals[pos[g]];
+        }
     }
+    for (; vals && g < e; g++) val[g] = vals[pos[g]];
     Py_END_ALLOW_THREADS
     free(set.slot);
-    res = PyTuple_Pack(3, b_pos, b_rs, b_rl);
+    res = has_vals ? PyTuple_Pack(4, b_pos, b_rs, b_rl, b_val)
+                   : PyTuple_Pack(3, b_pos, b_rs, b_rl);
 done:
+    Py_XDECREF(b_val);
+    if (has_vals) PyBuffer_Release(&vv);
     Py_XDECREF(b_pos);
     Py_XDECREF(b_rs);
     Py_XDECREF(b_rl);
@@ -458,7 +487,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"sample_uniform", sample_uniform, METH_VARARGS,
-     "sample_uniform(indptr, seeds, fanout, replace, seed) -> (pos, run_seed, run_len)"},
+     "sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges]]) -> "
+     "(pos, run_seed, run_len[, picked]) or the edge count over max_edges"},
     {"mean_csr", mean_csr, METH_VARARGS,
      "mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)"},
     {"relabel", relabel, METH_VARARGS,

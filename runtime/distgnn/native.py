@@ -85,6 +85,34 @@ def sample_uniform_runs(
     return _arr(pos, np.int64), _arr(run_seed, np.int64), _arr(run_len, np.int64)
 
 
+def sample_uniform_src(
+    k: ModuleType,
+    indptr: np.ndarray,
+    src: np.ndarray,
+    seeds: np.ndarray,
+    fanout: int,
+    replace: bool,
+    rng: np.random.Generator,
+    max_edges: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | int:
+    """:func:`sample_uniform_runs` (the same draw for the same ``rng``) and ``src[pos]``,
+    gathered by the kernel in the same pass: ``(pos, run_seed, run_len, src[pos])``; or,
+    when the sample would have more than ``max_edges`` edges, that number (nothing
+    drawn). ``pos`` is the caller's to modify."""
+    if fanout == 0 or len(seeds) == 0:
+        e = np.empty(0, np.int64)
+        return e, e, e, e
+    seed = int(rng.integers(0, 2**63)) if fanout > 0 else 0
+    got = k.sample_uniform(_i64(indptr), _i64(seeds), fanout, replace, seed, _i64(src), max_edges)
+    if isinstance(got, int):
+        return got
+    pos, run_seed, run_len, picked = got
+    return (
+        _arr(pos, np.int64), _arr(run_seed, np.int64), _arr(run_len, np.int64),
+        _arr(picked, np.int64),
+    )  # fmt: skip
+
+
 def mean_csr(
     k: ModuleType,
     keys: np.ndarray,

@@ -18,6 +18,7 @@ from tests.support.cora import handlers_on, partition_cora
 from distgnn import native
 from distgnn.errors import ConfigError
 from distgnn.nn.ops import MeanAdjacency, mean_aggregate
+from distgnn.partition.loader import load_partition
 from distgnn.rpc.protocol import MsgType
 from distgnn.sampling.blocks import to_block
 from distgnn.server import sampling
@@ -158,6 +159,51 @@ def test_sampling_kernel_edge_cases(k: ModuleType) -> None:
         assert pos.min() >= 2**50 and pos.max() < 2**50 + 2**40
 
 
+@pytest.mark.parametrize(("fanout", "replace"), [(-1, False), (4, False), (15, False),
+                                                (59, False), (7, True)])  # fmt: skip
+def test_the_kernel_gathers_values_at_the_positions_of_the_same_draw(
+    k: ModuleType, fanout: int, replace: bool
+) -> None:
+    """With ``values``, the same positions and runs as without (the same draw for the
+    same seed) and ``values[pos]`` gathered in the same pass (behind a prefetch)."""
+    rng = np.random.default_rng(fanout + 11)
+    indptr = _csc(rng, 3000, 130)
+    seeds = rng.permutation(3000)[:1500]
+    values = rng.integers(0, 2**62, int(indptr[-1]))
+    plain = native.sample_uniform_runs(k, indptr, seeds, fanout, replace, np.random.default_rng(4))
+    got = native.sample_uniform_src(
+        k, indptr, values, seeds, fanout, replace, np.random.default_rng(4), 2**40
+    )
+    assert not isinstance(got, int)
+    for a, b in zip(plain, got[:3], strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(got[3], values[plain[0]])
+    assert got[3].dtype == np.int64
+
+
+@pytest.mark.parametrize(("fanout", "replace"), [(-1, False), (5, False), (5, True)])
+def test_the_kernel_counts_a_sample_over_max_edges_and_draws_nothing(
+    k: ModuleType, fanout: int, replace: bool
+) -> None:
+    """Over ``max_edges``: the sample's edge count (the handler's limit, the same count
+    as the NumPy check: min(degree, fanout), fanout per seed with edges, or the degree)."""
+    rng = np.random.default_rng(2)
+    indptr = _csc(rng, 500, 12)  # degrees 0..11
+    seeds = rng.permutation(500)[:300]
+    deg = indptr[seeds + 1] - indptr[seeds]
+    if fanout < 0:
+        work = int(deg.sum())
+    elif replace:
+        work = int(np.count_nonzero(deg)) * fanout
+    else:
+        work = int(np.minimum(deg, fanout).sum())
+    values = np.arange(int(indptr[-1]), dtype=np.int64)
+    r = np.random.default_rng(0)
+    assert native.sample_uniform_src(k, indptr, values, seeds, fanout, replace, r, work - 1) == work
+    got = native.sample_uniform_src(k, indptr, values, seeds, fanout, replace, r, work)
+    assert not isinstance(got, int) and len(got[0]) == work
+
+
 def test_a_seeded_draw_is_reproducible_and_seeds_differ(k: ModuleType) -> None:
     rng = np.random.default_rng(5)
     indptr = _csc(rng, 2000)
@@ -232,6 +278,12 @@ def test_every_edge_is_equally_likely(k: ModuleType, deg: int, f: int, replace: 
         ((np.array([0, 2]), np.array([0]), 2**70, False, 1), OverflowError, "too big|overflow"),
         ((np.array([0, 2**61]), np.array([0, 0, 0, 0]), -1, False, 1), ValueError, "too large"),
         ((np.array([0, 2]), np.array([0] * 5), 2**62, True, 1), ValueError, "too large"),
+        (
+            (np.array([0, 3]), np.array([0]), 2, False, 1, np.zeros(2, np.int64)),
+            ValueError,
+            "values are shorter",
+        ),
+        ((np.array([0, 3]), np.array([0]), 2, False, 1, np.zeros(3)), TypeError, "values"),
     ],
 )
 def test_sampling_kernel_refuses_bad_input(
@@ -247,6 +299,8 @@ def test_the_servers_handler_samples_on_either_path(
     """SAMPLE_NEIGHBORS answered by the path's kernel: the reference semantics, seeded
     requests reproducible."""
     manifest = partition_cora(tmp_path, cora_path, 1)
+    part = load_partition(manifest, 0)
+    l2g, indices = np.asarray(part.local2global), np.asarray(part.indices)
     with handlers_on(manifest, 0) as h:
         assert (h.native is not None) == (path == "native")
         g = h.g
@@ -263,11 +317,37 @@ def test_the_servers_handler_samples_on_either_path(
             pos = g.eidpos[eid - g.edge_offset]
             assert (pos >= g.indptr[seeds[seg]]).all()
             assert (pos < g.indptr[seeds[seg] + 1]).all()
-            np.testing.assert_array_equal(src, g.local2global[g.indices[pos]])
+            np.testing.assert_array_equal(src, l2g[indices[pos]])
             again = h.handle(
                 MsgType.SAMPLE_NEIGHBORS, {"fanout": f, "runs": True, "seed": 9}, [seeds]
             )[1]
             np.testing.assert_array_equal(again[1], eid)  # seeded: reproducible
+
+
+def test_the_sample_limit_counts_the_same_edges_on_either_path(
+    path: str, cora_path: Path, tmp_path: Path
+) -> None:
+    """A uniform request over ``max_sample_edges`` is refused naming the same edge count
+    on both paths (the kernel counts it, NumPy checks the degrees); at the limit it is
+    answered."""
+    from distgnn.server.limits import ServerLimits
+    from distgnn.server.store import TensorError
+
+    manifest = partition_cora(tmp_path, cora_path, 1)
+    with handlers_on(manifest, 0) as h:
+        seeds = np.arange(0, 1500, 2)
+        deg = h.g.indptr[seeds + 1] - h.g.indptr[seeds]
+        for f, rep, work in (
+            (3, False, int(np.minimum(deg, 3).sum())),
+            (3, True, 3 * int(np.count_nonzero(deg))),
+            (-1, False, int(deg.sum())),
+        ):
+            meta = {"fanout": f, "replace": rep, "runs": True}
+            h.lim = ServerLimits(max_sample_edges=work - 1)
+            with pytest.raises(TensorError, match=f"{len(seeds)} seeds would touch {work} edges"):
+                h.handle(MsgType.SAMPLE_NEIGHBORS, dict(meta), [seeds])
+            h.lim = ServerLimits(max_sample_edges=work)
+            assert len(h.handle(MsgType.SAMPLE_NEIGHBORS, dict(meta), [seeds])[1][0]) == work
 
 
 # --- block CSRs -------------------------------------------------------------------------

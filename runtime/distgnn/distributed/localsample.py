@@ -1,7 +1,7 @@
 """Co-located trainers: sample the local partition's seeds from the server's shared memory.
 
 A co-located trainer (``trainers.colocate``, see :mod:`distgnn.distributed.localread`)
-maps its server's graph structure (the CSC, edge IDs and types, ``local2global``: what
+maps its server's graph structure (the CSC with global source IDs, edge IDs and types: what
 :func:`distgnn.server.state.load_into_store` put in the store) **read-only** and answers
 the SAMPLE_NEIGHBORS request for its own partition in-process, with the server's own
 request handler (:class:`~distgnn.server.handlers.Handlers`, same validation, limits,

@@ -14,7 +14,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -414,24 +414,31 @@ class Handlers:
                 "field 'fanout' must be an int in [-1, 2**31) or an object etype -> such int"
             )
         typed = isinstance(fanout, dict) or prob is not None
-        start_deg = sampling.seed_ranges(g.indptr, seeds)  # once: the check and the draw
-        self._check_sample_work(len(seeds), start_deg[1], fans, replace, typed)
-        rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
         if isinstance(fanout, int) and prob is None and self.native is not None:
-            pos, run_seed, run_len = native.sample_uniform_runs(
-                self.native, g.indptr, seeds, fanout, replace, rng
-            )
-        elif isinstance(fanout, int) and prob is None:
-            pos, run_seed, run_len = sampling.sample_uniform_runs(
-                g.indptr, seeds, fanout, replace, rng, start_deg
-            )
+            # the kernel counts the edges (the limit) and gathers the sources as it draws
+            rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
+            got = native.sample_uniform_src(
+                self.native, g.indptr, g.src, seeds, fanout, replace, rng,
+                self.lim.max_sample_edges,
+            )  # fmt: skip
+            if isinstance(got, int):
+                self._refuse_sample_work(len(seeds), got)
+            pos, run_seed, run_len, src = got
         else:
-            pos, seg = self._sample_typed(seeds, fanout, replace, prob, rng)
-            run_seed, run_len = sampling.runs_of(seg)
-        # np.take: several times faster than fancy indexing for these int64 gathers
-        src = np.take(g.local2global, np.take(g.indices, pos))
-        eid = pos + g.edge_offset if g.eid_contiguous else np.take(g.eid, pos)
+            start_deg = sampling.seed_ranges(g.indptr, seeds)  # once: the check and the draw
+            self._check_sample_work(len(seeds), start_deg[1], fans, replace, typed)
+            rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
+            if isinstance(fanout, int) and prob is None:
+                pos, run_seed, run_len = sampling.sample_uniform_runs(
+                    g.indptr, seeds, fanout, replace, rng, start_deg
+                )
+            else:
+                pos, seg = self._sample_typed(seeds, fanout, replace, prob, rng)
+                run_seed, run_len = sampling.runs_of(seg)
+            src = np.take(g.src, pos)  # np.take: several times faster than fancy indexing
         et = np.take(g.etype, pos) if g.etype is not None else None
+        # pos is this request's own array: contiguous edge IDs are computed in place
+        eid = np.add(pos, g.edge_offset, out=pos) if g.eid_contiguous else np.take(g.eid, pos)
         if runs:
             out = [src, eid, run_seed.astype(np.int32), run_len.astype(np.int32)]
             return {"runs": True}, out if et is None else [*out, et.astype(np.int32, copy=False)]
@@ -445,7 +452,8 @@ class Handlers:
         """Refuse a request that would touch more than ``max_sample_edges`` edges: all
         in-edges of the seeds (``deg``: their in-degrees) for typed or weighted sampling
         (candidates are listed), else ``min(degree, fanout)`` per seed (``fanout`` per
-        seed with edges, with replacement)."""
+        seed with edges, with replacement). The native kernel counts the uniform case
+        itself (the same count)."""
         if typed or any(f < 0 for f in fans):
             work = int(deg.sum())
             if replace:
@@ -455,11 +463,14 @@ class Handlers:
         else:
             work = int(np.minimum(deg, fans[0]).sum())
         if work > self.lim.max_sample_edges:
-            raise TensorError(
-                f"SAMPLE_NEIGHBORS of {num_seeds} seeds would touch {work} edges, over the "
-                f"limit of {self.lim.max_sample_edges} "
-                f"({self.lim.env_name('max_sample_edges')}); use fewer seeds or a smaller fanout"
-            )
+            self._refuse_sample_work(num_seeds, work)
+
+    def _refuse_sample_work(self, num_seeds: int, work: int) -> NoReturn:
+        raise TensorError(
+            f"SAMPLE_NEIGHBORS of {num_seeds} seeds would touch {work} edges, over the "
+            f"limit of {self.lim.max_sample_edges} "
+            f"({self.lim.env_name('max_sample_edges')}); use fewer seeds or a smaller fanout"
+        )
 
     def _weights(self, prob: str, pos: np.ndarray) -> np.ndarray:
         g = self.g
@@ -518,7 +529,7 @@ class Handlers:
         g = self.g
         pos = g.eidpos[self._ids(bufs, 0, g.m_owned, "edge IDs (local owned)")]
         dst_local = np.searchsorted(g.indptr, pos, side="right") - 1
-        return {}, [g.local2global[g.indices[pos]], g.node_offset + dst_local]
+        return {}, [g.src[pos], g.node_offset + dst_local]
 
     def degrees(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
         g = self.g

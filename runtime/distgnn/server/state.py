@@ -50,8 +50,11 @@ def load_into_store(
     n_owned, m_owned = int(part.num_owned_nodes), int(part.num_owned_edges)
     indptr = np.asarray(part.indptr, dtype=np.int64)
     indices = np.asarray(part.indices, dtype=np.int64)
+    l2g = np.asarray(part.local2global, dtype=np.int64)
     store.put(GRAPH + "indptr", indptr)
-    store.put(GRAPH + "indices", indices)
+    # the CSC's sources as global IDs (what sampling and FIND_EDGES answer): one gather
+    # per sampled edge instead of two; the local IDs are not kept (the same size)
+    store.put(GRAPH + "src", np.take(l2g, indices))
     eid = np.asarray(part.eid, dtype=np.int64)
     store.put(GRAPH + "eid", eid)
     eidpos = np.empty(m_owned, dtype=np.int64)  # position of owned edge (new ID - offset)
@@ -61,7 +64,6 @@ def load_into_store(
     contiguous = _is_offset_range(eid[:sampled], int(part.manifest.edge_offsets[part_id]))
     if part.etype is not None:
         store.put(GRAPH + "etype", np.asarray(part.etype, dtype=np.int32))
-    l2g = np.asarray(part.local2global, dtype=np.int64)
     store.put(GRAPH + "local2global", l2g)
     halo = l2g[n_owned:]
     order = np.argsort(halo, kind="stable")
@@ -114,7 +116,8 @@ class GraphState:
     n_owned: int
     m_owned: int
     indptr: np.ndarray
-    indices: np.ndarray
+    src: np.ndarray
+    """the CSC's source of each position as a global node ID (``local2global[indices]``)"""
     eid: np.ndarray
     eidpos: np.ndarray
     etype: np.ndarray | None
@@ -148,7 +151,7 @@ class GraphState:
             n_owned=int(info["num_owned_nodes"]),
             m_owned=int(info["num_owned_edges"]),
             indptr=store.get(GRAPH + "indptr"),
-            indices=store.get(GRAPH + "indices"),
+            src=store.get(GRAPH + "src"),
             eid=store.get(GRAPH + "eid"),
             eidpos=store.get(GRAPH + "eidpos"),
             etype=store.get(GRAPH + "etype") if info["has_etype"] else None,
