@@ -17,7 +17,7 @@
  * mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)
  *     a CSR with one row per key, entries in edge order (a stable counting sort).
  * relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)
- *     to_block's compaction with a lookup table over the ID range [0, n).
+ *     to_block's compaction over the ID range [0, n): bit maps and their ranks.
  * gather_rows(table, ids, out, stream) -> None
  *     out[i] = table[ids[i]] (rows of any dtype, int64 or int32 IDs); with stream, the
  *     rows are prefetched ahead and written with non-temporal stores (a large output).
@@ -381,9 +381,33 @@ static inline int64_t popcount64(uint64_t x) { /* SWAR: no libgcc call without -
 
 /* --- relabel ------------------------------------------------------------------------- */
 
-/* Bit maps over the ID range (n/8 bytes each: in cache where a table of n entries is
- * not) mark the destinations and the new sources; a table over the range, written only
- * at those IDs, gives each its local ID. Edge IDs are range-checked in the passes. */
+/* Local IDs without a table over the ID range: the rank of an ID's bit in its bit map
+ * (the set bits before it: a per-word prefix count plus a popcount in its word). The
+ * maps, their prefix counts and the destinations' positions by rank are ~1/10 of an
+ * int32 table over the range, so the edges' random lookups stay in the cache. */
+typedef struct {
+    uint64_t *bits;
+    int32_t *before; /* set bits in the words before this one */
+} Rank;
+
+static inline int64_t rank_of(const Rank *m, int64_t v) {
+    uint64_t w = m->bits[v >> 6], below = (1ULL << (v & 63)) - 1;
+    return m->before[v >> 6] + popcount64(w & below);
+}
+
+static inline int has_bit(const uint64_t *bits, int64_t v) {
+    return (int)(bits[v >> 6] >> (v & 63) & 1);
+}
+
+static int64_t prefix_counts(Rank *m, size_t words) {
+    int64_t acc = 0;
+    for (size_t w = 0; w < words; w++) {
+        m->before[w] = (int32_t)acc;
+        acc += popcount64(m->bits[w]);
+    }
+    return acc;
+}
+
 static PyObject *relabel(PyObject *self, PyObject *args) {
     PyObject *o_dn, *o_src, *o_dst;
     Py_ssize_t n;
@@ -401,8 +425,8 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *res = NULL, *b_nid = NULL, *b_es = NULL, *b_ed = NULL;
-    int32_t *table = NULL;
-    uint64_t *bd = NULL, *bs = NULL;
+    Rank d = {NULL, NULL}, s = {NULL, NULL};
+    int32_t *by_rank = NULL; /* a destination's position in dst_nid, by its rank */
     const int64_t *dn = vd.buf, *src = vs.buf, *dst = has_dst ? vt.buf : NULL;
     int64_t nd = (int64_t)vd.shape[0], ne = (int64_t)vs.shape[0];
     const char *err = NULL;
@@ -412,10 +436,12 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
         if (dn[i] < 0 || dn[i] >= n) err = "a destination node ID is out of range";
     if (err) goto fail;
     size_t words = ((size_t)n + 63) / 64 + 1;
-    table = malloc(((size_t)n > 0 ? (size_t)n : 1) * sizeof(int32_t)); /* at destinations */
-    bd = calloc(words, sizeof(uint64_t));
-    bs = calloc(words, sizeof(uint64_t));
-    if (!table || !bd || !bs) {
+    d.bits = calloc(words, sizeof(uint64_t));
+    s.bits = calloc(words, sizeof(uint64_t));
+    d.before = malloc(words * sizeof(int32_t));
+    s.before = malloc(words * sizeof(int32_t));
+    by_rank = malloc(((size_t)nd > 0 ? (size_t)nd : 1) * sizeof(int32_t));
+    if (!d.bits || !s.bits || !d.before || !s.before || !by_rank) {
         PyErr_NoMemory();
         goto done;
     }
@@ -423,13 +449,15 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < nd; i++) {
         int64_t v = dn[i];
-        uint64_t bit = 1ULL << (v & 63);
-        if (bd[v >> 6] & bit) {
+        if (has_bit(d.bits, v)) {
             err = "seeds: destination node IDs must be unique";
             break;
         }
-        bd[v >> 6] |= bit;
-        table[v] = (int32_t)i;
+        d.bits[v >> 6] |= 1ULL << (v & 63);
+    }
+    if (!err) {
+        prefix_counts(&d, words);
+        for (int64_t i = 0; i < nd; i++) by_rank[rank_of(&d, dn[i])] = (int32_t)i;
     }
     for (int64_t e = 0; !err && e < ne; e++) {
         int64_t v = src[e];
@@ -437,10 +465,12 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
             err = "an edge's node ID is out of range";
             break;
         }
-        uint64_t bit = 1ULL << (v & 63);
-        if (!((bd[v >> 6] | bs[v >> 6]) & bit)) bs[v >> 6] |= bit;
+        s.bits[v >> 6] |= 1ULL << (v & 63);
     }
-    for (size_t w = 0; !err && w < words; w++) nnew += popcount64(bs[w]);
+    if (!err) {
+        for (size_t w = 0; w < words; w++) s.bits[w] &= ~d.bits[w]; /* the new sources */
+        nnew = prefix_counts(&s, words);
+    }
     Py_END_ALLOW_THREADS
     if (err) goto fail;
     char *p_nid = NULL, *p_es = NULL, *p_ed = NULL;
@@ -453,19 +483,18 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
     memcpy(nid, dn, (size_t)nd * 8);
     int64_t k = nd; /* the new sources, ascending */
     for (size_t w = 0; w < words; w++)
-        for (uint64_t m = bs[w]; m; m &= m - 1) {
-            int64_t v = (int64_t)(w * 64) + __builtin_ctzll(m);
-            table[v] = (int32_t)k;
-            nid[k++] = v;
-        }
-    for (int64_t e = 0; e < ne; e++) es[e] = table[src[e]];
+        for (uint64_t m = s.bits[w]; m; m &= m - 1) nid[k++] = (int64_t)(w * 64) + __builtin_ctzll(m);
+    for (int64_t e = 0; e < ne; e++) {
+        int64_t v = src[e];
+        es[e] = has_bit(d.bits, v) ? by_rank[rank_of(&d, v)] : nd + rank_of(&s, v);
+    }
     for (int64_t e = 0; ed && e < ne; e++) {
         int64_t v = dst[e];
-        if ((uint64_t)v >= (uint64_t)n || !(bd[v >> 6] & (1ULL << (v & 63)))) {
+        if ((uint64_t)v >= (uint64_t)n || !has_bit(d.bits, v)) {
             err = "sampled edges: a destination is not among the seeds";
             break;
         }
-        ed[e] = table[v];
+        ed[e] = by_rank[rank_of(&d, v)];
     }
     Py_END_ALLOW_THREADS
     if (err) goto fail;
@@ -474,9 +503,11 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
 fail:
     PyErr_SetString(PyExc_ValueError, err);
 done:
-    free(table);
-    free(bd);
-    free(bs);
+    free(d.bits);
+    free(s.bits);
+    free(d.before);
+    free(s.before);
+    free(by_rank);
     Py_XDECREF(b_nid);
     Py_XDECREF(b_es);
     Py_XDECREF(b_ed);
