@@ -196,3 +196,19 @@ def test_the_mode_follows_the_environment_and_a_bad_value_names_the_variable() -
     assert not use_deferred_allreduce(1, prefetch_thread=False, env=on)  # nothing to reduce
     with pytest.raises(ConfigError, match=ENV):
         use_deferred_allreduce(2, prefetch_thread=False, env={ENV: "sometimes"})
+
+
+def test_a_model_with_buffers_keeps_ddps_all_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DDP broadcasts buffers (batch norm statistics) in every syncing forward; under
+    ``no_sync()`` it would not, so such a model is not deferred."""
+    import torch
+    from torch import nn
+
+    from distgnn.train.ddp import DDPContext
+    from distgnn.train.loop import deferred_sync
+
+    monkeypatch.delenv(ENV, raising=False)
+    ctx = DDPContext(rank=0, world_size=2, device=torch.device("cpu"), joined=True)
+    assert deferred_sync(ctx, nn.Linear(4, 2), prefetch_thread=False) is not None
+    with_buffers = nn.Sequential(nn.Linear(4, 2), nn.BatchNorm1d(2))
+    assert deferred_sync(ctx, with_buffers, prefetch_thread=False) is None

@@ -125,8 +125,12 @@ def deferred_sync(
     ctx: DDPContext, model: nn.Module, prefetch_thread: bool
 ) -> DeferredGradSync | None:
     """The built-in apps' all-reduce after the backward, when
-    :func:`~distgnn.train.gradsync.use_deferred_allreduce` says so (``DISTGNN_DEFER_ALLREDUCE``)."""
+    :func:`~distgnn.train.gradsync.use_deferred_allreduce` says so (``DISTGNN_DEFER_ALLREDUCE``).
+    Never for a model with buffers (batch norm statistics): DDP broadcasts rank 0's in
+    every forward that syncs, and under ``no_sync()`` it would not."""
     if not ctx.joined or not use_deferred_allreduce(ctx.world_size, prefetch_thread):
+        return None
+    if any(True for _ in unwrap(model).buffers()):
         return None
     return DeferredGradSync(model, ctx.world_size)
 
