@@ -28,6 +28,14 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
   partition's seeds from its server's shared memory), runs alternating; per-step
   medians side by side. ``--modes`` picks the topologies (``colocated-tcp-sampling``:
   co-located with ``DISTGNN_LOCAL_SAMPLING=0``, sampling over TCP).
+* The timed window's whole-machine account (``bench/cpu_account.py``, from ``/proc``; a
+  few lines per mode, ms per timed step, medians over runs): the cores' time by owner
+  (each trainer with all its threads, both servers with their workers, other processes,
+  idle, steal) and the window's mean step less the median step (slow steps); per rank its
+  CPU (threads other than the main one, kernel time, page faults) and its main thread's
+  time off its core, waiting for one (runnable) or blocked (sleeping), by phase: getting
+  the batch (sampling, pull), forward, backward (DDP's all-reduce waits for the slower
+  rank there), optimizer, between steps.
 """
 
 from __future__ import annotations
@@ -124,18 +132,23 @@ def child_train(
     import torch.distributed as dist
     from torch.nn import functional as F
 
+    from cpu_account import account, snapshot, thread_times
     from distgnn.nn import GraphSAGE
     from distgnn.sampling import NeighborSampler, NodeBatcher
     from distgnn.sampling.loader import BatchLoader, prefetch
     from distgnn.train.config import TrainConfig
     from distgnn.train.ddp import agree_steps, barrier, init_ddp, shutdown, wrap
     from distgnn.train.graph import open_train_graph
-    from distgnn.train.loop import autocast, padded
+    from distgnn.train.loop import Steps, autocast, deferred_sync, padded
     from distgnn.train.proc import configure_trainer_process
 
     threads = configure_trainer_process()
+    server_pids = [int(p) for p in os.environ.get(ENV_SERVER_PIDS, "").split(",") if p]
+    watched = {"trainer": [os.getpid()]}
     cfg = TrainConfig(precision=precision).validate()
     ctx = init_ddp()
+    if ctx.rank == 0 and server_pids:
+        watched["servers"] = server_pids
     tg = open_train_graph()
     ids = tg.split_nodes("train_mask", ctx)
     n_cls = int(tg.read_all("label").max()) + 1
@@ -145,10 +158,18 @@ def child_train(
     num = int(os.environ.get("DISTGNN_NUM_SAMPLERS", "0"))
     keys = ("wait", "sample", "fetch", "forward", "backward", "optimizer")
     parts: dict[str, list[float]] = {k: [] for k in keys}
+    # the main thread's CPU and run-queue wait per phase, summed over the timed steps
+    phases = ("batch", "forward", "backward", "sync", "optimizer")
+    ph_cpu = dict.fromkeys(phases, 0.0)
+    ph_runq = dict.fromkeys(phases, 0.0)
+    ph_wall = dict.fromkeys(phases, 0.0)
+    ph_sys = dict.fromkeys(phases, 0.0)
+    ph_faults = dict.fromkeys(phases, 0.0)
     times: list[float] = []
     epoch_times: list[float] = []
     n_inputs: list[int] = []
     kept: list[tuple[Any, Any, Any]] = []  # batches re-run for the floor
+    sync = deferred_sync(ctx, model, use_prefetch)  # DISTGNN_DEFER_ALLREDUCE, as the app
 
     # all-reduce of one gradient-sized buffer (DDP does this inside backward)
     flat = torch.zeros(sum(p.numel() for p in model.parameters()))
@@ -179,31 +200,54 @@ def child_train(
         batches = prefetch(src, load) if use_prefetch else map(load, src)
         done = 0
         try:
-            t_prev = time.perf_counter()
+            t_prev, c_prev = time.perf_counter(), thread_times()
             # padded: a trainer out of batches repeats its last one with weight 0
-            for (t_sample, t_fetch, x, y, blocks, n_in), w in padded(batches, n):
-                t1 = time.perf_counter()
-                with autocast(cfg, x.device):
-                    logits = model(blocks, x).float()
-                loss = F.cross_entropy(logits, y) * w
-                t2 = time.perf_counter()
-                opt.zero_grad()
-                loss.backward()
-                t3 = time.perf_counter()
+            # (the app's Steps: with a deferred all-reduce, the next batch is made while
+            # it waits for the other ranks, in sync_gradients)
+            steps_it = Steps(padded(batches, n), sync)
+            for (t_sample, t_fetch, x, y, blocks, n_in), w in steps_it:
+                t1, c1 = time.perf_counter(), thread_times()
+                with steps_it.no_sync():
+                    with autocast(cfg, x.device):
+                        logits = model(blocks, x).float()
+                    loss = F.cross_entropy(logits, y) * w
+                    t2, c2 = time.perf_counter(), thread_times()
+                    opt.zero_grad()
+                    loss.backward()
+                t_bwd, c_bwd = time.perf_counter(), thread_times()
+                steps_it.sync_gradients()  # deferred: the all-reduce, the next batch meanwhile
+                t3, c3 = time.perf_counter(), thread_times()
                 opt.step()
-                t4 = time.perf_counter()
+                t4, c4 = time.perf_counter(), thread_times()
                 if record:
+                    for ph, (ta, tb, ca, cb) in zip(
+                        phases,
+                        (
+                            (t_prev, t1, c_prev, c1),
+                            (t1, t2, c1, c2),
+                            (t2, t_bwd, c2, c_bwd),
+                            (t_bwd, t3, c_bwd, c3),
+                            (t3, t4, c3, c4),
+                        ),
+                        strict=True,
+                    ):
+                        ph_wall[ph] += tb - ta
+                        ph_cpu[ph] += cb.cpu_s - ca.cpu_s
+                        ph_runq[ph] += cb.runq_s - ca.runq_s
+                        ph_sys[ph] += cb.sys_s - ca.sys_s
+                        ph_faults[ph] += cb.faults - ca.faults
                     times.append(t4 - t_prev)
                     for k, v in zip(
                         keys,
-                        (t1 - t_prev, t_sample, t_fetch, t2 - t1, t3 - t2, t4 - t3),
+                        # waiting: for the batch, and (deferred) the all-reduce + next batch
+                        (t1 - t_prev + t3 - t_bwd, t_sample, t_fetch, t2 - t1, t_bwd - t2, t4 - t3),
                         strict=True,
                     ):
                         parts[k].append(v)
                     n_inputs.append(n_in)
                 if keep and len(kept) < floor_steps:
                     kept.append((x, y, blocks))
-                t_prev = t4
+                t_prev, c_prev = t4, c4
                 done += 1
         finally:
             close = getattr(batches, "close", None)
@@ -216,9 +260,12 @@ def child_train(
         run_steps(loader, 2, record=False)  # warm-up (epoch 0)
         barrier(ctx)
         cpu0 = time.process_time()
+        # the timed window (every rank from the same barrier): its whole-machine account
+        snap0 = snapshot(watched)
         if steps > 0:
             loader.set_epoch(1)
             run_steps(loader, steps, record=True)
+            barrier(ctx)
         else:
             for e in range(epochs):
                 loader.set_epoch(1 + e)
@@ -227,18 +274,31 @@ def child_train(
                 run_steps(loader, steps_per_epoch, record=True)
                 barrier(ctx)
                 epoch_times.append(time.perf_counter() - t0)
+        acct = account(snap0, snapshot(watched))
         cpu = (time.process_time() - cpu0) / max(1, len(times))
+        # every rank's own figures to rank 0 (a float tensor: no pickle)
+        me = acct.groups["trainer"]
+        mine = [me.cpu_s, me.runq_s, me.sys_s, float(me.faults)]
+        mine += [acct.thread.cpu_s, acct.thread.runq_s, acct.thread_blocked_s]
+        for ph in phases:
+            mine += [ph_wall[ph], ph_cpu[ph], ph_runq[ph], ph_sys[ph], ph_faults[ph]]
+        everyone = gather_floats(ctx, mine)
         if floor_steps:
             # the floor's batches come from extra, untimed steps: holding them during the
             # timed ones keeps ~0.1 GB each from the allocator, so the timed steps would
             # page-fault fresh memory (measured: a 25-step epoch 13.1-13.3 s vs 10.8-11.8 s)
             loader.set_epoch(1 + max(1, epochs))
             run_steps(loader, floor_steps, record=False, keep=True)
-    floor = compute_floor(model, opt, cfg, kept) if ctx.rank == 0 and kept else None
+    floor = compute_floor(model, opt, cfg, kept)[0] if ctx.rank == 0 and kept else None
     barrier(ctx)
     # the same, every trainer at once: what the machine's cores give compute together
     # (2 vCPUs need not double it: they may share a physical core)
-    floor_all = compute_floor(model, opt, cfg, kept) if kept else None
+    floor_all, floor_all_cpu = compute_floor(model, opt, cfg, kept) if kept else (None, None)
+    barrier(ctx)
+    # and through DDP: what its hooks, bucket copies and all-reduce add
+    floor_ddp, floor_ddp_cpu = (
+        compute_floor(model, opt, cfg, kept, ddp=True) if kept and ctx.joined else (None, None)
+    )
     barrier(ctx)
     cache = getattr(getattr(tg.g, "ctx", None), "feature_cache", None)
     cstats = tg.client_stats()
@@ -250,6 +310,7 @@ def child_train(
             json.dumps(
                 {
                     "step_s": statistics.median(times),
+                    "step_times": times,
                     "steps_per_epoch": steps_per_epoch,
                     "timed_steps": len(times),
                     "epoch_times": epoch_times,
@@ -258,29 +319,165 @@ def child_train(
                     "threads": threads,
                     "trainer_cpu": cpu,
                     "prefetch": use_prefetch,
+                    "deferred_allreduce": sync is not None,
                     "pulled_bytes": cstats.bytes_pulled if cstats else 0,
+                    "account": account_json(acct, everyone, phases, times),
                     **({"cache": dataclasses.asdict(cache.stats)} if cache else {}),
                     **({"floor_step_s": floor} if floor is not None else {}),
                     **({"floor_all_step_s": floor_all} if floor_all is not None else {}),
+                    **({"floor_all_cpu_s": floor_all_cpu} if floor_all_cpu is not None else {}),
+                    **({"floor_ddp_step_s": floor_ddp} if floor_ddp is not None else {}),
+                    **({"floor_ddp_cpu_s": floor_ddp_cpu} if floor_ddp_cpu is not None else {}),
                     **med,
                 }
             )
         )
 
 
-def compute_floor(model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, Any]]) -> float:
-    """Median seconds of forward + backward + optimizer step over ``batches`` (rank 0
-    alone, on the module inside DDP so no all-reduce runs)."""
+ENV_SERVER_PIDS = "DISTGNN_BENCH_SERVER_PIDS"
+"""The servers' process IDs, given to the trainers so rank 0 accounts for their CPU."""
+TRAINER_FIELDS = (
+    "cpu_s", "runq_s", "sys_s", "faults", "main_cpu_s", "main_runq_s", "main_blocked_s",
+)  # fmt: skip
+
+PHASE_FIELDS = ("wall_s", "cpu_s", "runq_s", "sys_s", "faults")
+
+
+def gather_floats(ctx: Any, values: list[float]) -> list[list[float]]:
+    """Every rank's ``values`` (the same length everywhere), in rank order."""
     import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    if not ctx.joined:
+        return [values]
+    out = [torch.zeros_like(t) for _ in range(ctx.world_size)]
+    dist.all_gather(out, t)
+    return [o.tolist() for o in out]
+
+
+def account_json(
+    acct: Any, everyone: list[list[float]], phases: tuple[str, ...], step_times: list[float]
+) -> dict[str, Any]:
+    """The timed window's machine account (``cpu_account.Account``) with every rank's
+    process and main-thread figures (as :func:`child_train` gathers them)."""
+    n, k = len(TRAINER_FIELDS), len(PHASE_FIELDS)
+    trainers = []
+    for vals in everyone:
+        t: dict[str, Any] = dict(zip(TRAINER_FIELDS, vals[:n], strict=True))
+        t["phases"] = {
+            ph: dict(zip(PHASE_FIELDS, vals[n + k * i : n + k * (i + 1)], strict=True))
+            for i, ph in enumerate(phases)
+        }
+        trainers.append(t)
+    servers = acct.groups.get("servers")
+    return {
+        "wall_s": acct.wall_s,
+        "cores": acct.cores,
+        "steps": len(step_times),
+        "machine_busy_s": acct.machine_busy_s,
+        "machine_idle_s": acct.machine_idle_s,
+        "steal_s": acct.steal_s,
+        "servers_cpu_s": servers.cpu_s if servers else float("nan"),
+        "servers_runq_s": servers.runq_s if servers else float("nan"),
+        "servers_sys_s": servers.sys_s if servers else float("nan"),
+        "median_step_s": statistics.median(step_times) if step_times else float("nan"),
+        "trainers": trainers,
+    }
+
+
+def account_figures(acc: dict[str, Any]) -> dict[str, float]:
+    """Per-step seconds of the timed window's account: the machine's core-seconds by
+    owner (every trainer, the servers with their workers, other processes, idle) and
+    each rank's main thread off its core (waiting for a core; blocked, by phase)."""
+    n = max(1, acc["steps"])
+    trainers = acc["trainers"]
+    t_cpu = sum(t["cpu_s"] for t in trainers)
+    out = {
+        "wall": acc["wall_s"] / n,
+        "capacity": acc["cores"] * acc["wall_s"] / n,
+        "trainers_cpu": t_cpu / n,
+        "servers_cpu": acc["servers_cpu_s"] / n,
+        "other_cpu": max(0.0, acc["machine_busy_s"] - t_cpu - acc["servers_cpu_s"]) / n,
+        "idle": acc["machine_idle_s"] / n,
+        "steal": acc["steal_s"] / n,
+        "servers_sys": acc["servers_sys_s"] / n,
+        "slow_steps": acc["wall_s"] / n - acc["median_step_s"],
+        "cores": acc["cores"],
+    }
+    for r, t in enumerate(trainers):
+        out[f"r{r}_cpu"] = t["cpu_s"] / n
+        out[f"r{r}_sys"] = t["sys_s"] / n
+        out[f"r{r}_other_threads"] = max(0.0, t["cpu_s"] - t["main_cpu_s"]) / n
+        out[f"r{r}_faults"] = t["faults"] / n / 1e3  # ms() prints x 1e3: faults per step
+        out[f"r{r}_runq"] = t["main_runq_s"] / n
+        out[f"r{r}_blocked"] = t["main_blocked_s"] / n
+        in_steps = 0.0
+        for ph, v in t["phases"].items():
+            b = max(0.0, v["wall_s"] - v["cpu_s"] - v["runq_s"])
+            out[f"r{r}_blocked_{ph}"] = b / n
+            out[f"r{r}_sys_{ph}"] = v["sys_s"] / n
+            out[f"r{r}_faults_{ph}"] = v["faults"] / n / 1e3
+            in_steps += b
+        out[f"r{r}_blocked_outside"] = max(0.0, t["main_blocked_s"] - in_steps) / n
+    return out
+
+
+def account_lines(figs: list[dict[str, float]]) -> list[str]:
+    """The accounting as text: medians (ms per step) over runs' :func:`account_figures`."""
+
+    def ms(key: str) -> str:
+        vals = [f[key] for f in figs if key in f]
+        return f"{1e3 * statistics.median(vals):.0f}" if vals else "-"
+
+    ranks = sorted({int(k[1 : k.index("_")]) for k in figs[0] if k.startswith("r")})
+    lines = [
+        f"  machine per step (ms of core time): {ms('capacity')} = "
+        f"{figs[0]['cores']:.0f} cores x {ms('wall')}: "
+        f"trainers {ms('trainers_cpu')} ("
+        + " + ".join(ms(f"r{r}_cpu") for r in ranks)
+        + f"), servers {ms('servers_cpu')}, other processes {ms('other_cpu')}, "
+        f"idle {ms('idle')}, steal {ms('steal')}; window / steps - median step "
+        f"{ms('slow_steps')}"
+    ]
+    for r in ranks:
+        lines.append(
+            f"  rank {r} per step: CPU {ms(f'r{r}_cpu')} ms (threads but the main one "
+            f"{ms(f'r{r}_other_threads')}, kernel {ms(f'r{r}_sys')}, "
+            f"{ms(f'r{r}_faults')} page faults); main thread off-core (ms): waiting for a core "
+            f"{ms(f'r{r}_runq')}, blocked {ms(f'r{r}_blocked')} "
+            f"(batch {ms(f'r{r}_blocked_batch')}, "
+            f"forward {ms(f'r{r}_blocked_forward')}, backward (+ DDP's all-reduce) "
+            f"{ms(f'r{r}_blocked_backward')}, deferred all-reduce + next batch "
+            f"{ms(f'r{r}_blocked_sync')}, optimizer {ms(f'r{r}_blocked_optimizer')}, "
+            f"between steps {ms(f'r{r}_blocked_outside')})"
+        )
+        lines.append(
+            f"  rank {r} main thread's kernel time (ms) / page faults per step: "
+            + ", ".join(
+                f"{ph} {ms(f'r{r}_sys_{ph}')} / {ms(f'r{r}_faults_{ph}')}"
+                for ph in ("batch", "forward", "backward", "sync", "optimizer")
+            )
+        )
+    return lines
+
+
+def compute_floor(
+    model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, Any]], ddp: bool = False
+) -> tuple[float, float]:
+    """Median seconds of forward + backward + optimizer step over ``batches`` and the
+    median thread CPU of one: on the module inside DDP, so no all-reduce runs (rank 0
+    alone, or every rank at once), or with ``ddp`` through DDP itself (every rank at
+    once: its hooks, bucket copies and the all-reduce's wait for the other ranks)."""
     from torch.nn import functional as F
 
     from distgnn.train.loop import autocast
 
-    module = getattr(model, "module", model)
-    times = []
+    module = model if ddp else getattr(model, "module", model)
+    times, cpus = [], []
     for rep in range(2):
         for x, y, blocks in batches:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             with autocast(cfg, x.device):
                 logits = module(blocks, x).float()
             loss = F.cross_entropy(logits, y)
@@ -289,8 +486,8 @@ def compute_floor(model: Any, opt: Any, cfg: Any, batches: list[tuple[Any, Any, 
             opt.step()
             if rep == 1:
                 times.append(time.perf_counter() - t0)
-    del torch
-    return statistics.median(times)
+                cpus.append(time.thread_time() - c0)
+    return statistics.median(times), statistics.median(cpus)
 
 
 def bench_epoch(
@@ -320,6 +517,7 @@ def bench_epoch(
             DISTGNN_LOG_LEVEL="WARNING",
             OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // trainers)),
             LOCAL_WORLD_SIZE=str(trainers),
+            **{ENV_SERVER_PIDS: ",".join(str(p) for p in server_pids)},
         )
         if stores:
             part = r // max(1, trainers // len(stores)) % len(stores)
@@ -388,6 +586,10 @@ def main() -> None:
     )
     ap.add_argument("--cache-mb", type=float, default=64,
                     help="--modes ...-cache: feature cache per trainer (MB)")  # fmt: skip
+    ap.add_argument("--defer-allreduce", default="auto", choices=["auto", "on", "off"],
+                    help="the trainers' DISTGNN_DEFER_ALLREDUCE (distgnn.train.gradsync: the "
+                    "next batch made while the gradients' all-reduce waits; auto: on without "
+                    "a prefetch thread)")  # fmt: skip
     ap.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_train:
@@ -404,6 +606,8 @@ def main() -> None:
         end_process(0)
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     from servers import running_servers
+
+    os.environ["DISTGNN_DEFER_ALLREDUCE"] = a.defer_allreduce  # the trainers inherit it
 
     extra = ["--steps", str(a.steps), "--epochs", str(a.epochs)]
     if a.no_prefetch:
@@ -432,7 +636,9 @@ def main() -> None:
     print(
         f"bench_training: {a.nodes} nodes, 2 partitions/servers, {a.trainers} trainers "
         f"({ep['threads']} torch thread(s) each), num_samplers={a.num_samplers}, "
-        f"prefetch={'on' if ep['prefetch'] else 'off'} ({a.prefetch}), precision {a.precision}, "
+        f"prefetch={'on' if ep['prefetch'] else 'off'} ({a.prefetch}), deferred all-reduce "
+        f"{'on' if ep['deferred_allreduce'] else 'off'} ({a.defer_allreduce}), "
+        f"precision {a.precision}, "
         f"server gather threads {senv.get('DISTGNN_GATHER_THREADS') or 'from the environment'}; "
         f"epoch: {how}"
     )
@@ -445,11 +651,13 @@ def main() -> None:
         ("  step (s) / steps per epoch", f"{ep['step_s']:.3f}/{ep['steps_per_epoch']:.0f}",
          "", "", ""),
         ("  per step, rank 0 medians (s):", "", "", "", ""),
-        ("    waiting for the next batch", f"{ep['wait']:.3f}", "", "", ""),
+        ("    waiting for the next batch (+ deferred all-reduce)", f"{ep['wait']:.3f}",
+         "", "", ""),
         ("    sampling 3 hops" + hidden, f"{ep['sample']:.3f}", "", "", ""),
         ("    feature pull" + hidden, f"{ep['fetch']:.3f}", "", "", ""),
         ("    forward", f"{ep['forward']:.3f}", "", "", ""),
-        ("    backward (incl. DDP all-reduce)", f"{ep['backward']:.3f}", "", "", ""),
+        ("    backward (incl. DDP's all-reduce if not deferred)", f"{ep['backward']:.3f}",
+         "", "", ""),
         ("    all-reduce of the gradients alone", f"{ep['allreduce']:.3f}", "", "", ""),
         ("    optimizer", f"{ep['optimizer']:.3f}", "", "", ""),
         ("  input nodes per batch", f"{ep['input_nodes']:.0f}", "", "", ""),
@@ -468,6 +676,9 @@ def main() -> None:
         rows.append((f"one-hop sampling, batch {batch} (seeds/s)", f"{v / 1e3:.0f}k", "", "", ""))
     for r in rows:
         print(f"{r[0]:<44} {r[1]:>12}")
+    print("timed window's account (cpu_account: /proc, all processes):")
+    for line in account_lines([account_figures(ep["account"])]):
+        print(line)
 
 
 TOPOLOGIES = {
@@ -529,13 +740,16 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
                     out.append(c.get("bytes_saved", 0) / n / 1e6)
                 else:
                     out.append(c.get("bytes", 0) / 1e6)
+            elif key not in r:
+                return []
             else:
                 out.append(r[key])
         return out
 
     print(
         f"bench_training --colocate: {a.nodes} nodes, 2 partitions, {a.trainers} trainers, "
-        f"{a.colocate} alternating round(s) per topology, medians (rank 0) [min-max]"
+        f"{a.colocate} alternating round(s) per topology, deferred all-reduce "
+        f"{a.defer_allreduce}, medians (rank 0) [min-max]"
     )
     first, last = modes[0], modes[-1]
     head = "".join(f" {TOPOLOGIES[m]:>24}" for m in modes)
@@ -544,13 +758,17 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ("step (s)", "step_s"),
         ("feature pull per step (s)", "fetch"),
         ("sampling per step (s)", "sample"),
-        ("waiting for the next batch (s)", "wait"),
+        ("waiting for batch + deferred AR (s)", "wait"),
         ("CPU s per step: trainer (rank 0)", "trainer_cpu"),
         ("CPU s per step: both servers", "server_cpu"),
         ("MB pulled over TCP per step", "pulled_mb"),
         ("cache hit rate (cached tensors)", "cache_hit"),
         ("MB not pulled (hits) per step", "cache_saved_mb"),
         ("cache memory (MB)", "cache_mem"),
+        ("floor step, every rank at once (s)", "floor_all_step_s"),
+        ("  its CPU (s)", "floor_all_cpu_s"),
+        ("floor step through DDP, every rank (s)", "floor_ddp_step_s"),
+        ("  its CPU (s)", "floor_ddp_cpu_s"),
         ("epoch / floor (rank 0 alone)", "epoch_floor"),
     ):
         if not vals(first, key):
@@ -562,6 +780,11 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ratio = m1 / m0 if m0 else float("nan")
         print(f"{label:<34}" + "".join(f" {c:>24}" for c in cells) + f" {ratio:>6.2f}x")
     print(f"ratio: {TOPOLOGIES[last]} / {TOPOLOGIES[first]}")
+    print("timed window's account (cpu_account: /proc, all processes), medians:")
+    for m in modes:
+        print(f" {TOPOLOGIES[m]}:")
+        for line in account_lines([account_figures(r["account"]) for r in got[m]]):
+            print(line)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@
  * mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)
  *     a CSR with one row per key, entries in edge order (a stable counting sort).
  * relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)
- *     to_block's compaction with a lookup table over the ID range [0, n).
+ *     to_block's compaction over the ID range [0, n): bit maps and their ranks.
+ * gather_rows(table, ids, out, stream) -> None
+ *     out[i] = table[ids[i]] (rows of any dtype, int64 or int32 IDs); with stream, the
+ *     rows are prefetched ahead and written with non-temporal stores (a large output).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -378,9 +381,33 @@ static inline int64_t popcount64(uint64_t x) { /* SWAR: no libgcc call without -
 
 /* --- relabel ------------------------------------------------------------------------- */
 
-/* Bit maps over the ID range (n/8 bytes each: in cache where a table of n entries is
- * not) mark the destinations and the new sources; a table over the range, written only
- * at those IDs, gives each its local ID. Edge IDs are range-checked in the passes. */
+/* Local IDs without a table over the ID range: the rank of an ID's bit in its bit map
+ * (the set bits before it: a per-word prefix count plus a popcount in its word). The
+ * maps, their prefix counts and the destinations' positions by rank are ~1/10 of an
+ * int32 table over the range, so the edges' random lookups stay in the cache. */
+typedef struct {
+    uint64_t *bits;
+    int32_t *before; /* set bits in the words before this one */
+} Rank;
+
+static inline int64_t rank_of(const Rank *m, int64_t v) {
+    uint64_t w = m->bits[v >> 6], below = (1ULL << (v & 63)) - 1;
+    return m->before[v >> 6] + popcount64(w & below);
+}
+
+static inline int has_bit(const uint64_t *bits, int64_t v) {
+    return (int)(bits[v >> 6] >> (v & 63) & 1);
+}
+
+static int64_t prefix_counts(Rank *m, size_t words) {
+    int64_t acc = 0;
+    for (size_t w = 0; w < words; w++) {
+        m->before[w] = (int32_t)acc;
+        acc += popcount64(m->bits[w]);
+    }
+    return acc;
+}
+
 static PyObject *relabel(PyObject *self, PyObject *args) {
     PyObject *o_dn, *o_src, *o_dst;
     Py_ssize_t n;
@@ -398,8 +425,8 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *res = NULL, *b_nid = NULL, *b_es = NULL, *b_ed = NULL;
-    int32_t *table = NULL;
-    uint64_t *bd = NULL, *bs = NULL;
+    Rank d = {NULL, NULL}, s = {NULL, NULL};
+    int32_t *by_rank = NULL; /* a destination's position in dst_nid, by its rank */
     const int64_t *dn = vd.buf, *src = vs.buf, *dst = has_dst ? vt.buf : NULL;
     int64_t nd = (int64_t)vd.shape[0], ne = (int64_t)vs.shape[0];
     const char *err = NULL;
@@ -409,10 +436,12 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
         if (dn[i] < 0 || dn[i] >= n) err = "a destination node ID is out of range";
     if (err) goto fail;
     size_t words = ((size_t)n + 63) / 64 + 1;
-    table = malloc(((size_t)n > 0 ? (size_t)n : 1) * sizeof(int32_t)); /* at destinations */
-    bd = calloc(words, sizeof(uint64_t));
-    bs = calloc(words, sizeof(uint64_t));
-    if (!table || !bd || !bs) {
+    d.bits = calloc(words, sizeof(uint64_t));
+    s.bits = calloc(words, sizeof(uint64_t));
+    d.before = malloc(words * sizeof(int32_t));
+    s.before = malloc(words * sizeof(int32_t));
+    by_rank = malloc(((size_t)nd > 0 ? (size_t)nd : 1) * sizeof(int32_t));
+    if (!d.bits || !s.bits || !d.before || !s.before || !by_rank) {
         PyErr_NoMemory();
         goto done;
     }
@@ -420,13 +449,15 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < nd; i++) {
         int64_t v = dn[i];
-        uint64_t bit = 1ULL << (v & 63);
-        if (bd[v >> 6] & bit) {
+        if (has_bit(d.bits, v)) {
             err = "seeds: destination node IDs must be unique";
             break;
         }
-        bd[v >> 6] |= bit;
-        table[v] = (int32_t)i;
+        d.bits[v >> 6] |= 1ULL << (v & 63);
+    }
+    if (!err) {
+        prefix_counts(&d, words);
+        for (int64_t i = 0; i < nd; i++) by_rank[rank_of(&d, dn[i])] = (int32_t)i;
     }
     for (int64_t e = 0; !err && e < ne; e++) {
         int64_t v = src[e];
@@ -434,10 +465,12 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
             err = "an edge's node ID is out of range";
             break;
         }
-        uint64_t bit = 1ULL << (v & 63);
-        if (!((bd[v >> 6] | bs[v >> 6]) & bit)) bs[v >> 6] |= bit;
+        s.bits[v >> 6] |= 1ULL << (v & 63);
     }
-    for (size_t w = 0; !err && w < words; w++) nnew += popcount64(bs[w]);
+    if (!err) {
+        for (size_t w = 0; w < words; w++) s.bits[w] &= ~d.bits[w]; /* the new sources */
+        nnew = prefix_counts(&s, words);
+    }
     Py_END_ALLOW_THREADS
     if (err) goto fail;
     char *p_nid = NULL, *p_es = NULL, *p_ed = NULL;
@@ -450,19 +483,18 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
     memcpy(nid, dn, (size_t)nd * 8);
     int64_t k = nd; /* the new sources, ascending */
     for (size_t w = 0; w < words; w++)
-        for (uint64_t m = bs[w]; m; m &= m - 1) {
-            int64_t v = (int64_t)(w * 64) + __builtin_ctzll(m);
-            table[v] = (int32_t)k;
-            nid[k++] = v;
-        }
-    for (int64_t e = 0; e < ne; e++) es[e] = table[src[e]];
+        for (uint64_t m = s.bits[w]; m; m &= m - 1) nid[k++] = (int64_t)(w * 64) + __builtin_ctzll(m);
+    for (int64_t e = 0; e < ne; e++) {
+        int64_t v = src[e];
+        es[e] = has_bit(d.bits, v) ? by_rank[rank_of(&d, v)] : nd + rank_of(&s, v);
+    }
     for (int64_t e = 0; ed && e < ne; e++) {
         int64_t v = dst[e];
-        if ((uint64_t)v >= (uint64_t)n || !(bd[v >> 6] & (1ULL << (v & 63)))) {
+        if ((uint64_t)v >= (uint64_t)n || !has_bit(d.bits, v)) {
             err = "sampled edges: a destination is not among the seeds";
             break;
         }
-        ed[e] = table[v];
+        ed[e] = by_rank[rank_of(&d, v)];
     }
     Py_END_ALLOW_THREADS
     if (err) goto fail;
@@ -471,15 +503,214 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
 fail:
     PyErr_SetString(PyExc_ValueError, err);
 done:
-    free(table);
-    free(bd);
-    free(bs);
+    free(d.bits);
+    free(s.bits);
+    free(d.before);
+    free(s.before);
+    free(by_rank);
     Py_XDECREF(b_nid);
     Py_XDECREF(b_es);
     Py_XDECREF(b_ed);
     PyBuffer_Release(&vd);
     PyBuffer_Release(&vs);
     if (has_dst) PyBuffer_Release(&vt);
+    return res;
+}
+
+/* --- gather_rows (the co-located trainer's feature read; issue 17) ------------------ */
+
+/* A step reads ~220k rows of 400 bytes from the co-located server's shared memory, in a
+ * few ascending sweeps (the seeds, then each hop's new nodes in ID order): np.take's
+ * loop is memory-bound at ~1.5x a plain memcpy of the same bytes. Two things take most
+ * of that back (measured): writing the output with non-temporal stores (no read for
+ * ownership of 88 MB of destination lines the model reads much later anyway) and
+ * prefetching the source rows ~32 KiB ahead into L2. The rows are first copied into a
+ * small buffer that stays in L1, which is then streamed out in whole 64-byte lines
+ * (a row of 400 bytes is not line-aligned). Non-temporal stores only pay when the
+ * output is larger than the caches: the caller decides (``stream``). */
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__SSE2__)
+#include <emmintrin.h>
+#define GATHER_SSE2 1
+#endif
+
+#define GATHER_BUF 8192            /* bytes: the L1-resident staging buffer ... */
+#define GATHER_SLACK 4096          /* ... plus room for one row past it */
+#define GATHER_PREFETCH (32 << 10) /* bytes of rows prefetched ahead */
+
+static void stream_lines(char *dst, const char *src, size_t n) { /* n: whole lines */
+#ifdef GATHER_SSE2
+    for (size_t k = 0; k < n; k += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + k));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + k + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + k + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + k + 48));
+        _mm_stream_si128((__m128i *)(dst + k), a);
+        _mm_stream_si128((__m128i *)(dst + k + 16), b);
+        _mm_stream_si128((__m128i *)(dst + k + 32), c);
+        _mm_stream_si128((__m128i *)(dst + k + 48), d);
+    }
+#else
+    memcpy(dst, src, n);
+#endif
+}
+
+/* n bytes to dst: the partial lines at either end by plain stores, the rest streamed. */
+static void stream_bytes(char *dst, const char *src, size_t n) {
+    size_t head = (size_t)(-(uintptr_t)dst) & 63;
+    if (head > n) head = n;
+    memcpy(dst, src, head);
+    size_t body = (n - head) & ~(size_t)63;
+    stream_lines(dst + head, src + head, body);
+    memcpy(dst + head + body, src + head + body, n - head - body);
+}
+
+static inline void prefetch_row(const char *p, size_t row) {
+    for (size_t q = 0; q < row; q += 64) __builtin_prefetch(p + q, 0, 2); /* into L2 */
+}
+
+static Py_ssize_t prefetch_ahead(size_t row) {
+    Py_ssize_t a = (Py_ssize_t)(GATHER_PREFETCH / row);
+    return a < 4 ? 4 : a > 256 ? 256 : a;
+}
+
+/* the streamed lines are visible before the caller reads them */
+#ifdef GATHER_SSE2
+#define SFENCE() _mm_sfence()
+#else
+#define SFENCE() ((void)0)
+#endif
+
+/* gather_IT(t, nrows, row, ids, n, out, stream): out[i] = t[ids[i]]; returns the position
+ * of the first ID outside [0, nrows) (rows before it are written), or -1. */
+#define GATHER_COPY(NAME, IT)                                                              \
+    static Py_ssize_t NAME(const char *t, Py_ssize_t nrows, size_t row, const IT *ids,     \
+                           Py_ssize_t n, char *out, int stream) {                          \
+        if (!stream) {                                                                     \
+            for (Py_ssize_t i = 0; i < n; i++) {                                           \
+                int64_t j = (int64_t)ids[i];                                               \
+                if ((uint64_t)j >= (uint64_t)nrows) return i;                              \
+                memcpy(out + (size_t)i * row, t + (size_t)j * row, row);                   \
+            }                                                                              \
+            return -1;                                                                     \
+        }                                                                                  \
+        Py_ssize_t ahead = prefetch_ahead(row), bad = -1;                                  \
+        if (row > GATHER_SLACK) { /* wide rows: streamed one by one */                     \
+            for (Py_ssize_t i = 0; i < n; i++) {                                           \
+                if (i + ahead < n && (uint64_t)ids[i + ahead] < (uint64_t)nrows)           \
+                    prefetch_row(t + (size_t)ids[i + ahead] * row, row);                   \
+                int64_t j = (int64_t)ids[i];                                               \
+                if ((uint64_t)j >= (uint64_t)nrows) {                                      \
+                    bad = i;                                                               \
+                    break;                                                                 \
+                }                                                                          \
+                stream_bytes(out + (size_t)i * row, t + (size_t)j * row, row);             \
+            }                                                                              \
+            SFENCE();                                                                      \
+            return bad;                                                                    \
+        }                                                                                  \
+        /* narrow rows: staged in L1, written out in whole lines */                        \
+        _Alignas(64) char buf[GATHER_BUF + GATHER_SLACK];                                  \
+        char *o = out;                                                                     \
+        size_t fill = 0, head = (size_t)(-(uintptr_t)o) & 63;                              \
+        for (Py_ssize_t i = 0; i < n; i++) {                                               \
+            if (i + ahead < n && (uint64_t)ids[i + ahead] < (uint64_t)nrows)               \
+                prefetch_row(t + (size_t)ids[i + ahead] * row, row);                       \
+            int64_t j = (int64_t)ids[i];                                                   \
+            if ((uint64_t)j >= (uint64_t)nrows) {                                          \
+                bad = i;                                                                   \
+                break;                                                                     \
+            }                                                                              \
+            memcpy(buf + fill, t + (size_t)j * row, row);                                  \
+            fill += row;                                                                   \
+            if (fill >= GATHER_BUF) {                                                      \
+                size_t h = head < fill ? head : fill;                                      \
+                memcpy(o, buf, h);                                                         \
+                head = 0;                                                                  \
+                size_t body = (fill - h) & ~(size_t)63, done = h + body;                   \
+                stream_lines(o + h, buf + h, body);                                        \
+                memmove(buf, buf + done, fill - done);                                     \
+                o += done;                                                                 \
+                fill -= done;                                                              \
+            }                                                                              \
+        }                                                                                  \
+        memcpy(o, buf, fill);                                                              \
+        SFENCE();                                                                          \
+        return bad;                                                                        \
+    }
+
+GATHER_COPY(gather_i64, int64_t)
+GATHER_COPY(gather_i32, int32_t)
+
+#define ROW_ID(i) (wide ? ((const int64_t *)ids)[i] : (int64_t)((const int32_t *)ids)[i])
+
+static PyObject *gather_rows(PyObject *self, PyObject *args) {
+    PyObject *o_table, *o_ids, *o_out;
+    int stream;
+    if (!PyArg_ParseTuple(args, "OOOp", &o_table, &o_ids, &o_out, &stream)) return NULL;
+    Py_buffer vt, vi, vo;
+    if (PyObject_GetBuffer(o_table, &vt, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_SetString(PyExc_TypeError, "table: expected a C-contiguous array");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(o_ids, &vi, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&vt);
+        PyErr_SetString(PyExc_TypeError, "ids: expected a contiguous array");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(o_out, &vo, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&vt);
+        PyBuffer_Release(&vi);
+        PyErr_SetString(PyExc_TypeError, "out: expected a writable C-contiguous array");
+        return NULL;
+    }
+    PyObject *res = NULL;
+    const void *ids = vi.buf;
+    const char *f = vi.format ? vi.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int wide = vi.itemsize == 8 && (f[0] == 'q' || f[0] == 'l') && f[1] == 0;
+    int narrow = vi.itemsize == 4 && (f[0] == 'i' || f[0] == 'l') && f[1] == 0;
+    if ((!wide && !narrow) || vi.ndim != 1) {
+        PyErr_SetString(PyExc_TypeError, "ids: expected a 1-D int64 or int32 array");
+        goto done;
+    }
+    if (vt.ndim < 1) {
+        PyErr_SetString(PyExc_TypeError, "table: expected an array of rows (ndim >= 1)");
+        goto done;
+    }
+    Py_ssize_t nrows = vt.shape[0], n = vi.shape[0];
+    size_t row = (size_t)vt.itemsize;
+    for (int d = 1; d < vt.ndim; d++) row *= (size_t)vt.shape[d];
+    if (vo.len < 0 || (size_t)vo.len != row * (size_t)n) {
+        PyErr_Format(PyExc_ValueError, "out: %zd bytes for %zd rows of %zu bytes", vo.len, n,
+                     row);
+        goto done;
+    }
+    Py_ssize_t bad = -1;
+    if (n > 0 && row > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        if (wide)
+            bad = gather_i64((const char *)vt.buf, nrows, row, (const int64_t *)ids, n,
+                             (char *)vo.buf, stream);
+        else
+            bad = gather_i32((const char *)vt.buf, nrows, row, (const int32_t *)ids, n,
+                             (char *)vo.buf, stream);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (Py_ssize_t i = 0; i < n && bad < 0; i++)
+            if ((uint64_t)ROW_ID(i) >= (uint64_t)nrows) bad = i;
+    }
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "ids[%zd] = %lld is out of range [0, %zd)", bad,
+                     (long long)ROW_ID(bad), nrows);
+        goto done;
+    }
+    res = Py_None;
+    Py_INCREF(res);
+done:
+    PyBuffer_Release(&vt);
+    PyBuffer_Release(&vi);
+    PyBuffer_Release(&vo);
     return res;
 }
 
@@ -493,6 +724,8 @@ static PyMethodDef methods[] = {
      "mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)"},
     {"relabel", relabel, METH_VARARGS,
      "relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)"},
+    {"gather_rows", gather_rows, METH_VARARGS,
+     "gather_rows(table, ids, out, stream) -> None: out[i] = table[ids[i]]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,3 +11,6 @@ def mean_csr(
 def relabel(
     dst_nid: Any, src: Any, dst: Any, n: int, /
 ) -> tuple[bytearray, bytearray, bytearray | None]: ...
+
+# --- the co-located feature read (distgnn.rpc.gather) ---
+def gather_rows(table: Any, ids: Any, out: Any, stream: bool, /) -> None: ...

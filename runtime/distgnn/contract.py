@@ -109,6 +109,10 @@ ENV_PREFETCH = "DISTGNN_PREFETCH"
 """Built-in apps: pull the next batch's features in a thread while this one trains:
 ``auto`` (default: only when the trainer has a CPU beyond its torch threads), ``on``,
 ``off``."""
+ENV_DEFER_ALLREDUCE = "DISTGNN_DEFER_ALLREDUCE"
+"""Built-in apps: all-reduce the gradients after the backward and make the next batch
+while waiting for the other trainers (:mod:`distgnn.train.gradsync`): ``auto`` (default:
+with batches made in turn), ``on``, ``off`` (DDP's all-reduce inside the backward)."""
 ENV_METRICS_FILE = "DISTGNN_METRICS_FILE"
 """Where rank 0 writes the final metrics JSON (local mode)."""
 ENV_TERMINATION_LOG = "DISTGNN_TERMINATION_LOG"

@@ -110,3 +110,43 @@ def test_user_script_example_trains(
     assert res.returncodes == [0], res.explain()
     m = json.loads(res.stdout[0].strip().splitlines()[-1])
     assert m["epochs"] == 3 and m["test_accuracy"] > 0.6
+
+
+APP_ARGS = {
+    "node-classification": ["--epochs", "3", "--hidden", "32", "--fanouts", "5,5",
+                            "--batch-size", "48", "--dropout", "0.5"],
+    "link-prediction": ["--epochs", "2", "--batch-size", "256", "--hidden", "32",
+                        "--fanouts", "5,10", "--num-negs", "1", "--exclude", "reverse"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("app", sorted(APP_ARGS))
+def test_the_deferred_all_reduce_trains_the_same_model_as_ddps(
+    cora_path: Path, tmp_path: Path, app: str
+) -> None:
+    """``DISTGNN_DEFER_ALLREDUCE=on`` (the next batch made while the gradients' all-reduce
+    waits) and ``off`` (DDP's all-reduce inside the backward): the same losses, accuracies
+    and metrics, 2 trainers with batches of different counts (padded steps included)."""
+    argv = [*TRAIN, app, *APP_ARGS[app]]
+    n_epochs = int(APP_ARGS[app][APP_ARGS[app].index("--epochs") + 1])
+    got = {}
+    for mode in ("off", "on"):
+        work = tmp_path / mode
+        work.mkdir()
+        env = {"DISTGNN_MANIFEST": str(cora_path), "DISTGNN_DEFER_ALLREDUCE": mode}
+        res = run_trainers(argv, 2, env, work, timeout=240)
+        assert res.returncodes == [0, 0], res.explain()
+        assert res.metrics is not None, res.explain()
+        epochs = [
+            {k: v for k, v in e.items() if k in ("epoch", "loss", "train_acc", "val_acc")}
+            for e in (json.loads(line) for line in res.stderr[0].splitlines() if line[:1] == "{")
+            if e.get("msg") == "epoch"
+        ]
+        assert len(epochs) == n_epochs, res.explain()
+        said = [json.loads(line) for line in res.stderr[0].splitlines() if line[:1] == "{"]
+        assert [e["deferred"] for e in said if e.get("msg") == "gradient all-reduce"] == [
+            mode == "on"
+        ]
+        metrics = {k: v for k, v in res.metrics.items() if "second" not in k and "time" not in k}
+        got[mode] = (epochs, metrics)
+    assert got["on"] == got["off"]

@@ -246,6 +246,32 @@ def test_sample_neighbors_returns_a_graph_like_frontier(ctx: dd.DistContext) -> 
         dd.sample_neighbors(g, seeds, 3, edge_dir="out")
 
 
+def test_blocks_of_a_graph_without_edge_types_carry_only_eid(
+    ctx: dd.DistContext, hetero_parts: str
+) -> None:
+    """As DGL's homogeneous blocks (and the blocks of a local graph): ``edata`` holds EID,
+    no edge-type column (type 0 all the same); a typed graph's blocks keep theirs."""
+    from distgnn.sampling import NeighborSampler
+    from distgnn.sampling.source import DistSource
+
+    g = dd.DistGraph(ctx=ctx)
+    sampler = NeighborSampler([4, 3])
+    _, _, blocks = sampler.sample_blocks(
+        DistSource(g, None).one_hop(np.random.default_rng(0)), np.arange(0, 2708, 9)
+    )
+    for b in blocks:
+        assert b.etype is None and set(b.edata) == {dd.EID}
+        assert torch.equal(b.etypes_tensor(), torch.zeros(b.num_edges(), dtype=torch.int64))
+    with dd.initialize(manifest=hetero_parts, standalone=True) as hctx:
+        hg = dd.DistGraph(ctx=hctx)
+        seeds = hg.book.to_homogeneous_nids("paper", np.arange(30))
+        _, _, hblocks = sampler.sample_blocks(
+            DistSource(hg, None).one_hop(np.random.default_rng(0)), seeds
+        )
+        assert all(b.etype is not None for b in hblocks)
+        assert np.isin(np.concatenate([b.etype for b in hblocks]), [0, 1, 2, 3]).all()
+
+
 def test_sparse_adagrad_takes_the_mean_of_duplicate_rows(ctx: dd.DistContext) -> None:
     """The issue's figure: row used twice (grads 1, 3) then once (grad 2), lr 0.1.
 

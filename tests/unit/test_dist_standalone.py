@@ -111,6 +111,24 @@ def test_read_plan_puts_every_row_in_its_place_once() -> None:
     _check_plan(np.repeat([1, 0], [300, 200]).astype(np.int8), 2)
 
 
+def test_read_plan_asks_with_int32_local_ids_where_the_partition_fits() -> None:
+    """A PULL carries int32 local IDs (half the request's bytes) unless the partition has
+    more rows than int32 holds; the same local IDs either way, grouped or in runs."""
+    from distgnn.distributed.readplan import INT32_ROWS, plan_read
+
+    big = INT32_ROWS + 10
+    offsets = np.array([0, 1000, 1000 + big, 2000 + big], dtype=np.int64)
+    ids = np.r_[np.arange(0, 1000, 3), 1000 + big - np.arange(600, 0, -1), 1000 + big + 7]
+    parts = np.repeat(np.array([0, 1, 2], np.int8), [334, 600, 1])
+    rng = np.random.default_rng(0)
+    for order in (np.arange(ids.size), rng.permutation(ids.size)):  # runs, then grouped
+        plan = plan_read(ids[order], parts[order], offsets, np.zeros((ids.size, 1)))
+        assert [plan.ids[p].dtype for p in (0, 1, 2)] == [np.int32, np.int64, np.int32]
+        for p in (0, 1, 2):
+            got = np.sort(plan.ids[p].astype(np.int64) + offsets[p])
+            np.testing.assert_array_equal(got, np.sort(ids[parts == p]))
+
+
 def test_owners_are_the_partition_search() -> None:
     from distgnn.distributed.readplan import SCAN_PARTS, owners
 

@@ -173,7 +173,8 @@ def test_edge_weights_minimise_the_reported_edge_cut() -> None:
 @pytest.mark.parametrize("block_bytes", [64, 1 << 20])
 def test_write_rows_writes_the_bytes_of_write(tmp_path: Path, block_bytes: int) -> None:
     """Streaming a gather in blocks gives byte for byte the file (and sha256) of writing
-    the whole gather: 2-D float, 1-D int and bool, memory-mapped or not, empty rows."""
+    the whole gather, and both that of ``np.save``: 2-D float, 1-D int and bool,
+    memory-mapped or not, empty rows."""
     from distgnn.partition.writer import PartWriter
 
     rng = np.random.default_rng(5)
@@ -190,12 +191,60 @@ def test_write_rows_writes_the_bytes_of_write(tmp_path: Path, block_bytes: int) 
         for r in (rows, rows[:0], rng.permutation(rows)):
             whole = PartWriter(str(tmp_path / "out"), "whole")
             streamed = PartWriter(str(tmp_path / "out"), "streamed")
-            a = whole.write(f"{name}.npy", np.take(src, r, axis=0))
+            a = whole.write(f"{name}.npy", np.take(src, r, axis=0), block_bytes=block_bytes)
             b = streamed.write_rows(f"{name}.npy", src, r, block_bytes=block_bytes)
             assert a == b
-            assert (tmp_path / "out/whole" / f"{name}.npy").read_bytes() == (
-                tmp_path / "out/streamed" / f"{name}.npy"
-            ).read_bytes()
+            np.save(tmp_path / "ref.npy", np.take(src, r, axis=0))
+            ref = (tmp_path / "ref.npy").read_bytes()
+            assert (tmp_path / "out/whole" / f"{name}.npy").read_bytes() == ref
+            assert (tmp_path / "out/streamed" / f"{name}.npy").read_bytes() == ref
+
+
+def test_write_is_np_save_byte_for_byte(tmp_path: Path) -> None:
+    """Whole arrays go out from their own memory: the bytes of ``np.save`` for C- and
+    Fortran-ordered, strided, 0-d and empty arrays."""
+    from distgnn.partition.writer import PartWriter
+
+    rng = np.random.default_rng(2)
+    cases = {
+        "c2d": rng.random((50, 3)),
+        "f2d": np.asfortranarray(rng.random((50, 3)).astype(np.float32)),
+        "strided": np.arange(100, dtype=np.int64)[::3],
+        "scalar": np.array(7, dtype=np.int32),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+        "bool": rng.random(33) < 0.5,
+    }
+    w = PartWriter(str(tmp_path / "out"), "p")
+    for name, a in cases.items():
+        w.write(f"{name}.npy", a, block_bytes=16)
+        np.save(tmp_path / "ref.npy", a)
+        assert (tmp_path / "out/p" / f"{name}.npy").read_bytes() == (
+            tmp_path / "ref.npy"
+        ).read_bytes(), name
+
+
+def test_write_rows_gathers_into_one_reused_block(tmp_path: Path) -> None:
+    """Every block of every file a writer thread gathers lands in its one GatherBuffer
+    (no fresh block per gather): the buffer is one block big and never moves."""
+    from distgnn.partition.writer import GatherBuffer, PartWriter
+
+    rng = np.random.default_rng(3)
+    feat = rng.random((5000, 8), dtype=np.float32)
+    label = rng.integers(0, 5, 5000)
+    gather = GatherBuffer()
+    block = 1024 * 8 * 4  # write_rows's smallest block: 1024 rows
+    address = None
+    for p in range(3):  # three partitions written by the same thread
+        w = PartWriter(str(tmp_path / "out"), f"p{p}", gather=gather)
+        rows = np.sort(rng.choice(5000, 3000, replace=False))
+        w.write_rows("feat.npy", feat, rows, block_bytes=block)
+        w.write_rows("label.npy", label, rows, block_bytes=block)
+        assert np.array_equal(np.load(tmp_path / "out" / f"p{p}" / "feat.npy"), feat[rows])
+        assert gather._buf.nbytes == block
+        address = address or gather._buf.ctypes.data
+        assert gather._buf.ctypes.data == address
+    with pytest.raises(IndexError, match="rows outside"):
+        PartWriter(str(tmp_path / "out"), "bad").write_rows("x.npy", feat, np.array([5000]))
 
 
 def _mapped_rss_kib(path: Path) -> int:

@@ -191,9 +191,9 @@ class LocalReader:
         """Fill ``dests`` (in order) with rows ``ids`` of ``table`` (from :meth:`table`)."""
         g = default_gatherer()
         pos = 0
-        for d in dests:
+        for d in dests:  # a step's feature read: streamed (not read back at once)
             n = d.shape[0]
-            g.gather(table, ids[pos : pos + n], d)
+            g.gather(table, ids[pos : pos + n], d, stream=True)
             pos += n
         s = self.stats
         s.reads += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -33,7 +34,7 @@ from distgnn.partition.manifest import (
 )
 from distgnn.partition.metislib import find_metis
 from distgnn.partition.sampled import sampled_metis
-from distgnn.partition.writer import PartWriter
+from distgnn.partition.writer import GatherBuffer, PartWriter
 
 log = logging.getLogger("distgnn.partition")
 
@@ -281,26 +282,26 @@ def partition_graph(
     if prog:
         prog.__enter__()
     # Partitions are written concurrently: file I/O, sha256 and NumPy gathers release
-    # the GIL. Each worker holds one partition's arrays at a time.
+    # the GIL. Each worker holds one partition's arrays at a time, and gathers rows into
+    # one block it reuses for every partition it writes (a GatherBuffer of its own).
     workers = max(1, min(num_parts, os.cpu_count() or 1, _MAX_WRITERS))
+    gathers: queue.SimpleQueue[GatherBuffer] = queue.SimpleQueue()
+    for _ in range(workers):
+        gathers.put(GatherBuffer())
+
+    def write_part(p: int) -> PartInfo:
+        gather = gathers.get()  # one is free: at most ``workers`` tasks run at once
+        try:
+            return _write_part(
+                g, r, p, out_url, name, opts, train, ntype_offsets, etype_offsets,
+                storage_options, gather,
+            )  # fmt: skip
+        finally:
+            gathers.put(gather)
+
     try:
         with ThreadPoolExecutor(workers, thread_name_prefix="write-part") as pool:
-            futures = [
-                pool.submit(
-                    _write_part,
-                    g,
-                    r,
-                    p,
-                    out_url,
-                    name,
-                    opts,
-                    train,
-                    ntype_offsets,
-                    etype_offsets,
-                    storage_options,
-                )
-                for p in range(num_parts)
-            ]
+            futures = [pool.submit(write_part, p) for p in range(num_parts)]
             try:
                 for fut in as_completed(futures):
                     fut.result()
@@ -363,11 +364,12 @@ def _write_part(
     ntype_offsets: dict[str, list[int]],
     etype_offsets: dict[str, list[int]],
     storage_options: Mapping[str, Any] | None,
+    gather: GatherBuffer | None = None,
 ) -> PartInfo:
     lg = build_local(r, p, opts.halo_hops)
     a, b = int(r.node_offsets[p]), int(r.node_offsets[p + 1])
     ea, eb = int(r.edge_offsets[p]), int(r.edge_offsets[p + 1])
-    w = PartWriter(out_url, part_dir(name, p), storage_options)
+    w = PartWriter(out_url, part_dir(name, p), storage_options, gather)
     w.write("graph/indptr.npy", lg.indptr)
     w.write("graph/indices.npy", lg.indices)
     w.write("graph/eid.npy", lg.eid)

@@ -81,8 +81,12 @@ class _DistOneHop:
         seed = int(self.rng.integers(0, 2**31 - 1))
         gid = seed_ids(self.g, np.asarray(seeds, dtype=np.int64))
         h = sample_hop_edges(self.g, gid, fan, replace=replace, prob=prob, seed=seed)
-        # edges of a graph without edge types are of type 0 (zero pages until read)
-        et = np.zeros(len(h.src), np.int64) if h.etype is None else h.etype.astype(np.int64)
+        # one edge type: no edge-type column (the blocks' type is 0, as from a local
+        # graph; DGL's homogeneous blocks carry only EID), also from a server of the
+        # per-edge layout, which sends zeros
+        et = h.etype
+        if et is not None:
+            et = None if len(self.g.canonical_etypes) == 1 else et.astype(np.int64)
         return Hop(h.src, None, h.eid, et, dst_index=h.dst_index)
 
 

@@ -29,6 +29,7 @@ from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwr
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import (
     autocast,
+    deferred_sync,
     epoch_batches,
     eval_fanouts,
     resume,
@@ -223,25 +224,32 @@ def run(
         )
         tel.begin(cfg.epochs, start)
         prefetch = use_prefetch(torch.get_num_threads(), accelerator=ctx.device.type != "cpu")
+        sync = deferred_sync(ctx, model, prefetch)
+        log.info(
+            "gradient all-reduce",
+            extra=kv(deferred=sync is not None, prefetch_thread=prefetch),
+        )
 
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_n = n_edges = 0.0
-            with epoch_batches(loader, steps, task.load, tel, prefetch) as batches:
+            with epoch_batches(loader, steps, task.load, tel, prefetch, sync) as batches:
                 for (x_cpu, pos, neg, blocks), w in batches:
-                    with autocast(cfg, ctx.device):
-                        h = model(blocks, to_device(x_cpu, ctx.device))
-                    ps, ns = task.scores(h, pos, neg)
-                    loss = (
-                        F.binary_cross_entropy_with_logits(
-                            torch.cat([ps, ns]),
-                            torch.cat([torch.ones_like(ps), torch.zeros_like(ns)]),
+                    with batches.no_sync():
+                        with autocast(cfg, ctx.device):
+                            h = model(blocks, to_device(x_cpu, ctx.device))
+                        ps, ns = task.scores(h, pos, neg)
+                        loss = (
+                            F.binary_cross_entropy_with_logits(
+                                torch.cat([ps, ns]),
+                                torch.cat([torch.ones_like(ps), torch.zeros_like(ns)]),
+                            )
+                            * w
                         )
-                        * w
-                    )
-                    opt.zero_grad()
-                    loss.backward()
+                        opt.zero_grad()
+                        loss.backward()
+                    batches.sync_gradients()  # deferred: the next batch during the all-reduce
                     opt.step()
                     if sparse:
                         sparse.step()  # the rows this step touched, on the servers

@@ -17,6 +17,7 @@ from distgnn.sampling.loader import prefetch
 from distgnn.train import checkpoint
 from distgnn.train.config import SPARSE_EMBEDDING, TrainConfig
 from distgnn.train.ddp import DDPContext, barrier, broadcast_int, unwrap
+from distgnn.train.gradsync import DeferredGradSync, use_deferred_allreduce
 from distgnn.train.proc import use_prefetch
 from distgnn.train.sparse_emb import NodeEmbeddings
 from distgnn.train.telemetry import Telemetry
@@ -56,6 +57,45 @@ def eval_fanouts(cfg: TrainConfig, num_nodes: int) -> list[int]:
     return [-1 if f == -1 else 2 * f for f in cfg.fanouts]
 
 
+class Steps:
+    """An epoch's ``(batch, weight)`` pairs for a loop whose gradients may be all-reduced
+    after the backward (:class:`~distgnn.train.gradsync.DeferredGradSync`). Each step::
+
+        with steps.no_sync():          # DDP without its all-reduce when deferred
+            loss = ...; opt.zero_grad(); loss.backward()
+        steps.sync_gradients()         # deferred: all-reduce, next batch meanwhile, wait
+        opt.step()
+
+    Without a deferred sync both calls do nothing (DDP reduced inside the backward) and
+    batches are made when the loop asks for the next one."""
+
+    def __init__(self, pairs: Iterator[Any], sync: DeferredGradSync | None = None) -> None:
+        self.pairs = pairs
+        self.sync = sync
+        self.ahead: list[Any] = []  # the next pair, made during the last step's all-reduce
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            item = self.ahead.pop() if self.ahead else next(self.pairs, None)
+            if item is None:
+                return
+            yield item
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        return self.sync.no_sync() if self.sync is not None else contextlib.nullcontext()
+
+    def sync_gradients(self) -> None:
+        """After the backward: with a deferred sync, start the all-reduce, make the next
+        batch while it waits for the other trainers, then wait for it."""
+        if self.sync is None:
+            return
+        self.sync.start()
+        try:
+            self.ahead = [next(self.pairs, None)]
+        finally:
+            self.sync.finish()
+
+
 @contextlib.contextmanager
 def epoch_batches(
     loader: Iterable[Any],
@@ -63,20 +103,36 @@ def epoch_batches(
     load: Callable[[Any], Any],
     telemetry: Telemetry | None = None,
     prefetch_thread: bool | None = None,
-) -> Iterator[Iterator[tuple[Any, float]]]:
-    """This epoch's ``steps`` ``(load(batch), weight)`` pairs (see :func:`padded`). With
-    ``prefetch_thread`` each is loaded by a thread one batch ahead of training (the next
-    batch's features are pulled while this one trains; the thread stops when the block
-    exits), else in turn; None: :func:`distgnn.train.proc.use_prefetch` decides for
-    CPU compute (``DISTGNN_PREFETCH``). With ``telemetry`` the sample, pull and compute
-    time of each step is measured."""
+    sync: DeferredGradSync | None = None,
+) -> Iterator[Steps]:
+    """This epoch's ``steps`` ``(load(batch), weight)`` pairs (see :func:`padded`) as
+    :class:`Steps`. With ``prefetch_thread`` each is loaded by a thread one batch ahead of
+    training (the next batch's features are pulled while this one trains; the thread stops
+    when the block exits), else in turn; None: :func:`distgnn.train.proc.use_prefetch`
+    decides for CPU compute (``DISTGNN_PREFETCH``). With ``sync`` (deferred all-reduce)
+    the next batch is made in :meth:`Steps.sync_gradients`. With ``telemetry`` the
+    sample, pull and compute time of each step is measured."""
     tel = telemetry or Telemetry()
     if prefetch_thread is None:
         prefetch_thread = use_prefetch(torch.get_num_threads())
     src, fn = tel.sampled(iter(loader)), tel.pulled(load)
     batches = prefetch(src, fn) if prefetch_thread else (fn(b) for b in src)
     with contextlib.closing(batches):
-        yield tel.computed(padded(batches, steps))
+        yield Steps(tel.computed(padded(batches, steps)), sync)
+
+
+def deferred_sync(
+    ctx: DDPContext, model: nn.Module, prefetch_thread: bool
+) -> DeferredGradSync | None:
+    """The built-in apps' all-reduce after the backward, when
+    :func:`~distgnn.train.gradsync.use_deferred_allreduce` says so (``DISTGNN_DEFER_ALLREDUCE``).
+    Never for a model with buffers (batch norm statistics): DDP broadcasts rank 0's in
+    every forward that syncs, and under ``no_sync()`` it would not."""
+    if not ctx.joined or not use_deferred_allreduce(ctx.world_size, prefetch_thread):
+        return None
+    if any(True for _ in unwrap(model).buffers()):
+        return None
+    return DeferredGradSync(model, ctx.world_size)
 
 
 def padded(batches: Iterator[Any], steps: int) -> Iterator[tuple[Any, float]]:

@@ -24,6 +24,7 @@ from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import (
     autocast,
     build_model,
+    deferred_sync,
     epoch_batches,
     eval_fanouts,
     resume,
@@ -165,19 +166,26 @@ def run(
         )
         tel.begin(cfg.epochs, start)
         prefetch = use_prefetch(torch.get_num_threads(), accelerator=device.type != "cpu")
+        sync = deferred_sync(ctx, model, prefetch)
+        log.info(
+            "gradient all-reduce",
+            extra=kv(deferred=sync is not None, prefetch_thread=prefetch),
+        )
 
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
             loader.set_epoch(epoch)
             tot_loss = tot_correct = tot_n = 0.0
-            with epoch_batches(loader, steps, task.load, tel, prefetch) as batches:
+            with epoch_batches(loader, steps, task.load, tel, prefetch, sync) as batches:
                 for (x_cpu, y_cpu, blocks), w in batches:
                     x, y = to_device(x_cpu, device), y_cpu.to(device)
-                    with autocast(cfg, device):
-                        logits = task.logits(model, blocks, x).float()
-                    loss = F.cross_entropy(logits, y) * w
-                    opt.zero_grad()
-                    loss.backward()
+                    with batches.no_sync():
+                        with autocast(cfg, device):
+                            logits = task.logits(model, blocks, x).float()
+                        loss = F.cross_entropy(logits, y) * w
+                        opt.zero_grad()
+                        loss.backward()
+                    batches.sync_gradients()  # deferred: the next batch during the all-reduce
                     opt.step()
                     if sparse:
                         sparse.step()  # the rows this step touched, on the servers
