@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-from distgnn.local.ports import free_port
+from tests.support.ranks import run_ranks
 
 TRAINER = """
 import json, os, psutil
@@ -23,27 +18,7 @@ shutdown(ctx)
 
 
 def test_rendezvous_store_binds_loopback_only() -> None:
-    port = free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", TRAINER], env=env, stdout=subprocess.PIPE, text=True
-            )
-        )
-    outs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=180)
-        assert p.returncode == 0
-        outs.append(json.loads(out.strip().splitlines()[-1]))
+    outs = run_ranks(TRAINER)
     rank0 = next(o for o in outs if o["rank"] == 0)
     assert all(o["total"] == 2.0 for o in outs)
     assert rank0["listening"] == ["127.0.0.1"], rank0

@@ -6,7 +6,6 @@ malformed input refused with an error, never a crash."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -22,28 +21,6 @@ from distgnn.partition.loader import load_partition
 from distgnn.rpc.protocol import MsgType
 from distgnn.sampling.blocks import to_block
 from distgnn.server import sampling
-
-
-@pytest.fixture()
-def k() -> ModuleType:
-    """The built extension (skips where it was not built: no compiler)."""
-    try:
-        from distgnn import _native
-    except ImportError:
-        pytest.skip("distgnn._native is not built (python setup.py build_ext --inplace)")
-    mod: ModuleType = _native
-    return mod
-
-
-@pytest.fixture(params=["native", "numpy"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run a test on the C kernels and on the NumPy path (``DISTGNN_NATIVE=0``)."""
-    monkeypatch.setenv("DISTGNN_NATIVE", "1" if request.param == "native" else "0")
-    native.kernels.cache_clear()
-    if request.param == "native" and not native.available():
-        pytest.skip("distgnn._native is not built")
-    yield request.param
-    native.kernels.cache_clear()
 
 
 def _csc(rng: np.random.Generator, n: int, hi: int = 60) -> np.ndarray:

@@ -6,7 +6,6 @@ trainer's shared-memory read on both paths (``DISTGNN_NATIVE=0``: NumPy)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -16,28 +15,6 @@ import pytest
 from distgnn import native
 from distgnn.rpc import gather
 from distgnn.rpc.gather import RowGatherer
-
-
-@pytest.fixture()
-def k() -> ModuleType:
-    """The built extension (skips where it was not built: no compiler)."""
-    try:
-        from distgnn import _native
-    except ImportError:
-        pytest.skip("distgnn._native is not built (python setup.py build_ext --inplace)")
-    mod: ModuleType = _native
-    return mod
-
-
-@pytest.fixture(params=["native", "numpy"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run a test on the C kernels and on the NumPy path (``DISTGNN_NATIVE=0``)."""
-    monkeypatch.setenv("DISTGNN_NATIVE", "1" if request.param == "native" else "0")
-    native.kernels.cache_clear()
-    if request.param == "native" and not native.available():
-        pytest.skip("distgnn._native is not built")
-    yield request.param
-    native.kernels.cache_clear()
 
 
 @pytest.mark.parametrize(("threads", "n"), [(1, 5000), (3, 5000), (4, 7), (8, 100_001)])

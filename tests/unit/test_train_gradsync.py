@@ -6,19 +6,15 @@ Two real trainer processes on loopback (gloo), as the built-in apps run them.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.ranks import run_ranks
 
 from distgnn.contract import ENV_DEFER_ALLREDUCE as ENV
 from distgnn.errors import ConfigError
-from distgnn.local.ports import free_port
 from distgnn.train.gradsync import use_deferred_allreduce
 from distgnn.train.loop import Steps
 
@@ -88,34 +84,8 @@ def test_deferred_all_reduce_gives_ddps_parameters_and_lets_the_faster_rank_work
     with DDP's all-reduce inside the backward rank 0 would wait there for rank 1, which
     waits for rank 0 (no flag within 60 s). The parameters after 4 Adam steps (dropout,
     different batch sizes per rank) are bit-identical to DDP's."""
-    port = free_port()
     flag = str(tmp_path / "rank0-started")
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", TRAINER, flag], env=env, stdout=subprocess.PIPE, text=True
-            )
-        )
-    outs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=180)
-            assert p.returncode == 0
-            outs.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate(timeout=30)
+    outs = run_ranks(TRAINER, flag)
     assert [o["same"] for o in outs] == [True, True], outs
     rank1 = next(o for o in outs if o["rank"] == 1)
     assert rank1["seen"] == [True], "rank 0 was held in its backward by rank 1"
