@@ -226,6 +226,6 @@ def _run(args: argparse.Namespace) -> int:
         shutdown(ctx)
         tel.finish()
     finally:
-        shutdown(ctx)
+        shutdown(ctx, wait_for_peers=False)  # no-op after the clean shutdown above
         tel.close()
     return 0
