@@ -226,6 +226,6 @@ def _run(args: argparse.Namespace) -> int:
         shutdown(ctx)
         tel.finish()
     finally:
-        shutdown(ctx, wait_for_peers=False)  # no-op after the clean shutdown above
+        shutdown(ctx)
         tel.close()
     return 0

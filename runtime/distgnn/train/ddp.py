@@ -160,20 +160,7 @@ def barrier(ctx: DDPContext) -> None:
         dist.barrier()
 
 
-def shutdown(ctx: DDPContext, wait_for_peers: bool = True) -> None:
-    """Leave the process group. ``wait_for_peers`` (a normal end): a barrier first,
-    bounded by the group's timeout, so no trainer closes its gloo connections while
-    another still has traffic or an asynchronous all-reduce in flight on them (gloo's
-    threads then abort that process: "terminate called without an active exception",
-    seen once in ~25 runs of two trainers with the deferred all-reduce). After an error
-    (``False``) the group is left at once: the other trainers may never reach a barrier."""
+def shutdown(ctx: DDPContext) -> None:
     if ctx.joined and dist.is_initialized():
-        if wait_for_peers:
-            try:
-                dist.barrier()
-            except (RuntimeError, ValueError) as e:  # a peer already gone: leave anyway
-                log.warning(
-                    "barrier before leaving the process group failed", extra=kv(error=str(e))
-                )
         dist.destroy_process_group()
         ctx.joined = False
