@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from distgnn.train.ddp import init_ddp, shutdown, wrap
+from distgnn.train.finish import end_process
 from distgnn.train.gradsync import DeferredGradSync
 
 flag = sys.argv[1]
@@ -74,6 +75,9 @@ deferred = train(True)
 same = all(torch.equal(a, b) for a, b in zip(ddp, deferred))
 print(json.dumps({"rank": ctx.rank, "same": same, "seen": seen}), flush=True)
 shutdown(ctx)
+# as `distgnn train` ends (docs/training.md "How a trainer ends"): no interpreter teardown,
+# where a gloo worker thread dropping its last reference to a finished all-reduce aborts
+end_process(0)
 """
 
 
