@@ -414,9 +414,9 @@ class Handlers:
                 "field 'fanout' must be an int in [-1, 2**31) or an object etype -> such int"
             )
         typed = isinstance(fanout, dict) or prob is not None
+        rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
         if isinstance(fanout, int) and prob is None and self.native is not None:
             # the kernel counts the edges (the limit) and gathers the sources as it draws
-            rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
             got = native.sample_uniform_src(
                 self.native, g.indptr, g.src, seeds, fanout, replace, rng,
                 self.lim.max_sample_edges,
@@ -427,7 +427,6 @@ class Handlers:
         else:
             start_deg = sampling.seed_ranges(g.indptr, seeds)  # once: the check and the draw
             self._check_sample_work(len(seeds), start_deg[1], fans, replace, typed)
-            rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
             if isinstance(fanout, int) and prob is None:
                 pos, run_seed, run_len = sampling.sample_uniform_runs(
                     g.indptr, seeds, fanout, replace, rng, start_deg
