@@ -15,7 +15,7 @@ from tests.support.cora import handlers_on, partition_cora
 
 from distgnn.distributed import DistEmbedding, DistGraph, DistTensor, SparseAdagrad
 from distgnn.distributed.context import initialize
-from distgnn.distributed.featcache import FeatureCache, answer_gen, cache_budget
+from distgnn.distributed.featcache import FeatureCache, _Warmup, answer_gen, cache_budget
 from distgnn.errors import ConfigError, ProtocolError
 from distgnn.rpc.protocol import MsgType
 from distgnn.server.handlers import Handlers
@@ -99,16 +99,25 @@ def _hot_reads(g: DistGraph, n: int, seed: int = 0) -> list[np.ndarray]:
     ]
 
 
-def test_cached_reads_equal_uncached_ones_and_hit(g: DistGraph) -> None:
+def test_cached_reads_equal_uncached_ones_and_hit(g: DistGraph, path: str) -> None:
+    """Most rows cached (the rows placed in one pass: the native kernel, or torch's row
+    copies): the same bytes as uncached reads, duplicates and any order included; the
+    native path receives the pulled rows into the output itself (no scratch buffer)."""
     feat = g.ndata["feat"]
-    for ids in _hot_reads(g, 6):
+    reads = _hot_reads(g, 6)
+    reads.append(np.r_[reads[0][:50], reads[0][:50], reads[1][::-1]])
+    for ids in reads:
         assert torch.equal(feat[ids], _uncached(g, ids))
     st = g.ctx.feature_cache.stats
     assert st.hits > 1000 and st.bytes_saved == st.hits * 4 * feat.shape[1]
     assert st.invalidations == 0 and st.rows > 0
+    tc = g.ctx.feature_cache._state[FEAT]
+    assert not isinstance(tc, _Warmup) and tc is not None
+    assert (not tc._bufs) == (path == "native")
+    assert st.bytes == tc.nbytes
 
 
-def test_a_write_is_seen_by_the_next_cached_read(g: DistGraph) -> None:
+def test_a_write_is_seen_by_the_next_cached_read(g: DistGraph, path: str) -> None:
     feat = g.ndata["feat"]
     reads = _hot_reads(g, 5)
     for ids in reads[:4]:
@@ -225,7 +234,7 @@ def test_cache_counters_are_trainer_metrics(g: DistGraph) -> None:
     assert got["distgnn_trainer_cache_invalidations_total"] == 0
 
 
-def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph) -> None:
+def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph, path: str) -> None:
     """Under a quarter of hits (a co-located trainer's case): the other rows are received
     in place and the hits written around them; the same rows as uncached, writes seen."""
     feat = g.ndata["feat"]
