@@ -239,6 +239,8 @@ def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph, path: s
     in place and the hits written around them; the same rows as uncached, writes seen."""
     feat = g.ndata["feat"]
     n = g.num_nodes()
+    row = 4 * feat.shape[1]  # room for 150 rows: the hot ones and a few read twice
+    g.ctx.feature_cache = FeatureCache(4 * n + 150 * (row + 13), warmup=2, min_read=1)
     rng = np.random.default_rng(5)
     hot = np.arange(0, n, 40)
     reads = [np.sort(np.r_[hot, rng.choice(n, 1200, replace=False)]) for _ in range(6)]
