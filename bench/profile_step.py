@@ -142,7 +142,7 @@ def instrument(clock: Clock) -> None:
         setattr(owner, name, clock.wrap(labels, getattr(owner, name)))
 
 
-def run(manifest: str, topology: str, steps: int) -> dict[str, float]:
+def run(manifest: str, topology: str, steps: int, warmup: int = 0) -> dict[str, float]:
     import psutil
     from servers import running_servers
 
@@ -167,10 +167,10 @@ def run(manifest: str, topology: str, steps: int) -> dict[str, float]:
                     tot += t.user + t.system
             return tot
 
-        return train(steps, server_cpu)
+        return train(steps, server_cpu, warmup)
 
 
-def train(steps: int, server_cpu: Callable[[], float]) -> dict[str, float]:
+def train(steps: int, server_cpu: Callable[[], float], warmup: int = 0) -> dict[str, float]:
     import torch
     from torch.nn import functional as F
 
@@ -193,8 +193,9 @@ def train(steps: int, server_cpu: Callable[[], float]) -> dict[str, float]:
     batcher = NodeBatcher(ids, NeighborSampler([15, 10, 5]), 1000, seed=0)
     compute: list[float] = []
     step_cpu: list[float] = []
-    # 2 warm-up steps; with a feature cache, also its warm-up reads and the fill
-    warm = 2 + (WARMUP_READS + 1 if tg.cache_stats() is not None else 0)
+    # 2 warm-up steps; with a feature cache, also its warm-up reads and the fill (a run
+    # without one given --warmup 11 times the same batches)
+    warm = warmup or (2 + WARMUP_READS + 1 if tg.cache_stats() is not None else 2)
     try:
         cpu0 = srv0 = 0.0
         for i in range(steps + warm):  # epoch after epoch when more than one
@@ -244,6 +245,13 @@ def main() -> None:
         default=0,
         help="a feature cache of this many MB (DISTGNN_FEATURE_CACHE_MB; 0: none)",
     )
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="untimed steps first (0: 2, or 11 with a cache: its warm-up reads "
+        "and the fill; --warmup 11 without one times the same batches)",
+    )
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     from bench_training import ensure_graph, ensure_parts
@@ -255,7 +263,7 @@ def main() -> None:
         if a.cache_mb:
             os.environ["DISTGNN_FEATURE_CACHE_MB"] = str(a.cache_mb)
 
-        print(json.dumps(run(manifest, a.child, a.steps)))
+        print(json.dumps(run(manifest, a.child, a.steps, a.warmup)))
         return
     import json
     import subprocess
@@ -265,7 +273,8 @@ def main() -> None:
     for t in topos:  # a fresh process each: no instrumented state shared
         out = subprocess.run(
             [sys.executable, __file__, "--child", t, "--steps", str(a.steps),
-             "--nodes", str(a.nodes), "--cache-mb", str(a.cache_mb)],
+             "--nodes", str(a.nodes), "--cache-mb", str(a.cache_mb),
+             "--warmup", str(a.warmup)],
             check=True, stdout=subprocess.PIPE, text=True,
         ).stdout  # fmt: skip
         got[t] = json.loads(out.strip().splitlines()[-1])

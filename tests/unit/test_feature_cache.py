@@ -252,3 +252,33 @@ def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph, path: s
     got = feat[reads[0]]
     assert (got[np.isin(reads[0], hot[:3])] == 9.0).all()
     assert torch.equal(got, _uncached(g, reads[0]))
+
+
+@pytest.mark.parametrize(("step", "extra"), [(7, 300), (40, 20)])
+@pytest.mark.parametrize("local_part", [None, 0])
+def test_the_warm_up_chooses_the_most_read_rows(
+    g: DistGraph, step: int, extra: int, local_part: int | None
+) -> None:
+    """The rows read most in the warm-up fill the budget, counted per row of the table
+    (step 7: reads of ~1000 rows) or over the reads alone (step 40: reads far smaller
+    than the table): the same choice; a co-located trainer's own partition is left out
+    however often it is read."""
+    feat = g.ndata["feat"]
+    n = g.num_nodes()
+    o1 = int(feat.policy.offsets[1])
+    rng = np.random.default_rng(step)
+    own = np.empty(0, np.int64)
+    if local_part is None:
+        hot = np.arange(0, n, step)
+    else:  # the own partition's rows read even more often
+        hot, own = np.arange(o1, n, step // 2), np.arange(0, o1, step)
+    row = 4 * feat.shape[1]
+    cache = FeatureCache(4 * n + len(hot) * (row + 13), local_part, warmup=2, min_read=1)
+    g.ctx.feature_cache = cache
+    for _ in range(2):  # the hot rows twice in every read, other rows at most once
+        ids = np.r_[hot, hot, own, own, own, rng.choice(n, extra, replace=False)]
+        assert torch.equal(feat[ids], _uncached(g, ids))
+    tc = cache._state[FEAT]
+    assert not isinstance(tc, _Warmup) and tc is not None
+    np.testing.assert_array_equal(tc.ids, hot)
+    assert cache.left >= 0 and cache.stats.bytes == tc.nbytes

@@ -2,19 +2,25 @@
 
 Off by default; ``DISTGNN_FEATURE_CACHE_MB`` (or the job's ``trainers.featureCacheMB``)
 gives each trainer process a budget. Which rows: the first ``WARMUP_READS`` large reads
-of a tensor are counted (rows read at least twice, the most read first, up to the
-budget: on a power-law graph the high-degree nodes every batch samples again); a
-co-located trainer leaves out its own partition (read from shared memory anyway). The
-chosen rows are filled as they are next read.
+of a tensor are counted; the most read rows are chosen up to the budget (on a power-law
+graph the high-degree nodes every batch samples again), provided at least
+``MIN_CACHED_ROWS`` were read twice; a co-located trainer leaves out its own partition
+(read from shared memory anyway). The chosen rows are filled as they are next read.
+
+A read looks up every row's code in one gather (``TensorCache.live``: its slot, or not
+cached), pulls the others packed in the caller's order into the output's first rows and
+places every row in one pass (:mod:`distgnn.distributed.rowplace`: the native kernel
+expands the pulled rows in place around the cached ones; no scratch buffers).
 
 Consistency (DGL's semantics: a write acknowledged by a server is seen by every later
 read of every trainer): each server keeps a write generation per tensor, bumped after
 every write and read by a PULL before it gathers rows (:mod:`distgnn.server.store`). A
-cached read still sends one PULL (``gen: true``) to every server owning any requested
-row, without the cached rows (zero rows when all are cached); the rows of a server whose
-answer carries another generation than the one they were read at are dropped and
-fetched again (a second request). A tensor written between many of its reads (an
-embedding trained every step) stops being cached.
+cached read still sends one PULL (``gen: true``) to every server owning a row it pulls
+or holding cached rows of the tensor, without the cached rows (zero rows when it has
+nothing to pull there); the rows of a server whose answer carries another generation
+than the one they were read at are dropped and fetched again (a second request). A
+tensor written between many of its reads (an embedding trained every step) stops being
+cached.
 """
 
 from __future__ import annotations
@@ -295,15 +301,26 @@ class FeatureCache:
         """The rows read in the warm-up, most read first, that fit; none when fewer than
         ``MIN_CACHED_ROWS`` were read twice (the tensor's rows do not repeat)."""
         n = t.shape[0]
-        counts = np.bincount(np.concatenate(w.reads), minlength=n)
-        w.reads.clear()
-        lp = self.local_part
-        if lp is not None and lp < len(t.policy.offsets) - 1:
-            counts[int(t.policy.offsets[lp]) : int(t.policy.offsets[lp + 1])] = 0
         row = t.np_dtype.itemsize * int(np.prod(t.shape[1:], dtype=np.int64))
         cap = (self.left - 4 * n) // (row + 13)  # live map; per row: ID, server, filled
+        if cap < MIN_CACHED_ROWS:  # not even counted (a table far larger than the budget)
+            w.reads.clear()
+            log.info("feature cache: tensor not cached", extra=kv(name=t.key, room_rows=0))
+            return None
+        read = np.concatenate(w.reads)
+        w.reads.clear()
+        if n <= 4 * len(read):  # a count per row of the table: 10 ms for 1M rows
+            counts = np.bincount(read, minlength=n)
+            seen = np.flatnonzero(counts)
+            counts = counts[seen]
+        else:  # memory of the reads, not of the table's rows (which may be 10**8)
+            seen, counts = np.unique(read, return_counts=True)
+        del read
+        lp = self.local_part
+        if lp is not None and lp < len(t.policy.offsets) - 1:
+            counts[(seen >= t.policy.offsets[lp]) & (seen < t.policy.offsets[lp + 1])] = 0
         repeated = int(np.count_nonzero(counts >= 2))
-        if cap < MIN_CACHED_ROWS or repeated < MIN_CACHED_ROWS:
+        if repeated < MIN_CACHED_ROWS:
             log.info(
                 "feature cache: tensor not cached",
                 extra=kv(name=t.key, repeated_rows=repeated, room_rows=max(0, cap)),
@@ -311,9 +328,10 @@ class FeatureCache:
             return None
         # a budget larger than the repeated rows takes rows read once too (measured on the
         # benchmark's batches with 256 MB: 89 % of later reads' rows vs 81 %)
-        cand = np.flatnonzero(counts)
-        if len(cand) > cap:
-            cand = cand[np.argpartition(-counts[cand], cap - 1)[:cap]]
+        keep = np.flatnonzero(counts)
+        if len(keep) > cap:
+            keep = keep[np.argpartition(-counts[keep], cap - 1)[:cap]]
+        cand = seen[keep]
         tc = TensorCache(t, np.sort(cand), self.stats)
         self.left -= tc.nbytes
         self.stats.rows += len(cand)
