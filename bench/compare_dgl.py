@@ -20,14 +20,15 @@ Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [
   in different partitions, computed here the same way from both assignments).
 * **Training**: 2 servers + 2 DDP trainers, 3-layer GraphSAGE (mean) hidden 256, fanouts
   15,10,5, batch 1000, Adam 0.003, dropout 0.5, 1 torch thread per trainer, ``--epochs``
-  timed epochs after a warm-up epoch; each system on its own partitions of the same graph.
+  timed epochs after a warm-up (DGL: one epoch; DistGNN: 2 steps, ``bench_training``'s
+  trainer); each system on its own partitions of the same graph.
   DistGNN runs twice: every row over TCP (its default topology), and co-located
   (``trainers.colocate``: the local partition's rows from the server's shared memory, which
   is what DGL's trainers always do with their machine's server). With ``--cache-mb MB``
   also a third time, over TCP with a feature cache of MB per trainer
   (``trainers.featureCacheMB``), reported in a table of its own: DGL has no such cache
-  (the same graph, training set and settings; the cache's warm-up reads fall in the
-  warm-up epoch). ``--systems`` runs only some of the training runs.
+  (the same graph, training set and settings; the cache's 8 warm-up reads and its first
+  fill fall in the first timed epoch). ``--systems`` runs only some of the training runs.
   DGL runs twice: as shipped, and with the same glibc allocator settings DistGNN's trainers
   apply (``distgnn.train.proc``: ``M_MMAP_THRESHOLD``/``M_TRIM_THRESHOLD`` 1 GiB, top pad
   256 MiB, given to DGL as ``MALLOC_*_`` tunables). DGL's distributed mode needs one private
