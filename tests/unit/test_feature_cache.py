@@ -115,6 +115,19 @@ def test_cached_reads_equal_uncached_ones_and_hit(g: DistGraph, path: str) -> No
     assert not isinstance(tc, _Warmup) and tc is not None
     assert (not tc._bufs) == (path == "native")
     assert st.bytes == tc.nbytes
+    # every row cached: nothing pulled (zero-row PULLs for the generations), the same rows
+    f = tc.ids[tc.filled]  # ascending: the first of partition 0, the last of partition 1
+    ids = np.r_[f[:150], f[-150:], f[:5]]
+    assert ids[0] < feat.policy.offsets[1] <= ids[-6]
+    hits, misses = st.hits, st.misses
+    assert torch.equal(feat[ids], _uncached(g, ids))
+    assert (st.hits - hits, st.misses - misses) == (len(ids), 0)
+    # a write to every server, then the same all-cached read: the zero-row PULLs' new
+    # generations drop the cached rows, which are read again
+    feat[ids[[0, -6]]] = torch.full((2, feat.shape[1]), 7.0)
+    got = feat[ids]
+    assert (got[[0, -6, -5]] == 7.0).all() and torch.equal(got, _uncached(g, ids))
+    assert st.invalidations >= 1 and st.refetched > 0
 
 
 def test_a_write_is_seen_by_the_next_cached_read(g: DistGraph, path: str) -> None:
