@@ -14,7 +14,9 @@ So every pass checks: a resource that is not being deleted and lacks the finaliz
 it here, right after the pass read it (a window of one round trip, where kopf's spans its
 cycle), with the same precondition, so no concurrent change of the list is lost. A failed
 test means a newer version exists: its watch event runs the pass again (and the resync
-does, without one). A pass over a resource that has it sends nothing.
+does, without one). A refused patch is sent again only for a newer version (any other
+refusal of the same version would repeat). A pass over a resource that has it sends
+nothing.
 """
 
 from __future__ import annotations
@@ -47,22 +49,50 @@ def finalizer_patch(
     ]
 
 
-async def ensure(api: KubeApi, kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """``body`` with the finalizer in place (patched, or as read when it was there or a
-    newer version will run the pass again); None when the resource is gone."""
-    ops = finalizer_patch(body)
-    if ops is None:
-        return body
-    md = body["metadata"]
-    try:
-        return await api.json_patch(kind, md["namespace"], md["name"], ops)
-    except ApiError as e:
-        if e.status == 404:
-            return None
-        if e.status in (409, 422):  # changed meanwhile: its event runs the pass again
+class FinalizerKeeper:
+    """Adds the finalizer in passes (:meth:`ensure`), once per version of a resource.
+
+    A refused patch (422) is not sent again until the resource has a newer version: a
+    failed ``test`` means one exists already (the next pass reads it and tries again),
+    while any other refusal of the same version (an object the CRD's current schema
+    refuses, say) would be refused again, and a pass where nothing changed sends nothing.
+    """
+
+    def __init__(self) -> None:
+        self._refused: dict[tuple[str, str, str], str] = {}
+        """(kind, namespace, name) -> the resourceVersion whose patch was refused"""
+
+    async def ensure(self, api: KubeApi, kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """``body`` with the finalizer in place (patched, or as read when it was there or
+        the patch was refused); None when the resource is gone."""
+        ops = finalizer_patch(body)
+        md = body["metadata"]
+        key = (kind, md["namespace"], md["name"])
+        if ops is None or self._refused.get(key) == md.get("resourceVersion"):
+            return body
+        try:
+            out = await api.json_patch(kind, md["namespace"], md["name"], ops)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            if e.status not in (409, 422):
+                raise
+            self._refused[key] = str(md.get("resourceVersion"))
             log.debug(
-                "finalizer not added yet: the resource changed",
-                extra={"fields": {"kind": kind, "namespace": md["namespace"], "name": md["name"]}},
+                "finalizer not added: refused for this version, tried again on a newer one",
+                extra={
+                    "fields": {
+                        "kind": kind,
+                        "namespace": key[1],
+                        "name": key[2],
+                        "error": str(e)[:200],
+                    }
+                },
             )
             return body
-        raise
+        self._refused.pop(key, None)
+        return out
+
+    def forget(self, kind: str, ns: str, name: str) -> None:
+        """The resource is gone."""
+        self._refused.pop((kind, ns, name), None)

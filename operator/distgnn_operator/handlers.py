@@ -196,6 +196,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
     sched = _Scheduler()
     failures = _Failures()
     wakers = _Wakers()
+    keeper = finalizer.FinalizerKeeper()
     log = logging.getLogger("distgnn_operator")
 
     async def run_pass(kind: str, ns: str, name: str) -> None:
@@ -232,6 +233,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
             locks.drop(*key)
             sched.cancel(key)
             rec.forget(key)
+            keeper.forget(*key)
             failures.ok(key)
             if octx.metrics is not None:
                 octx.metrics.gone(kind, ns, name)
@@ -242,7 +244,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
         )
         t0 = time.monotonic()
         try:
-            fresh = await finalizer.ensure(octx.api, kind, body)  # kopf's may never land
+            fresh = await keeper.ensure(octx.api, kind, body)  # kopf's may never land
             if fresh is None:  # gone: its DELETED event ends it
                 return
             res = await fn(fresh, emit)

@@ -8,8 +8,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from distgnn_operator.finalizer import FINALIZER, finalizer_patch
+from distgnn_operator.finalizer import FINALIZER, FinalizerKeeper, finalizer_patch
 from distgnn_operator.handlers import HandlerSettings, make_settings
+from distgnn_operator.kube import ApiError
 
 
 def body(**md: Any) -> dict[str, Any]:
@@ -49,3 +50,39 @@ def test_absent_list_is_created() -> None:
 )
 def test_nothing_to_send(md: dict[str, Any]) -> None:
     assert finalizer_patch(body(**md)) is None
+
+
+class _Api:
+    """Answers the finalizer patch with ``status`` (200: applied); counts the patches."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.sent = 0
+
+    async def json_patch(
+        self, kind: str, ns: str, name: str, ops: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        self.sent += 1
+        if self.status != 200:
+            raise ApiError(self.status, "refused")
+        return {"metadata": {"name": name, "finalizers": [FINALIZER]}}
+
+
+async def test_a_refused_patch_is_sent_again_only_for_a_newer_version() -> None:
+    """422: a failed test (a newer version exists) or a refusal of this version; either
+    way the same version is not patched again on the next passes."""
+    api, keeper = _Api(422), FinalizerKeeper()
+    b = body()
+    for _ in range(3):
+        assert await keeper.ensure(api, "DistGNNJob", b) is b  # type: ignore[arg-type]
+    assert api.sent == 1
+    newer = body(resourceVersion="8")
+    api.status = 200
+    out = await keeper.ensure(api, "DistGNNJob", newer)  # type: ignore[arg-type]
+    assert api.sent == 2 and out is not None and FINALIZER in out["metadata"]["finalizers"]
+
+
+async def test_gone_and_other_errors() -> None:
+    assert await FinalizerKeeper().ensure(_Api(404), "GraphServer", body()) is None  # type: ignore[arg-type]
+    with pytest.raises(ApiError):  # e.g. 403: RBAC, reported by the pass
+        await FinalizerKeeper().ensure(_Api(403), "GraphServer", body())  # type: ignore[arg-type]
