@@ -126,7 +126,7 @@ async def run(n: int, timeout: float, spread: bool) -> dict[str, float]:
                 await asyncio.sleep(1.0)
             total = time.monotonic() - t0
             # steady state: with nothing changing, the operator should write nothing at all;
-            # settled = kopf's one-time finalizer on every job (retried after conflicts), + 3 s
+            # settled = the finalizer on every job (the first pass adds it, kopf may too), + 3 s
             t_fin = time.monotonic()
             while not all_finalized(k) and time.monotonic() - t_fin < timeout:
                 await asyncio.sleep(1.0)
