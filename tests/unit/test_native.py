@@ -5,6 +5,8 @@ malformed input refused with an error, never a crash."""
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -435,6 +437,30 @@ def test_the_relabel_kernel_gives_the_tables_local_ids(
     for x, y in zip(got, want, strict=True):
         assert x is not None
         np.testing.assert_array_equal(x, y)
+    if not hasattr(k, "HW_POPCNT"):
+        pytest.skip("an extension built before the hardware popcount")
+    # the ranks by the CPU's popcount (where it has one) and by the SWAR one, alike
+    ids = (np.ascontiguousarray(dst_nid, np.int64), np.ascontiguousarray(src, np.int64))
+    for swar in (False, True):
+        got = k.relabel(*ids, np.ascontiguousarray(dst_nid[idx], np.int64), n, swar)
+        for x, y in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.frombuffer(x, np.int64), y)
+    with pytest.raises(ValueError, match="not among the seeds"):
+        k.relabel(*ids, np.r_[dst_nid[idx][:-1], n - 2 if n - 2 not in dst_nid else n - 3], n)
+
+
+def test_the_extension_says_whether_it_uses_the_cpus_popcount(k: ModuleType) -> None:
+    if not hasattr(k, "HW_POPCNT"):
+        pytest.skip("an extension built before the hardware popcount")
+    import platform
+
+    flags = ""
+    with contextlib.suppress(OSError):
+        flags = Path("/proc/cpuinfo").read_text()
+    if platform.machine() in ("x86_64", "AMD64") and " popcnt" in flags:
+        assert k.HW_POPCNT == 1
+    else:
+        assert k.HW_POPCNT in (0, 1)
 
 
 def test_with_the_kernel_to_block_relabels_densely_up_to_400x_the_work(
