@@ -8,12 +8,14 @@
  * it gets here. Results are bytearrays (writable, wrapped by np.frombuffer). The GIL is
  * released while a kernel computes.
  *
- * sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges]])
- *         -> (pos, run_seed, run_len[, picked])
+ * sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges[, out_pos,
+ *                out_values]]]) -> (pos, run_seed, run_len[, picked])
  *     uniform in-edge sampling of a CSC (the server's SAMPLE_NEIGHBORS), int64 outputs;
  *     with values (int64, one per position), picked[e] = values[pos[e]], gathered in the
  *     same pass (prefetched behind the draw); with max_edges >= 0, a sample of more
- *     edges returns its edge count (an int) instead, nothing drawn.
+ *     edges returns its edge count (an int) instead, nothing drawn. With out_pos and
+ *     out_values (writable int64, long enough, with values), pos and picked are written
+ *     to their first edges instead: (out_pos, run_seed, run_len, out_values, edges).
  * mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)
  *     a CSR with one row per key, entries in edge order (a stable counting sort).
  * relabel(dst_nid, src, dst, n[, swar]) -> (src_nid, edge_src, edge_dst)
@@ -48,6 +50,22 @@ static int get_buf(PyObject *obj, Py_buffer *v, char kind, const char *what) {
     if (!ok || v->ndim != 1) {
         PyErr_Format(PyExc_TypeError, "%s: expected a 1-D %s array", what,
                      kind == 'q' ? "int64" : "float32");
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* A writable 1-D C-contiguous int64 buffer (a kernel's output given by the caller). */
+static int out_buf(PyObject *obj, Py_buffer *v, const char *what) {
+    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a writable contiguous array", what);
+        return -1;
+    }
+    const char *f = v->format ? v->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (v->itemsize != 8 || (f[0] != 'q' && f[0] != 'l') || f[1] != 0 || v->ndim != 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a 1-D int64 array", what);
         PyBuffer_Release(v);
         return -1;
     }
@@ -168,12 +186,12 @@ static void floyd(Rng *r, int64_t d, int64_t f, int64_t *out, Set *set) {
 }
 
 static PyObject *sample_uniform(PyObject *self, PyObject *args) {
-    PyObject *o_indptr, *o_seeds, *o_vals = Py_None;
+    PyObject *o_indptr, *o_seeds, *o_vals = Py_None, *o_opos = Py_None, *o_oval = Py_None;
     long long fanout, max_edges = -1;
     int replace;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "OOLpK|OL", &o_indptr, &o_seeds, &fanout, &replace, &seed,
-                          &o_vals, &max_edges))
+    if (!PyArg_ParseTuple(args, "OOLpK|OLOO", &o_indptr, &o_seeds, &fanout, &replace, &seed,
+                          &o_vals, &max_edges, &o_opos, &o_oval))
         return NULL;
     Py_buffer vi, vs, vv;
     int has_vals = o_vals != Py_None;
@@ -188,6 +206,8 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *res = NULL, *b_pos = NULL, *b_rs = NULL, *b_rl = NULL, *b_val = NULL;
+    Py_buffer vop, vov;
+    int has_opos = 0, has_oval = 0, into = 0;
     const int64_t *indptr = vi.buf, *seeds = vs.buf, *vals = has_vals ? vv.buf : NULL;
     int64_t n = (int64_t)vi.shape[0] - 1, ns = (int64_t)vs.shape[0];
     int64_t nvals = has_vals ? (int64_t)vv.shape[0] : 0;
@@ -220,12 +240,26 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
         goto done;
     }
     char *p_pos = NULL, *p_rs = NULL, *p_rl = NULL;
-    b_pos = new_bytes(total, 8, &p_pos);
+    char *p_val = NULL;
+    if (has_vals && o_opos != Py_None && o_oval != Py_None) { /* the caller's buffers */
+        if (out_buf(o_opos, &vop, "out_pos") < 0) goto done;
+        has_opos = 1;
+        if (out_buf(o_oval, &vov, "out_values") < 0) goto done;
+        has_oval = 1;
+        const char *a = vop.buf, *b = vov.buf;
+        size_t span = (size_t)total * 8;
+        if (vop.shape[0] >= total && vov.shape[0] >= total && (a + span <= b || b + span <= a)) {
+            into = 1; /* else too small (or overlapping): fresh results, as without them */
+            p_pos = vop.buf, p_val = vov.buf;
+        }
+    }
+    if (!into) {
+        b_pos = new_bytes(total, 8, &p_pos);
+        if (has_vals) b_val = new_bytes(total, 8, &p_val);
+    }
     b_rs = new_bytes(nruns, 8, &p_rs);
     b_rl = new_bytes(nruns, 8, &p_rl);
-    char *p_val = NULL;
-    if (has_vals) b_val = new_bytes(total, 8, &p_val);
-    if (!b_pos || !b_rs || !b_rl || (has_vals && !b_val)) goto done;
+    if ((!into && (!b_pos || (has_vals && !b_val))) || !b_rs || !b_rl) goto done;
     int64_t *pos = (int64_t *)p_pos, *rs = (int64_t *)p_rs, *rl = (int64_t *)p_rl;
     int64_t *val = (int64_t *)p_val;
     Set set = {NULL, 0};
@@ -267,9 +301,13 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
     for (; vals && g < e; g++) val[g] = vals[pos[g]];
     Py_END_ALLOW_THREADS
     free(set.slot);
-    res = has_vals ? PyTuple_Pack(4, b_pos, b_rs, b_rl, b_val)
-                   : PyTuple_Pack(3, b_pos, b_rs, b_rl);
+    if (into) res = Py_BuildValue("(OOOOL)", o_opos, b_rs, b_rl, o_oval, (long long)total);
+    else
+        res = has_vals ? PyTuple_Pack(4, b_pos, b_rs, b_rl, b_val)
+                       : PyTuple_Pack(3, b_pos, b_rs, b_rl);
 done:
+    if (has_opos) PyBuffer_Release(&vop);
+    if (has_oval) PyBuffer_Release(&vov);
     Py_XDECREF(b_val);
     if (has_vals) PyBuffer_Release(&vv);
     Py_XDECREF(b_pos);
@@ -752,8 +790,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"sample_uniform", sample_uniform, METH_VARARGS,
-     "sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges]]) -> "
-     "(pos, run_seed, run_len[, picked]) or the edge count over max_edges"},
+     "sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges[, out_pos, "
+     "out_values]]]) -> (pos, run_seed, run_len[, picked][, edges]) or the edge count over "
+     "max_edges"},
     {"mean_csr", mean_csr, METH_VARARGS,
      "mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)"},
     {"relabel", relabel, METH_VARARGS,
@@ -779,7 +818,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     int hw = 0;
 #endif
     /* relabel's rank lookups use the hardware popcount (1) or the SWAR one (0) */
-    if (PyModule_AddIntConstant(m, "HW_POPCNT", hw) < 0) {
+    /* sample_uniform takes out_pos / out_values (a stale build does not: the callers
+     * check this first) */
+    if (PyModule_AddIntConstant(m, "SAMPLE_INTO", 1) < 0 ||
+        PyModule_AddIntConstant(m, "HW_POPCNT", hw) < 0) {
         Py_DECREF(m);
         return NULL;
     }
