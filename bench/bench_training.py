@@ -780,6 +780,10 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ratio = m1 / m0 if m0 else float("nan")
         print(f"{label:<34}" + "".join(f" {c:>24}" for c in cells) + f" {ratio:>6.2f}x")
     print(f"ratio: {TOPOLOGIES[last]} / {TOPOLOGIES[first]}")
+    for m in modes:  # whole epochs (a cache's warm-up reads fall in the first)
+        eps = ["/".join(f"{x:.2f}" for x in r.get("epoch_times", [])) for r in got[m]]
+        if any(eps):
+            print(f"epoch times (s), each run: {TOPOLOGIES[m]}: {', '.join(eps)}")
     print("timed window's account (cpu_account: /proc, all processes), medians:")
     for m in modes:
         print(f" {TOPOLOGIES[m]}:")

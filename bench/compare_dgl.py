@@ -1,7 +1,8 @@
 """DistGNN and DGL 2.1 side by side on exactly the same work (one command; not part of CI).
 
 Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [--rounds 3]
-[--train-nodes 50000] [--epochs 1] [--parts-only [--num-parts K] | --train-only] [--quick]``.
+[--train-nodes 50000] [--epochs 1] [--parts-only [--num-parts K] | --train-only] [--quick]
+[--cache-mb MB] [--systems distgnn,distgnn_tcp_cache,...]``.
 
 * **DGL's environment** is created once and cached in ``.tools/dgl-venv`` (DGL 2.1.0 and
   the torch it supports, 2.2.1, with NumPy 1.x; about 5 GB, from the package registry).
@@ -19,10 +20,15 @@ Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [
   in different partitions, computed here the same way from both assignments).
 * **Training**: 2 servers + 2 DDP trainers, 3-layer GraphSAGE (mean) hidden 256, fanouts
   15,10,5, batch 1000, Adam 0.003, dropout 0.5, 1 torch thread per trainer, ``--epochs``
-  timed epochs after a warm-up epoch; each system on its own partitions of the same graph.
+  timed epochs after a warm-up (DGL: one epoch; DistGNN: 2 steps, ``bench_training``'s
+  trainer); each system on its own partitions of the same graph.
   DistGNN runs twice: every row over TCP (its default topology), and co-located
   (``trainers.colocate``: the local partition's rows from the server's shared memory, which
-  is what DGL's trainers always do with their machine's server).
+  is what DGL's trainers always do with their machine's server). With ``--cache-mb MB``
+  also a third time, over TCP with a feature cache of MB per trainer
+  (``trainers.featureCacheMB``), reported in a table of its own: DGL has no such cache
+  (the same graph, training set and settings; the cache's 8 warm-up reads and its first
+  fill fall in the first timed epoch). ``--systems`` runs only some of the training runs.
   DGL runs twice: as shipped, and with the same glibc allocator settings DistGNN's trainers
   apply (``distgnn.train.proc``: ``M_MMAP_THRESHOLD``/``M_TRIM_THRESHOLD`` 1 GiB, top pad
   256 MiB, given to DGL as ``MALLOC_*_`` tunables). DGL's distributed mode needs one private
@@ -58,6 +64,9 @@ from typing import Any
 from summary import value_range
 
 REPO = Path(__file__).resolve().parents[1]
+ALL_SYSTEMS = ("distgnn", "distgnn_tcp_cache", "distgnn_colocated", "dgl", "dgl_tuned")
+"""Training runs: DistGNN over TCP, over TCP with ``--cache-mb``, co-located; DGL as
+shipped and with DistGNN's allocator settings."""
 BENCH = REPO / "bench"
 CACHE = Path("/tmp/distgnn-bench")
 DGL_ENV = REPO / ".tools" / "dgl-venv"
@@ -211,11 +220,13 @@ def _free_port() -> int:
 
 
 def distgnn_epoch(
-    parts: Path, epochs: int, floor_steps: int, colocate: bool = False
+    parts: Path, epochs: int, floor_steps: int, colocate: bool = False, cache_mb: float = 0
 ) -> dict[str, Any]:
     """DistGNN: 2 real servers, 2 trainers (bench_training's trainer), then the micro figures.
     ``colocate``: each trainer reads its partition's rows from its server's shared memory
-    (``trainers.colocate``), as DGL's trainers do with their machine's server."""
+    (``trainers.colocate``), as DGL's trainers do with their machine's server.
+    ``cache_mb``: each trainer keeps a feature cache of that many MB
+    (``trainers.featureCacheMB``; DGL has none)."""
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     sys.path.insert(0, str(BENCH))
     from servers import running_servers
@@ -228,7 +239,10 @@ def distgnn_epoch(
     with running_servers(manifest, 2, workers=1, env=senv, timeout=600) as srv:
         stores = [r["shm_dir"] for r in srv.ready] if colocate else None
         pids = [p.pid for p in srv.procs]
-        res = bench_training.bench_epoch(srv.env(), 2, extra, 0, pids, stores)
+        env = dict(srv.env())
+        if cache_mb:
+            env["DISTGNN_FEATURE_CACHE_MB"] = str(cache_mb)
+        res = bench_training.bench_epoch(env, 2, extra, 0, pids, stores)
         res.update(distgnn_micro(srv.env()))
     return res
 
@@ -350,17 +364,21 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
             return
         dparts = Path(part["distgnn"][0]["parts"])
         gparts = Path(part["dgl"][0]["parts"])
-        runs: dict[str, list[dict[str, Any]]] = {
-            "distgnn": [], "distgnn_colocated": [], "dgl": [], "dgl_tuned": []
-        }  # fmt: skip
+        systems = ["distgnn", "distgnn_colocated", "dgl", "dgl_tuned"]
+        if a.cache_mb:
+            systems.insert(1, "distgnn_tcp_cache")
+        if a.systems:
+            systems = [x for x in systems if x in a.systems.split(",")]
+        runs: dict[str, list[dict[str, Any]]] = {x: [] for x in ALL_SYSTEMS}
         for r in range(a.rounds):
-            order = list(runs)
+            order = list(systems)
             order = order if r % 2 == 0 else order[::-1]
             for system in order:
                 log(f"{kind} round {r + 1}: training with {system}")
                 if system.startswith("distgnn"):
                     colocated = system == "distgnn_colocated"
-                    res = distgnn_epoch(dparts, a.epochs, a.floor_steps, colocated)
+                    cache = a.cache_mb if system == "distgnn_tcp_cache" else 0
+                    res = distgnn_epoch(dparts, a.epochs, a.floor_steps, colocated, cache)
                 else:
                     res = dgl_epoch(gparts, dgl_py, a.epochs, system == "dgl_tuned", work)
                 runs[system].append(res)
@@ -370,13 +388,13 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
                       + (f", floor {res['floor_step_s'] * res['steps_per_epoch']:.2f} s"
                          if "floor_step_s" in res else ""), flush=True)  # fmt: skip
     d, g, t = runs["distgnn"], runs["dgl"], runs["dgl_tuned"]
-    c = runs["distgnn_colocated"]
+    c, k = runs["distgnn_colocated"], runs["distgnn_tcp_cache"]
 
     def ep(rs: list[dict[str, Any]]) -> list[float]:
         return [statistics.median(x["epoch_times"]) for x in rs]
 
-    floor = [x["floor_step_s"] * x["steps_per_epoch"] for x in d + c if "floor_step_s" in x]
-    steps = {x["steps_per_epoch"] for x in d + g + t}
+    floor = [x["floor_step_s"] * x["steps_per_epoch"] for x in d + c + k if "floor_step_s" in x]
+    steps = {x["steps_per_epoch"] for x in d + c + k + g + t}
     title = (f"Training, graph '{kind}': {sorted(steps)} steps per trainer per epoch, "
              f"{a.rounds} rounds x {a.epochs} epoch(s)")  # fmt: skip
     report(title + " - DGL as shipped", [
@@ -406,22 +424,36 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
          [x["forward"] + x["backward"] + x["optimizer"] for x in c],
          [x["compute"] for x in t], 1.0, ".3f"),
     ])  # fmt: skip
+    if k:
+        report(title + f" - DistGNN over TCP with a feature cache of {a.cache_mb:g} MB per "
+               "trainer (trainers.featureCacheMB; DGL has no such cache: the same graph, "
+               "training set and settings) vs DGL with DistGNN's allocator settings", [
+            ("epoch", "s", ep(k), ep(t), 1.0, ".2f"),
+            ("  feature pull per step", "s", [x["fetch"] for x in k], [x["fetch"] for x in t],
+             1.0, ".3f"),
+            ("  compute per step (fwd+bwd+step)", "s",
+             [x["forward"] + x["backward"] + x["optimizer"] for x in k],
+             [x["compute"] for x in t], 1.0, ".3f"),
+        ])  # fmt: skip
+    named = [("DistGNN", d), ("TCP + cache", k), ("co-located", c), ("DGL as shipped", g),
+             ("DGL tuned", t)]  # fmt: skip
     if floor:
-        print(f"\nfloor (fwd+bwd+step of the same batches, rank 0 alone, 1 thread) x steps: "
-              f"{statistics.median(floor):.2f} s; epoch / floor: DistGNN "
-              f"{statistics.median(ep(d)) / statistics.median(floor):.2f}x, co-located "
-              f"{statistics.median(ep(c)) / statistics.median(floor):.2f}x, DGL as shipped "
-              f"{statistics.median(ep(g)) / statistics.median(floor):.2f}x, DGL tuned "
-              f"{statistics.median(ep(t)) / statistics.median(floor):.2f}x")  # fmt: skip
-    both = [x["floor_all_step_s"] * x["steps_per_epoch"] for x in d + c if "floor_all_step_s" in x]
+        fl = statistics.median(floor)
+        print(
+            f"\nfloor (fwd+bwd+step of the same batches, rank 0 alone, 1 thread) x steps: "
+            f"{fl:.2f} s; epoch / floor: "
+            + ", ".join(f"{n} {statistics.median(ep(rs)) / fl:.2f}x" for n, rs in named if rs)
+        )
+    both = [
+        x["floor_all_step_s"] * x["steps_per_epoch"] for x in d + c + k if "floor_all_step_s" in x
+    ]
     if both:
         fb = statistics.median(both)
         print(f"floor with both trainers computing at once x steps: {fb:.2f} s "
               f"({fb / statistics.median(floor):.2f}x the lone floor: what 2 cores give "
-              f"compute together); epoch / that floor: DistGNN "
-              f"{statistics.median(ep(d)) / fb:.2f}x, co-located "
-              f"{statistics.median(ep(c)) / fb:.2f}x, "
-              f"DGL tuned {statistics.median(ep(t)) / fb:.2f}x")  # fmt: skip
+              f"compute together); epoch / that floor: "
+              + ", ".join(f"{n} {statistics.median(ep(rs)) / fb:.2f}x"
+                          for n, rs in named if rs and n != "DGL as shipped"))  # fmt: skip
 
 
 def main() -> None:
@@ -441,6 +473,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 100k nodes, 5k training nodes, 1 round")  # fmt: skip
     ap.add_argument("--dgl-env", default=str(DGL_ENV), help="DGL's cached environment")
+    ap.add_argument(
+        "--cache-mb",
+        type=float,
+        default=0,
+        help="also DistGNN over TCP with a feature cache of this many MB per "
+        "trainer (its own table; DGL has no such cache)",
+    )
+    ap.add_argument(
+        "--systems",
+        default="",
+        help=f"only these training runs (comma-separated, of {','.join(ALL_SYSTEMS)})",
+    )
     ap.add_argument("--child-partition", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_partition:

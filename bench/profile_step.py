@@ -75,6 +75,18 @@ ITEMS: list[tuple[str, str, str, str | None]] = [
         "ServerPool.call_many",
         "feature + label read",
     ),
+    (
+        "  feature cache (with --cache-mb)",
+        "distgnn.distributed.featcache",
+        "TensorCache.read",
+        "feature + label read",
+    ),
+    (
+        "    rows placed (cached and pulled)",
+        "distgnn.distributed.featcache",
+        "place_rows",
+        "  feature cache (with --cache-mb)",
+    ),
     ("block CSRs (forward)", "distgnn.nn.ops", "MeanAdjacency.__init__", None),
     ("block CSR transposes (backward)", "distgnn.nn.ops", "MeanAdjacency.transpose", None),
 ]
@@ -124,11 +136,13 @@ def instrument(clock: Clock) -> None:
         owner: Any = m
         *path, name = attr.split(".")
         for p in path:
-            owner = getattr(owner, p)
+            owner = getattr(owner, p, None)
+        if not hasattr(owner, name):  # older code (an A/B against main): the item reads 0
+            continue
         setattr(owner, name, clock.wrap(labels, getattr(owner, name)))
 
 
-def run(manifest: str, topology: str, steps: int) -> dict[str, float]:
+def run(manifest: str, topology: str, steps: int, warmup: int = 0) -> dict[str, float]:
     import psutil
     from servers import running_servers
 
@@ -153,13 +167,14 @@ def run(manifest: str, topology: str, steps: int) -> dict[str, float]:
                     tot += t.user + t.system
             return tot
 
-        return train(steps, server_cpu)
+        return train(steps, server_cpu, warmup)
 
 
-def train(steps: int, server_cpu: Callable[[], float]) -> dict[str, float]:
+def train(steps: int, server_cpu: Callable[[], float], warmup: int = 0) -> dict[str, float]:
     import torch
     from torch.nn import functional as F
 
+    from distgnn.distributed.featcache import WARMUP_READS
     from distgnn.distributed.split import node_split
     from distgnn.nn import GraphSAGE
     from distgnn.sampling import NeighborSampler, NodeBatcher
@@ -178,14 +193,18 @@ def train(steps: int, server_cpu: Callable[[], float]) -> dict[str, float]:
     batcher = NodeBatcher(ids, NeighborSampler([15, 10, 5]), 1000, seed=0)
     compute: list[float] = []
     step_cpu: list[float] = []
+    # 2 warm-up steps; with a feature cache, also its warm-up reads and the fill (a run
+    # without one given --warmup 11 times the same batches)
+    warm = warmup or (2 + WARMUP_READS + 1 if tg.cache_stats() is not None else 2)
     try:
         cpu0 = srv0 = 0.0
-        for i in range(min(steps + 2, len(batcher))):
-            if i == 2:  # after 2 warm-up steps
+        for i in range(steps + warm):  # epoch after epoch when more than one
+            if i == warm:
                 clock.on = True
                 cpu0, srv0 = time.thread_time(), server_cpu()
             t0 = time.thread_time()
-            inp, out, blocks = batcher.decode(batcher.make(tg.source, 1, i))
+            epoch, b = divmod(i, len(batcher))
+            inp, out, blocks = batcher.decode(batcher.make(tg.source, 1 + epoch, b))
             x, y = tg.read("feat", inp).float(), tg.read("label", out).long()
             t1 = time.thread_time()
             loss = F.cross_entropy(model(blocks, x), y)
@@ -220,6 +239,19 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--topology", default="both", choices=["colocated", "tcp", "both"])
+    ap.add_argument(
+        "--cache-mb",
+        type=float,
+        default=0,
+        help="a feature cache of this many MB (DISTGNN_FEATURE_CACHE_MB; 0: none)",
+    )
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="untimed steps first (0: 2, or 11 with a cache: its warm-up reads "
+        "and the fill; --warmup 11 without one times the same batches)",
+    )
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     from bench_training import ensure_graph, ensure_parts
@@ -228,7 +260,10 @@ def main() -> None:
     if a.child:
         import json
 
-        print(json.dumps(run(manifest, a.child, a.steps)))
+        if a.cache_mb:
+            os.environ["DISTGNN_FEATURE_CACHE_MB"] = str(a.cache_mb)
+
+        print(json.dumps(run(manifest, a.child, a.steps, a.warmup)))
         return
     import json
     import subprocess
@@ -238,12 +273,14 @@ def main() -> None:
     for t in topos:  # a fresh process each: no instrumented state shared
         out = subprocess.run(
             [sys.executable, __file__, "--child", t, "--steps", str(a.steps),
-             "--nodes", str(a.nodes)],
+             "--nodes", str(a.nodes), "--cache-mb", str(a.cache_mb),
+             "--warmup", str(a.warmup)],
             check=True, stdout=subprocess.PIPE, text=True,
         ).stdout  # fmt: skip
         got[t] = json.loads(out.strip().splitlines()[-1])
-    print(f"profile_step: {a.nodes} nodes, rank 0 of 2's training nodes, {a.steps} steps; "
-          "ms of CPU per step (thread time)")  # fmt: skip
+    cache = f", feature cache {a.cache_mb:g} MB" if a.cache_mb else ""
+    print(f"profile_step: {a.nodes} nodes, rank 0 of 2's training nodes, {a.steps} steps"
+          f"{cache}; ms of CPU per step (thread time)")  # fmt: skip
     print(f"{'item':<48}" + "".join(f" {t:>10}" for t in topos))
     for label in got[topos[0]]:
         scale = 1 if label.endswith("(s)") else 1000

@@ -16,7 +16,7 @@ from typing import Any, cast
 import kopf
 
 from distgnn import contract
-from distgnn_operator import progress
+from distgnn_operator import finalizer, progress
 from distgnn_operator.kube import ApiError
 from distgnn_operator.reconcile import Emit, Key, OperatorContext, PassResult, Reconciler
 
@@ -63,7 +63,7 @@ def make_settings(hs: HandlerSettings) -> kopf.OperatorSettings:
     st.watching.client_timeout = hs.watch_client_timeout
     st.watching.connect_timeout = hs.connect_timeout
     st.networking.request_timeout = hs.request_timeout
-    st.persistence.finalizer = f"{contract.LABEL_PREFIX}/finalizer"
+    st.persistence.finalizer = finalizer.FINALIZER
     st.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=contract.LABEL_PREFIX)
     st.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=contract.LABEL_PREFIX, key="last-handled-configuration"
@@ -242,7 +242,10 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
         )
         t0 = time.monotonic()
         try:
-            res = await fn(body, emit)
+            fresh = await finalizer.ensure(octx.api, kind, body)  # kopf's may never land
+            if fresh is None:  # gone: its DELETED event ends it
+                return
+            res = await fn(fresh, emit)
         except ApiError as e:
             if octx.metrics is not None:
                 octx.metrics.failed(kind, time.monotonic() - t0)

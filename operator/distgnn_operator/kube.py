@@ -4,7 +4,8 @@ Why not the ``kubernetes`` package: it is synchronous (every call would block ko
 event loop or need a thread), and it would log in separately. This client reuses the
 :class:`kopf.ConnectionInfo` that kopf's login produced (service account in a pod,
 kubeconfig outside), so production and the emulator tests share one code path.
-Every request has a timeout; patches are JSON merge patches (valid for every kind).
+Every request has a timeout; patches are JSON merge patches (valid for every kind), but
+for the one JSON patch (:meth:`KubeApi.json_patch`, kopf's finalizer: :mod:`finalizer`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -291,6 +292,15 @@ class KubeApi:
                 patch,
                 "application/merge-patch+json",
             )
+        )
+
+    async def json_patch(
+        self, kind: str, ns: str, name: str, ops: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """A JSON patch (RFC 6902): its ``test`` operations are preconditions the API server
+        checks against the stored object (a failed one: 422, nothing written)."""
+        return dict(
+            await self._call("PATCH", self._url(kind, ns, name), ops, "application/json-patch+json")
         )
 
     async def delete(self, kind: str, ns: str, name: str) -> bool:

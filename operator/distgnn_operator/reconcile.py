@@ -201,6 +201,11 @@ class Applied:
     """children that could not be created: somebody else's object holds the name"""
 
 
+TAKEN = "already exists and is controlled by"
+"""How a ResourceExists message names a taken child (``KIND NAME already exists ...``)."""
+TAKEN_RE = re.compile(rf"(?:^|; )([A-Za-z]+) ([a-z0-9.-]+) {TAKEN} ")
+
+
 class Reconciler:
     """Reconciles DistGNNJobs and GraphServers."""
 
@@ -315,6 +320,19 @@ class Reconciler:
             return False, (await self._holder(obj))[1]
         return True, None
 
+    def recall_taken(self, body: dict[str, Any]) -> None:
+        """The names the resource's status reports taken (reason ``ResourceExists``, written
+        by an earlier pass, maybe of an earlier operator process) count as found taken: the
+        pass reads who holds each before it sends a create, so the first pass after an
+        operator restart sends no create that would be refused again."""
+        md = body.get("metadata") or {}
+        owner = (str(body.get("kind")), str(md.get("namespace")), str(md.get("name")))
+        for c in (body.get("status") or {}).get("conditions") or []:
+            if c.get("reason") != s.Reason.RESOURCE_EXISTS:
+                continue
+            for kind, name in TAKEN_RE.findall(str(c.get("message") or "")):
+                self._taken.setdefault((kind, owner[1], name), owner)
+
     def forget(self, owner: Key) -> None:
         """The owner is gone: drop the names it found taken."""
         for k in [k for k, o in self._taken.items() if o == owner]:
@@ -337,7 +355,7 @@ class Reconciler:
             return True, None
         by = f"{ctl.get('kind')} {ctl.get('name')}" if ctl else "nothing"
         return True, (
-            f"{obj['kind']} {md['name']} already exists and is controlled by {by}, not by "
+            f"{obj['kind']} {md['name']} {TAKEN} {by}, not by "
             f"{owner['kind']} {owner['name']}: delete or rename it, or rename the "
             f"{owner['kind']}"
         )
@@ -380,6 +398,7 @@ class Reconciler:
             return PassResult(old)
         if old.get("phase") in s.TERMINAL:
             return await self._finished(body, old, now)
+        self.recall_taken(body)
         try:
             job = parse_job(body)
             dctx = self.ctx.desired
@@ -750,6 +769,7 @@ class Reconciler:
         now = iso(self.ctx.clock())
         if md.get("deletionTimestamp"):  # the delete handler reports what holds it
             return PassResult(old)
+        self.recall_taken(body)
         try:
             gs = parse_graphserver(body)
             manifest = self._gs_manifest(gs)

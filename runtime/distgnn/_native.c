@@ -24,6 +24,10 @@
  * gather_rows(table, ids, out, stream) -> None
  *     out[i] = table[ids[i]] (rows of any dtype, int64 or int32 IDs); with stream, the
  *     rows are prefetched ahead and written with non-temporal stores (a large output).
+ * place_rows(out, codes, rows, pulled, stream) -> None
+ *     out[i] = rows[codes[i]] where codes[i] >= 0 (int32 codes); the positions with
+ *     codes[i] < 0 take the rows of pulled in order (None: they are left as they are).
+ *     pulled may be out's own first rows (expanded in place, from the end).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -786,6 +790,153 @@ done:
     return res;
 }
 
+/* --- place_rows (the feature cache's read; issue 17) --------------------------------- */
+
+/* A cached read of a step's ~270k rows has ~60 % of them in the cache (random rows of a
+ * table) and receives the others from the servers, packed in the caller's order. One
+ * pass writes the output in order: each position takes its cached row or the next
+ * pulled one. The pulled rows may be received into the output's own first rows: going
+ * from the end, position i's pulled row comes from a position k <= i that no block
+ * written so far covers. Blocks of a few KiB are staged in a buffer (in L1) and written
+ * out in whole lines (non-temporal with stream), the cached rows prefetched ahead. */
+
+static void place_packed(char *out, Py_ssize_t n, size_t row, const int32_t *codes,
+                         const char *rows, const char *pulled, Py_ssize_t npulled,
+                         int stream, char *buf, Py_ssize_t blk) {
+    Py_ssize_t k = npulled, pf = n, ahead = prefetch_ahead(row);
+    for (Py_ssize_t b = n; b > 0;) {
+        Py_ssize_t a = b > blk ? b - blk : 0, miss = 0;
+        for (Py_ssize_t i = a; i < b; i++) miss += codes[i] < 0;
+        if (pulled == out && miss == b - a && k == b) break; /* the rest is in place */
+        Py_ssize_t lim = a > ahead ? a - ahead : 0;
+        for (; pf > lim; pf--)
+            if (codes[pf - 1] >= 0) prefetch_row(rows + (size_t)codes[pf - 1] * row, row);
+        k -= miss;
+        Py_ssize_t kk = k;
+        char *o = buf;
+        for (Py_ssize_t i = a; i < b; i++, o += row) {
+            int32_t c = codes[i];
+            memcpy(o, c >= 0 ? rows + (size_t)c * row : pulled + (size_t)(kk++) * row, row);
+        }
+        if (stream)
+            stream_bytes(out + (size_t)a * row, buf, (size_t)(b - a) * row);
+        else
+            memcpy(out + (size_t)a * row, buf, (size_t)(b - a) * row);
+        b = a;
+    }
+    if (stream) SFENCE();
+}
+
+static void place_hits(char *out, Py_ssize_t n, size_t row, const int32_t *codes,
+                       const char *rows) {
+    Py_ssize_t ahead = prefetch_ahead(row);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + ahead < n && codes[i + ahead] >= 0)
+            prefetch_row(rows + (size_t)codes[i + ahead] * row, row);
+        if (codes[i] >= 0) memcpy(out + (size_t)i * row, rows + (size_t)codes[i] * row, row);
+    }
+}
+
+static PyObject *place_rows(PyObject *self, PyObject *args) {
+    PyObject *o_out, *o_codes, *o_rows, *o_pulled;
+    int stream;
+    if (!PyArg_ParseTuple(args, "OOOOp", &o_out, &o_codes, &o_rows, &o_pulled, &stream))
+        return NULL;
+    Py_buffer vo, vc, vr, vp;
+    int has_pulled = o_pulled != Py_None;
+    if (PyObject_GetBuffer(o_out, &vo, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyErr_SetString(PyExc_TypeError, "out: expected a writable C-contiguous array");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(o_codes, &vc, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&vo);
+        PyErr_SetString(PyExc_TypeError, "codes: expected a contiguous array");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(o_rows, &vr, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&vo);
+        PyBuffer_Release(&vc);
+        PyErr_SetString(PyExc_TypeError, "rows: expected a C-contiguous array");
+        return NULL;
+    }
+    if (has_pulled && PyObject_GetBuffer(o_pulled, &vp, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&vo);
+        PyBuffer_Release(&vc);
+        PyBuffer_Release(&vr);
+        PyErr_SetString(PyExc_TypeError, "pulled: expected a C-contiguous array");
+        return NULL;
+    }
+    PyObject *res = NULL;
+    char *buf = NULL;
+    const char *f = vc.format ? vc.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (vc.itemsize != 4 || (f[0] != 'i' && f[0] != 'l') || f[1] != 0 || vc.ndim != 1) {
+        PyErr_SetString(PyExc_TypeError, "codes: expected a 1-D int32 array");
+        goto done;
+    }
+    if (vr.ndim < 1) {
+        PyErr_SetString(PyExc_TypeError, "rows: expected an array of rows (ndim >= 1)");
+        goto done;
+    }
+    Py_ssize_t nrows = vr.shape[0], n = vc.shape[0], miss = 0;
+    size_t row = (size_t)vr.itemsize;
+    for (int d = 1; d < vr.ndim; d++) row *= (size_t)vr.shape[d];
+    if (vo.len < 0 || (size_t)vo.len != row * (size_t)n) {
+        PyErr_Format(PyExc_ValueError, "out: %zd bytes for %zd rows of %zu bytes", vo.len, n,
+                     row);
+        goto done;
+    }
+    const int32_t *codes = (const int32_t *)vc.buf;
+    for (Py_ssize_t i = 0; i < n; i++) { /* every code checked before a row is written */
+        if (codes[i] >= nrows) {
+            PyErr_Format(PyExc_ValueError, "codes[%zd] = %d is out of range [-1, %zd)", i,
+                         (int)codes[i], nrows);
+            goto done;
+        }
+        miss += codes[i] < 0;
+    }
+    const char *po = (const char *)vo.buf, *pp = NULL;
+    if (has_pulled) {
+        pp = (const char *)vp.buf;
+        if (vp.len < 0 || (size_t)vp.len != row * (size_t)miss) {
+            PyErr_Format(PyExc_ValueError,
+                         "pulled: %zd bytes for the %zd positions without a cached row "
+                         "(rows of %zu bytes)", vp.len, miss, row);
+            goto done;
+        }
+        /* the pulled rows are out's first rows, or do not overlap out at all */
+        if (pp != po && vp.len > 0 && vo.len > 0 && pp < po + vo.len && po < pp + vp.len) {
+            PyErr_SetString(PyExc_ValueError, "pulled overlaps out but is not its first rows");
+            goto done;
+        }
+    }
+    if (n > 0 && row > 0) {
+        Py_ssize_t blk = (Py_ssize_t)(GATHER_BUF / row);
+        if (blk < 1) blk = 1;
+        if (has_pulled && !(buf = (char *)malloc((size_t)blk * row + 64))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        char *aligned = buf ? buf + ((64 - ((uintptr_t)buf & 63)) & 63) : NULL;
+        Py_BEGIN_ALLOW_THREADS
+        if (has_pulled)
+            place_packed((char *)vo.buf, n, row, codes, (const char *)vr.buf, pp, miss, stream,
+                         aligned, blk);
+        else
+            place_hits((char *)vo.buf, n, row, codes, (const char *)vr.buf);
+        Py_END_ALLOW_THREADS
+    }
+    res = Py_None;
+    Py_INCREF(res);
+done:
+    free(buf);
+    PyBuffer_Release(&vo);
+    PyBuffer_Release(&vc);
+    PyBuffer_Release(&vr);
+    if (has_pulled) PyBuffer_Release(&vp);
+    return res;
+}
+
 /* --- module -------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -799,6 +950,9 @@ static PyMethodDef methods[] = {
      "relabel(dst_nid, src, dst, n[, swar]) -> (src_nid, edge_src, edge_dst)"},
     {"gather_rows", gather_rows, METH_VARARGS,
      "gather_rows(table, ids, out, stream) -> None: out[i] = table[ids[i]]"},
+    {"place_rows", place_rows, METH_VARARGS,
+     "place_rows(out, codes, rows, pulled, stream) -> None: out[i] = rows[codes[i]] where "
+     "codes[i] >= 0, the others the rows of pulled in order (None: left)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,6 +11,7 @@ import datetime as dt
 import gzip
 import importlib.resources
 import itertools
+import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,8 @@ class Write:
     plural: str
     name: str | None
     body: Any
+    agent: str = ""
+    """the client's User-Agent (``kopf/...``, ``distgnn-operator/...``, the tests' own)"""
 
 
 class StampingEmulator(kmock.KubernetesEmulator):
@@ -147,6 +150,12 @@ class StampingEmulator(kmock.KubernetesEmulator):
         """(method, path) of every request of the operator's own client, in order"""
         self.forbidden: set[str] = set()
         """plurals answered with 403, as RBAC does for resources the operator may not use"""
+        self.racing: set[str] = set()
+        """plurals whose objects another client writes just before each of kopf's JSON
+        patches arrives (the worst interleaving of a concurrent update): kopf's patch,
+        tested against the version it handled, then always fails (422)"""
+        self.races = 0
+        """how many such writes were made"""
         self.unserved: set[str] = {"podgroups"}
         """plurals answered with 404, as for a CRD that is not installed (kmock itself would
         store any kind; by default the cluster has no scheduler-plugins PodGroup CRD)"""
@@ -163,6 +172,14 @@ class StampingEmulator(kmock.KubernetesEmulator):
             "platform": "linux/amd64",
         }
 
+    async def _race(self, path: str) -> None:
+        """Another client's write (an annotation) to the object at ``path``."""
+        self.races += 1
+        body = {"metadata": {"annotations": {"example.com/race": str(self.races)}}}
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.request("PATCH", path, data=json.dumps(body), headers=headers) as r:
+            assert r.status == 200, await r.text()
+
     def writes_since(self, n: int, plural: str | None = None) -> list[Write]:
         return [w for w in self.writes[n:] if plural is None or w.plural == plural]
 
@@ -174,6 +191,8 @@ class StampingEmulator(kmock.KubernetesEmulator):
             return _status(404, "NotFound", "the server could not find the requested resource")
         method = str(getattr(request.method, "value", request.method)).upper()
         agent = (getattr(request, "headers", None) or {}).get("User-Agent", "")
+        if plural in self.racing and isinstance(request.data, list) and agent.startswith("kopf/"):
+            await self._race(request.url.path)
         if agent.startswith("distgnn-operator/"):
             self.calls.append((method, request.url.path))
         if plural and agent.startswith(OPERATOR_AGENTS):  # not discovery (/apis/...)
@@ -193,6 +212,7 @@ class StampingEmulator(kmock.KubernetesEmulator):
                     plural,
                     request.name,
                     request.data,
+                    agent,
                 )
             )
         builtin = getattr(request.resource, "group", None) != contract.API_GROUP

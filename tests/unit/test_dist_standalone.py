@@ -111,6 +111,22 @@ def test_read_plan_puts_every_row_in_its_place_once() -> None:
     _check_plan(np.repeat([1, 0], [300, 200]).astype(np.int8), 2)
 
 
+def test_skipped_rows_leave_the_other_partitions_long_runs_in_place() -> None:
+    """A co-located trainer's cached read: its own partition in long runs, the other one
+    interleaved with cached (skipped) rows, more runs than ``MAX_SEGMENTS``: the long
+    runs are still received (gathered) in place, only the short ones go through the
+    scratch array."""
+    from distgnn.distributed.readplan import MAX_SEGMENTS
+
+    local = np.zeros(30_000, np.int8)
+    remote = np.where(np.arange(2 * MAX_SEGMENTS + 10) % 2 == 0, 1, 2).astype(np.int8)
+    parts = np.concatenate([local, remote, local[:5000]])
+    plan = _check_plan(parts, 2)
+    assert plan.scatter.size == int((remote == 1).sum())  # the remote misses only
+    assert sum(d.shape[0] for d in plan.dests[0]) == 35_000  # in place, in 2 segments
+    assert len(plan.dests[0]) == 2
+
+
 def test_read_plan_asks_with_int32_local_ids_where_the_partition_fits() -> None:
     """A PULL carries int32 local IDs (half the request's bytes) unless the partition has
     more rows than int32 holds; the same local IDs either way, grouped or in runs."""

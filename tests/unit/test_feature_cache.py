@@ -15,7 +15,7 @@ from tests.support.cora import handlers_on, partition_cora
 
 from distgnn.distributed import DistEmbedding, DistGraph, DistTensor, SparseAdagrad
 from distgnn.distributed.context import initialize
-from distgnn.distributed.featcache import FeatureCache, answer_gen, cache_budget
+from distgnn.distributed.featcache import FeatureCache, _Warmup, answer_gen, cache_budget
 from distgnn.errors import ConfigError, ProtocolError
 from distgnn.rpc.protocol import MsgType
 from distgnn.server.handlers import Handlers
@@ -99,16 +99,38 @@ def _hot_reads(g: DistGraph, n: int, seed: int = 0) -> list[np.ndarray]:
     ]
 
 
-def test_cached_reads_equal_uncached_ones_and_hit(g: DistGraph) -> None:
+def test_cached_reads_equal_uncached_ones_and_hit(g: DistGraph, path: str) -> None:
+    """Most rows cached (the rows placed in one pass: the native kernel, or torch's row
+    copies): the same bytes as uncached reads, duplicates and any order included; the
+    native path receives the pulled rows into the output itself (no scratch buffer)."""
     feat = g.ndata["feat"]
-    for ids in _hot_reads(g, 6):
+    reads = _hot_reads(g, 6)
+    reads.append(np.r_[reads[0][:50], reads[0][:50], reads[1][::-1]])
+    for ids in reads:
         assert torch.equal(feat[ids], _uncached(g, ids))
     st = g.ctx.feature_cache.stats
     assert st.hits > 1000 and st.bytes_saved == st.hits * 4 * feat.shape[1]
     assert st.invalidations == 0 and st.rows > 0
+    tc = g.ctx.feature_cache._state[FEAT]
+    assert not isinstance(tc, _Warmup) and tc is not None
+    assert (not tc._bufs) == (path == "native")
+    assert st.bytes == tc.nbytes
+    # every row cached: nothing pulled (zero-row PULLs for the generations), the same rows
+    f = tc.ids[tc.filled]  # ascending: the first of partition 0, the last of partition 1
+    ids = np.r_[f[:150], f[-150:], f[:5]]
+    assert ids[0] < feat.policy.offsets[1] <= ids[-6]
+    hits, misses = st.hits, st.misses
+    assert torch.equal(feat[ids], _uncached(g, ids))
+    assert (st.hits - hits, st.misses - misses) == (len(ids), 0)
+    # a write to every server, then the same all-cached read: the zero-row PULLs' new
+    # generations drop the cached rows, which are read again
+    feat[ids[[0, -6]]] = torch.full((2, feat.shape[1]), 7.0)
+    got = feat[ids]
+    assert (got[[0, -6, -5]] == 7.0).all() and torch.equal(got, _uncached(g, ids))
+    assert st.invalidations >= 1 and st.refetched > 0
 
 
-def test_a_write_is_seen_by_the_next_cached_read(g: DistGraph) -> None:
+def test_a_write_is_seen_by_the_next_cached_read(g: DistGraph, path: str) -> None:
     feat = g.ndata["feat"]
     reads = _hot_reads(g, 5)
     for ids in reads[:4]:
@@ -225,11 +247,13 @@ def test_cache_counters_are_trainer_metrics(g: DistGraph) -> None:
     assert got["distgnn_trainer_cache_invalidations_total"] == 0
 
 
-def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph) -> None:
+def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph, path: str) -> None:
     """Under a quarter of hits (a co-located trainer's case): the other rows are received
     in place and the hits written around them; the same rows as uncached, writes seen."""
     feat = g.ndata["feat"]
     n = g.num_nodes()
+    row = 4 * feat.shape[1]  # room for 150 rows: the hot ones and a few read twice
+    g.ctx.feature_cache = FeatureCache(4 * n + 150 * (row + 13), warmup=2, min_read=1)
     rng = np.random.default_rng(5)
     hot = np.arange(0, n, 40)
     reads = [np.sort(np.r_[hot, rng.choice(n, 1200, replace=False)]) for _ in range(6)]
@@ -241,3 +265,33 @@ def test_few_hits_are_placed_around_rows_received_in_place(g: DistGraph) -> None
     got = feat[reads[0]]
     assert (got[np.isin(reads[0], hot[:3])] == 9.0).all()
     assert torch.equal(got, _uncached(g, reads[0]))
+
+
+@pytest.mark.parametrize(("step", "extra"), [(7, 300), (40, 20)])
+@pytest.mark.parametrize("local_part", [None, 0])
+def test_the_warm_up_chooses_the_most_read_rows(
+    g: DistGraph, step: int, extra: int, local_part: int | None
+) -> None:
+    """The rows read most in the warm-up fill the budget, counted per row of the table
+    (step 7: reads of ~1000 rows) or over the reads alone (step 40: reads far smaller
+    than the table): the same choice; a co-located trainer's own partition is left out
+    however often it is read."""
+    feat = g.ndata["feat"]
+    n = g.num_nodes()
+    o1 = int(feat.policy.offsets[1])
+    rng = np.random.default_rng(step)
+    own = np.empty(0, np.int64)
+    if local_part is None:
+        hot = np.arange(0, n, step)
+    else:  # the own partition's rows read even more often
+        hot, own = np.arange(o1, n, step // 2), np.arange(0, o1, step)
+    row = 4 * feat.shape[1]
+    cache = FeatureCache(4 * n + len(hot) * (row + 13), local_part, warmup=2, min_read=1)
+    g.ctx.feature_cache = cache
+    for _ in range(2):  # the hot rows twice in every read, other rows at most once
+        ids = np.r_[hot, hot, own, own, own, rng.choice(n, extra, replace=False)]
+        assert torch.equal(feat[ids], _uncached(g, ids))
+    tc = cache._state[FEAT]
+    assert not isinstance(tc, _Warmup) and tc is not None
+    np.testing.assert_array_equal(tc.ids, hot)
+    assert cache.left >= 0 and cache.stats.bytes == tc.nbytes

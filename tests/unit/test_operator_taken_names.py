@@ -80,3 +80,42 @@ async def test_forget_drops_the_names_of_a_deleted_owner() -> None:
     api.calls.clear()
     await rec.apply([_svc([OWNER])], {}, _noop)
     assert api.calls == ["POST", "GET"]  # forgotten: a new owner of the name tries again
+
+
+def _owner_body(message: str) -> dict[str, Any]:
+    cond = {"type": "Running", "status": "False", "reason": "ResourceExists", "message": message}
+    return {
+        "kind": "DistGNNJob",
+        "metadata": {"name": "taken", "namespace": "ml", "uid": "uid-1"},
+        "status": {"phase": "Pending", "conditions": [cond]},
+    }
+
+
+async def test_after_a_restart_the_status_says_which_names_are_taken() -> None:
+    """A new operator process has no memory of the 409s; the status it wrote does: its
+    first pass reads the holders and sends no create that would be refused again."""
+    api = _Api(_svc())
+    first = await Reconciler(OperatorContext(api=api)).apply([_svc([OWNER])], {}, _noop)  # type: ignore[arg-type]
+    other = "Secret taken-token already exists and is controlled by nothing, not by x"
+    body = _owner_body("; ".join([other, *first.conflicts]))
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]  # restarted
+    rec.recall_taken(body)
+    api.calls.clear()
+    again = await rec.apply([_svc([OWNER])], {}, _noop)
+    assert api.calls == ["GET"] and again.conflicts == first.conflicts
+    api.holder = None  # freed while the operator was down: created at once
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
+    rec.recall_taken(body)
+    api.calls.clear()
+    done = await rec.apply([_svc([OWNER])], {}, _noop)
+    assert api.calls == ["GET", "POST"] and done.changes == 1
+
+
+async def test_only_resource_exists_messages_are_read() -> None:
+    api = _Api(None)
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
+    body = _owner_body("Service taken-server already exists and is controlled by nothing")
+    body["status"]["conditions"][0]["reason"] = "ServersStarting"
+    rec.recall_taken(body)
+    await rec.apply([_svc([OWNER])], {}, _noop)
+    assert api.calls == ["POST"]  # not read first
