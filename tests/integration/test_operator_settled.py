@@ -203,3 +203,30 @@ async def test_a_failing_pass_posts_one_event_not_one_per_retry(
         assert ev["type"] == "Warning" and "HTTP 403" in ev["message"], ev
         await assert_settled(c, 3.5)
         assert [e["reason"] for e in await c.events("nope")] == ["ReconcileFailed"]
+
+
+async def test_a_held_name_sends_no_create_after_an_operator_restart(
+    cluster: Cluster,  # noqa: F811
+    resync2: argparse.Namespace,
+) -> None:
+    """A job held because a user's Service has its server Service's name (ResourceExists):
+    a new operator process (no memory of the refused create) reads who holds the name, as
+    its status says it is taken, and sends nothing, its first pass included."""
+    c = cluster
+    user_svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "taken-server"},
+        "spec": {"clusterIP": "None", "ports": [{"port": 80}]},
+    }
+    await c.create(user_svc)
+    async with Operator(resync2):
+        await c.create(job_manifest("taken", graph=PARTS))
+        await c.reason("DistGNNJob", "taken", "ResourceExists")
+        await passes_in_quiet(c, [("DistGNNJob", "taken")], passes=1)
+    n, calls = len(c.k.writes), len(c.k.calls)
+    async with Operator(resync2):
+        await passes_in_quiet(c, [("DistGNNJob", "taken")])
+    assert ("GET", c._url("Service", "taken-server")) in c.k.calls[calls:]
+    assert ("POST", c._url("Service")) not in c.k.calls[calls:], c.k.calls[calls:]
+    assert [w for w in c.k.writes_since(n) if not kopf_finalizer_attempt(w)] == []

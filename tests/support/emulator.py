@@ -95,6 +95,23 @@ def server_rewrites(obj: dict[str, Any]) -> None:
     walk(obj.get("spec"))
 
 
+STATUS_SUBRESOURCE = {"distgnnjobs", "graphservers", "jobs", "statefulsets"}
+"""Plurals served with the status subresource whose status the operator reads or writes."""
+
+
+def status_subresource(data: dict[str, Any], action: Any, subresource: str | None) -> None:
+    """What the API server keeps of a write to a resource with the status subresource: a
+    create's ``status`` is dropped (the CRD strategy's and the Job/StatefulSet strategies'
+    PrepareForCreate), a write to the resource ignores ``status``, and a write to
+    ``/status`` ignores everything else, metadata included (PrepareForUpdate of the status
+    strategies), so a client that sent a field to the wrong endpoint would see it lost."""
+    if subresource == "status":
+        for k in [k for k in data if k not in ("status", "apiVersion", "kind")]:
+            del data[k]
+    elif subresource is None and action in (kmock.action.CREATE, kmock.action.UPDATE):
+        data.pop("status", None)
+
+
 OPERATOR_AGENTS = ("kopf/", "distgnn-operator/")
 """User-Agent prefixes of the operator's requests (kopf's and its own client's); the tests'
 own requests carry aiohttp's."""
@@ -215,6 +232,8 @@ class StampingEmulator(kmock.KubernetesEmulator):
                     agent,
                 )
             )
+        if plural in STATUS_SUBRESOURCE and isinstance(request.data, dict):
+            status_subresource(request.data, request.action, request.subresource)
         builtin = getattr(request.resource, "group", None) != contract.API_GROUP
         if request.resource is not None and isinstance(request.data, dict) and builtin:
             server_rewrites(request.data)  # built-in kinds only: CRD fields are kept as sent
