@@ -8,16 +8,19 @@
  * it gets here. Results are bytearrays (writable, wrapped by np.frombuffer). The GIL is
  * released while a kernel computes.
  *
- * sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges]])
- *         -> (pos, run_seed, run_len[, picked])
+ * sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges[, out_pos,
+ *                out_values]]]) -> (pos, run_seed, run_len[, picked])
  *     uniform in-edge sampling of a CSC (the server's SAMPLE_NEIGHBORS), int64 outputs;
  *     with values (int64, one per position), picked[e] = values[pos[e]], gathered in the
  *     same pass (prefetched behind the draw); with max_edges >= 0, a sample of more
- *     edges returns its edge count (an int) instead, nothing drawn.
+ *     edges returns its edge count (an int) instead, nothing drawn. With out_pos and
+ *     out_values (writable int64, long enough, with values), pos and picked are written
+ *     to their first edges instead: (out_pos, run_seed, run_len, out_values, edges).
  * mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)
  *     a CSR with one row per key, entries in edge order (a stable counting sort).
- * relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)
- *     to_block's compaction over the ID range [0, n): bit maps and their ranks.
+ * relabel(dst_nid, src, dst, n[, swar]) -> (src_nid, edge_src, edge_dst)
+ *     to_block's compaction over the ID range [0, n): bit maps and their ranks; the
+ *     ranks' popcount is the CPU's (HW_POPCNT: 1) unless swar (tests compare the two).
  * gather_rows(table, ids, out, stream) -> None
  *     out[i] = table[ids[i]] (rows of any dtype, int64 or int32 IDs); with stream, the
  *     rows are prefetched ahead and written with non-temporal stores (a large output).
@@ -51,6 +54,22 @@ static int get_buf(PyObject *obj, Py_buffer *v, char kind, const char *what) {
     if (!ok || v->ndim != 1) {
         PyErr_Format(PyExc_TypeError, "%s: expected a 1-D %s array", what,
                      kind == 'q' ? "int64" : "float32");
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* A writable 1-D C-contiguous int64 buffer (a kernel's output given by the caller). */
+static int out_buf(PyObject *obj, Py_buffer *v, const char *what) {
+    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a writable contiguous array", what);
+        return -1;
+    }
+    const char *f = v->format ? v->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (v->itemsize != 8 || (f[0] != 'q' && f[0] != 'l') || f[1] != 0 || v->ndim != 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a 1-D int64 array", what);
         PyBuffer_Release(v);
         return -1;
     }
@@ -171,12 +190,12 @@ static void floyd(Rng *r, int64_t d, int64_t f, int64_t *out, Set *set) {
 }
 
 static PyObject *sample_uniform(PyObject *self, PyObject *args) {
-    PyObject *o_indptr, *o_seeds, *o_vals = Py_None;
+    PyObject *o_indptr, *o_seeds, *o_vals = Py_None, *o_opos = Py_None, *o_oval = Py_None;
     long long fanout, max_edges = -1;
     int replace;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "OOLpK|OL", &o_indptr, &o_seeds, &fanout, &replace, &seed,
-                          &o_vals, &max_edges))
+    if (!PyArg_ParseTuple(args, "OOLpK|OLOO", &o_indptr, &o_seeds, &fanout, &replace, &seed,
+                          &o_vals, &max_edges, &o_opos, &o_oval))
         return NULL;
     Py_buffer vi, vs, vv;
     int has_vals = o_vals != Py_None;
@@ -191,6 +210,8 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *res = NULL, *b_pos = NULL, *b_rs = NULL, *b_rl = NULL, *b_val = NULL;
+    Py_buffer vop, vov;
+    int has_opos = 0, has_oval = 0, into = 0;
     const int64_t *indptr = vi.buf, *seeds = vs.buf, *vals = has_vals ? vv.buf : NULL;
     int64_t n = (int64_t)vi.shape[0] - 1, ns = (int64_t)vs.shape[0];
     int64_t nvals = has_vals ? (int64_t)vv.shape[0] : 0;
@@ -223,12 +244,26 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
         goto done;
     }
     char *p_pos = NULL, *p_rs = NULL, *p_rl = NULL;
-    b_pos = new_bytes(total, 8, &p_pos);
+    char *p_val = NULL;
+    if (has_vals && o_opos != Py_None && o_oval != Py_None) { /* the caller's buffers */
+        if (out_buf(o_opos, &vop, "out_pos") < 0) goto done;
+        has_opos = 1;
+        if (out_buf(o_oval, &vov, "out_values") < 0) goto done;
+        has_oval = 1;
+        const char *a = vop.buf, *b = vov.buf;
+        size_t span = (size_t)total * 8;
+        if (vop.shape[0] >= total && vov.shape[0] >= total && (a + span <= b || b + span <= a)) {
+            into = 1; /* else too small (or overlapping): fresh results, as without them */
+            p_pos = vop.buf, p_val = vov.buf;
+        }
+    }
+    if (!into) {
+        b_pos = new_bytes(total, 8, &p_pos);
+        if (has_vals) b_val = new_bytes(total, 8, &p_val);
+    }
     b_rs = new_bytes(nruns, 8, &p_rs);
     b_rl = new_bytes(nruns, 8, &p_rl);
-    char *p_val = NULL;
-    if (has_vals) b_val = new_bytes(total, 8, &p_val);
-    if (!b_pos || !b_rs || !b_rl || (has_vals && !b_val)) goto done;
+    if ((!into && (!b_pos || (has_vals && !b_val))) || !b_rs || !b_rl) goto done;
     int64_t *pos = (int64_t *)p_pos, *rs = (int64_t *)p_rs, *rl = (int64_t *)p_rl;
     int64_t *val = (int64_t *)p_val;
     Set set = {NULL, 0};
@@ -270,9 +305,13 @@ static PyObject *sample_uniform(PyObject *self, PyObject *args) {
     for (; vals && g < e; g++) val[g] = vals[pos[g]];
     Py_END_ALLOW_THREADS
     free(set.slot);
-    res = has_vals ? PyTuple_Pack(4, b_pos, b_rs, b_rl, b_val)
-                   : PyTuple_Pack(3, b_pos, b_rs, b_rl);
+    if (into) res = Py_BuildValue("(OOOOL)", o_opos, b_rs, b_rl, o_oval, (long long)total);
+    else
+        res = has_vals ? PyTuple_Pack(4, b_pos, b_rs, b_rl, b_val)
+                       : PyTuple_Pack(3, b_pos, b_rs, b_rl);
 done:
+    if (has_opos) PyBuffer_Release(&vop);
+    if (has_oval) PyBuffer_Release(&vov);
     Py_XDECREF(b_val);
     if (has_vals) PyBuffer_Release(&vv);
     Py_XDECREF(b_pos);
@@ -376,6 +415,11 @@ done:
     return res;
 }
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define HW_POPCNT 1
+static int hw_popcnt = 0; /* the CPU has POPCNT: set at import */
+#endif
+
 static inline int64_t popcount64(uint64_t x) { /* SWAR: no libgcc call without -mpopcnt */
     x = x - ((x >> 1) & 0x5555555555555555ULL);
     x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
@@ -412,10 +456,44 @@ static int64_t prefix_counts(Rank *m, size_t words) {
     return acc;
 }
 
+/* Each edge's local source (and destination) ID: a rank lookup per edge, so the
+ * popcount is in the hot loop. The hardware instruction (x86 POPCNT, checked at import:
+ * the extension is built once for an image that may run on any x86-64) is ~2x the SWAR
+ * sequence there; both give the same ranks. NULL, or the error. */
+#define EDGE_IDS(NAME, ATTR, POP)                                                          \
+    ATTR static const char *NAME(const Rank *d, const Rank *s, const int32_t *by_rank,     \
+                                 const int64_t *src, const int64_t *dst, int64_t ne,       \
+                                 int64_t nd, int64_t n, int64_t *es, int64_t *ed) {        \
+        for (int64_t e = 0; e < ne; e++) {                                                 \
+            int64_t v = src[e];                                                            \
+            uint64_t below = (1ULL << (v & 63)) - 1;                                       \
+            es[e] = has_bit(d->bits, v)                                                    \
+                        ? by_rank[d->before[v >> 6] + POP(d->bits[v >> 6] & below)]        \
+                        : nd + s->before[v >> 6] + POP(s->bits[v >> 6] & below);           \
+        }                                                                                  \
+        for (int64_t e = 0; ed && e < ne; e++) {                                           \
+            int64_t v = dst[e];                                                            \
+            if ((uint64_t)v >= (uint64_t)n || !has_bit(d->bits, v))                        \
+                return "sampled edges: a destination is not among the seeds";             \
+            uint64_t below = (1ULL << (v & 63)) - 1;                                       \
+            ed[e] = by_rank[d->before[v >> 6] + POP(d->bits[v >> 6] & below)];             \
+        }                                                                                  \
+        return NULL;                                                                       \
+    }
+
+EDGE_IDS(edge_ids_swar, , popcount64)
+#ifdef HW_POPCNT
+EDGE_IDS(edge_ids_hw, __attribute__((target("popcnt"))), __builtin_popcountll)
+#endif
+
 static PyObject *relabel(PyObject *self, PyObject *args) {
     PyObject *o_dn, *o_src, *o_dst;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOOn", &o_dn, &o_src, &o_dst, &n)) return NULL;
+    int swar = 0;
+    if (!PyArg_ParseTuple(args, "OOOn|p", &o_dn, &o_src, &o_dst, &n, &swar)) return NULL;
+#ifdef HW_POPCNT
+    int hw = hw_popcnt && !swar;
+#endif
     Py_buffer vd, vs, vt;
     int has_dst = o_dst != Py_None;
     if (get_buf(o_dn, &vd, 'q', "dst_nid") < 0) return NULL;
@@ -488,18 +566,12 @@ static PyObject *relabel(PyObject *self, PyObject *args) {
     int64_t k = nd; /* the new sources, ascending */
     for (size_t w = 0; w < words; w++)
         for (uint64_t m = s.bits[w]; m; m &= m - 1) nid[k++] = (int64_t)(w * 64) + __builtin_ctzll(m);
-    for (int64_t e = 0; e < ne; e++) {
-        int64_t v = src[e];
-        es[e] = has_bit(d.bits, v) ? by_rank[rank_of(&d, v)] : nd + rank_of(&s, v);
-    }
-    for (int64_t e = 0; ed && e < ne; e++) {
-        int64_t v = dst[e];
-        if ((uint64_t)v >= (uint64_t)n || !has_bit(d.bits, v)) {
-            err = "sampled edges: a destination is not among the seeds";
-            break;
-        }
-        ed[e] = by_rank[rank_of(&d, v)];
-    }
+#ifdef HW_POPCNT
+    if (hw)
+        err = edge_ids_hw(&d, &s, by_rank, src, dst, ne, nd, n, es, ed);
+    else
+#endif
+        err = edge_ids_swar(&d, &s, by_rank, src, dst, ne, nd, n, es, ed);
     Py_END_ALLOW_THREADS
     if (err) goto fail;
     res = PyTuple_Pack(3, b_nid, b_es, has_dst ? b_ed : Py_None);
@@ -869,12 +941,13 @@ done:
 
 static PyMethodDef methods[] = {
     {"sample_uniform", sample_uniform, METH_VARARGS,
-     "sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges]]) -> "
-     "(pos, run_seed, run_len[, picked]) or the edge count over max_edges"},
+     "sample_uniform(indptr, seeds, fanout, replace, seed[, values[, max_edges[, out_pos, "
+     "out_values]]]) -> (pos, run_seed, run_len[, picked][, edges]) or the edge count over "
+     "max_edges"},
     {"mean_csr", mean_csr, METH_VARARGS,
      "mean_csr(keys, other, nkeys, nother, inv, wide) -> (crow, col, val, inv_deg)"},
     {"relabel", relabel, METH_VARARGS,
-     "relabel(dst_nid, src, dst, n) -> (src_nid, edge_src, edge_dst)"},
+     "relabel(dst_nid, src, dst, n[, swar]) -> (src_nid, edge_src, edge_dst)"},
     {"gather_rows", gather_rows, METH_VARARGS,
      "gather_rows(table, ids, out, stream) -> None: out[i] = table[ids[i]]"},
     {"place_rows", place_rows, METH_VARARGS,
@@ -888,4 +961,23 @@ static struct PyModuleDef module = {
     "Native kernels of a training step (see distgnn.native).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+#ifdef HW_POPCNT
+    __builtin_cpu_init();
+    hw_popcnt = __builtin_cpu_supports("popcnt") ? 1 : 0;
+    int hw = hw_popcnt;
+#else
+    int hw = 0;
+#endif
+    /* relabel's rank lookups use the hardware popcount (1) or the SWAR one (0) */
+    /* sample_uniform takes out_pos / out_values (a stale build does not: the callers
+     * check this first) */
+    if (PyModule_AddIntConstant(m, "SAMPLE_INTO", 1) < 0 ||
+        PyModule_AddIntConstant(m, "HW_POPCNT", hw) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -94,22 +94,43 @@ def sample_uniform_src(
     replace: bool,
     rng: np.random.Generator,
     max_edges: int,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | int:
     """:func:`sample_uniform_runs` (the same draw for the same ``rng``) and ``src[pos]``,
     gathered by the kernel in the same pass: ``(pos, run_seed, run_len, src[pos])``; or,
     when the sample would have more than ``max_edges`` edges, that number (nothing
-    drawn). ``pos`` is the caller's to modify."""
+    drawn). ``pos`` is the caller's to modify. ``out``: two writable int64 arrays the
+    kernel writes ``pos`` and ``src[pos]`` into (the returned arrays are then their first
+    edges) when they are long enough and the kernel can (a build before it cannot:
+    fresh arrays then, the same values)."""
     if fanout == 0 or len(seeds) == 0:
         e = np.empty(0, np.int64)
         return e, e, e, e
     seed = int(rng.integers(0, 2**63)) if fanout > 0 else 0
-    got = k.sample_uniform(_i64(indptr), _i64(seeds), fanout, replace, seed, _i64(src), max_edges)
+    args = (_i64(indptr), _i64(seeds), fanout, replace, seed, _i64(src), max_edges)
+    if out is not None and getattr(k, "SAMPLE_INTO", False) and _writable_i64(*out):
+        got = k.sample_uniform(*args, *out)
+        if isinstance(got, tuple) and len(got) == 5:
+            opos, run_seed, run_len, opicked, n = got
+            return (
+                opos[:n], _arr(run_seed, np.int64), _arr(run_len, np.int64), opicked[:n]
+            )  # fmt: skip
+    else:
+        got = k.sample_uniform(*args)
     if isinstance(got, int):
         return got
     pos, run_seed, run_len, picked = got
     return (
         _arr(pos, np.int64), _arr(run_seed, np.int64), _arr(run_len, np.int64),
         _arr(picked, np.int64),
+    )  # fmt: skip
+
+
+def _writable_i64(*arrays: np.ndarray) -> bool:
+    return all(
+        isinstance(a, np.ndarray) and a.dtype == np.int64 and a.ndim == 1
+        and a.flags.c_contiguous and a.flags.writeable
+        for a in arrays
     )  # fmt: skip
 
 

@@ -133,6 +133,49 @@ def test_local_seeds_are_sampled_in_process_with_the_servers_draw(srv: Servers) 
         del w
 
 
+@pytest.mark.parametrize("part", [0, 1])
+def test_the_in_process_answer_is_drawn_into_the_hops_columns(
+    srv: Servers, part: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The co-located partition's answer is written by the draw into its place in the
+    hop's receive columns (the other server's answer received beside it): the hop's
+    ``src`` and ``eid`` are those columns, not a concatenation, the same edges as over
+    TCP, whichever partition is local (the lower one's answer is placed before it)."""
+    from distgnn.distributed.sampling import sample_hop_edges
+
+    with initialize(servers=srv.addrs, token=srv.token) as tcp, _co(srv, part=part) as co:
+        local = co.local_sampler
+        assert local is not None and local.part == part
+        gt, gc = DistGraph(ctx=tcp), DistGraph(ctx=co)
+        answers: list[Any] = []
+        real = local.answer
+
+        def recorded(call: Any, out: Any = None) -> Any:
+            answers.append(real(call, out))
+            return answers[-1]
+
+        monkeypatch.setattr(local, "answer", recorded)
+        rng = np.random.default_rng(part)
+        off = co.book.node_offsets
+        seeds = rng.permutation(np.r_[
+            rng.choice(np.arange(off[0], off[1]), 300, replace=False),
+            rng.choice(np.arange(off[1], off[2]), 200, replace=False),
+        ])  # fmt: skip
+        for fanout in (1, 4, 9):
+            got = sample_hop_edges(gc, seeds, fanout, seed=fanout)
+            want = sample_hop_edges(gt, seeds, fanout, seed=fanout)
+            for a, b in zip(got[:2] + got[3:], want[:2] + want[3:], strict=True):
+                np.testing.assert_array_equal(a, b)
+            f = answers[-1]
+            assert f is not None and len(f.bufs[0]) > 0
+            native_on = os.environ.get("DISTGNN_NATIVE", "1") != "0"
+            for i in (0, 1):  # src, eid: the answer's arrays are views of the hop's
+                assert np.shares_memory(got[i], f.bufs[i]) == native_on
+        # a seed set of the local partition only: one request, its answer as it is
+        got = sample_hop_edges(gc, seeds[np.searchsorted(off, seeds, "right") - 1 == part], 3)
+        assert got.src is answers[-1].bufs[0]
+
+
 def test_a_training_loader_and_its_sampler_process_send_no_sampling_to_the_local_server(
     srv: Servers, monkeypatch: pytest.MonkeyPatch
 ) -> None:

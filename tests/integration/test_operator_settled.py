@@ -41,7 +41,7 @@ KOPF_PREFIX = "distgnn.dev"
 
 def kopf_finalizer_attempt(w: Write) -> bool:
     """kopf's JSON patch adding its finalizer (resources are created without it, as users
-    do; a pass adds it: test_operator_finalizer.py), sent for an event older than the pass
+    do; a pass adds it: test_operator_finalizer_emulator.py), sent for an event older than the pass
     that added it (kopf handles every event in turn): tested against that event's
     resourceVersion, it fails (422) and changes nothing. Counted only after the
     finalizer is in place (see :func:`passes_in_quiet`)."""

@@ -5,9 +5,11 @@ malformed input refused with an error, never a crash."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -156,6 +158,50 @@ def test_the_kernel_gathers_values_at_the_positions_of_the_same_draw(
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(got[3], values[plain[0]])
     assert got[3].dtype == np.int64
+
+
+@pytest.mark.parametrize(("fanout", "replace"), [(-1, False), (4, False), (15, False), (7, True)])
+def test_the_kernel_draws_into_the_callers_arrays_the_same_sample(
+    k: ModuleType, fanout: int, replace: bool
+) -> None:
+    """With ``out`` (the hop's columns of a co-located trainer), the same draw written to
+    the first edges of the caller's arrays (nothing past them); too short, overlapping or
+    a build without the option: fresh arrays, the same sample."""
+    import types
+
+    rng = np.random.default_rng(fanout + 5)
+    indptr = _csc(rng, 2000, 90)
+    seeds = rng.permutation(2000)[:900]
+    values = rng.integers(0, 2**62, int(indptr[-1]))
+
+    def draw(kern: Any, out: Any = None) -> Any:
+        got = native.sample_uniform_src(
+            kern, indptr, values, seeds, fanout, replace, np.random.default_rng(9), 2**40, out
+        )
+        assert not isinstance(got, int)
+        return got
+
+    want = draw(k)
+    n = len(want[0])
+    pos, src = np.full(n + 7, -5, np.int64), np.full(n + 7, -5, np.int64)
+    got = draw(k, (pos, src))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    if hasattr(k, "SAMPLE_INTO"):
+        assert np.shares_memory(got[0], pos) and np.shares_memory(got[3], src)
+        assert (pos[n:] == -5).all() and (src[n:] == -5).all()
+    both = np.zeros(2 * n, np.int64)
+    for out in ((pos[: n - 1], src), (both[: n + 1], both[n - 1 :])):  # short, overlapping
+        got = draw(k, out)
+        assert not np.shares_memory(got[0], out[0]) and not np.shares_memory(got[3], out[1])
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    stale = types.SimpleNamespace(sample_uniform=k.sample_uniform)  # no SAMPLE_INTO
+    got = draw(stale, (pos.copy(), src.copy()))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="out_pos"):
+        k.sample_uniform(indptr, seeds, fanout, replace, 3, values, -1, pos.astype(np.int32), src)
 
 
 @pytest.mark.parametrize(("fanout", "replace"), [(-1, False), (5, False), (5, True)])
@@ -435,6 +481,30 @@ def test_the_relabel_kernel_gives_the_tables_local_ids(
     for x, y in zip(got, want, strict=True):
         assert x is not None
         np.testing.assert_array_equal(x, y)
+    if not hasattr(k, "HW_POPCNT"):
+        pytest.skip("an extension built before the hardware popcount")
+    # the ranks by the CPU's popcount (where it has one) and by the SWAR one, alike
+    ids = (np.ascontiguousarray(dst_nid, np.int64), np.ascontiguousarray(src, np.int64))
+    for swar in (False, True):
+        got = k.relabel(*ids, np.ascontiguousarray(dst_nid[idx], np.int64), n, swar)
+        for x, y in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.frombuffer(x, np.int64), y)
+    with pytest.raises(ValueError, match="not among the seeds"):
+        k.relabel(*ids, np.r_[dst_nid[idx][:-1], n - 2 if n - 2 not in dst_nid else n - 3], n)
+
+
+def test_the_extension_says_whether_it_uses_the_cpus_popcount(k: ModuleType) -> None:
+    if not hasattr(k, "HW_POPCNT"):
+        pytest.skip("an extension built before the hardware popcount")
+    import platform
+
+    flags = ""
+    with contextlib.suppress(OSError):
+        flags = Path("/proc/cpuinfo").read_text()
+    if platform.machine() in ("x86_64", "AMD64") and " popcnt" in flags:
+        assert k.HW_POPCNT == 1
+    else:
+        assert k.HW_POPCNT in (0, 1)
 
 
 def test_with_the_kernel_to_block_relabels_densely_up_to_400x_the_work(

@@ -193,7 +193,7 @@ def test_a_malformed_answer_from_a_server_fails_the_sampling_call(
 
 
 def test_columns_received_back_to_back_or_concatenated() -> None:
-    cols = _Columns(10)
+    cols = _Columns({0: 4, 1: 6})
     a0 = cols.into(0)(0, np.dtype(np.int64), (4,))
     a1 = cols.into(0)(1, np.dtype(np.int64), (4,))
     assert cols.into(0)(2, np.dtype(np.int32), (4,)) is None  # run columns: codec's own
@@ -206,3 +206,36 @@ def test_columns_received_back_to_back_or_concatenated() -> None:
     np.testing.assert_array_equal(cols.joined(frames, 0), [1] * 4 + [2] * 6)
     assert cols.joined(frames[::-1], 0) is None  # out of order (a retried answer)
     assert cols.joined([(0, _frame(RUNS, a0.copy(), a1)), frames[1]], 0) is None
+
+
+def test_columns_around_a_local_answer_put_every_answer_in_partition_order() -> None:
+    """A co-located trainer of partition 2 of 4: its answer in its slot (after the lower
+    partitions' bounds), the higher answer after it, the lower ones right-aligned before
+    it (received in descending order): one array in partition order, no concatenation."""
+    i64 = np.dtype(np.int64)
+    cols = _Columns({0: 5, 1: 3, 2: 6, 3: 4}, local=2)
+    assert cols.order([0, 1, 2, 3]) == [2, 3, 1, 0]
+    src, eid = cols.slot()
+    assert len(src) == 6 and np.shares_memory(src, cols.cols[0][8:14])
+    src[:4], eid[:4] = 20, 21  # the draw wrote 4 edges
+    mine = _frame(RUNS, src[:4], eid[:4])
+    cols.adopt(2, mine)
+    got = {}
+    for p, n in ((3, 2), (1, 3), (0, 1)):  # the receive order of cols.order
+        got[p] = [cols.into(p)(i, i64, (n,)) for i in (0, 1)]
+    for p, (a, b) in got.items():
+        assert a is not None and b is not None
+        a[:], b[:] = 10 * p, 10 * p + 1
+    frames = [(p, _frame(RUNS, *got[p])) for p in (0, 1)] + [(2, mine), (3, _frame(RUNS, *got[3]))]
+    np.testing.assert_array_equal(cols.joined(frames, 0), [0] + [10] * 3 + [20] * 4 + [30] * 2)
+    np.testing.assert_array_equal(cols.joined(frames, 1), [1] + [11] * 3 + [21] * 4 + [31] * 2)
+    # an in-process answer outside its slot (the NumPy draw's own arrays) is not adopted:
+    # the columns are then concatenated by the caller
+    other = _Columns({0: 5, 1: 3}, local=1)
+    fresh = _frame(RUNS, np.arange(3), np.arange(3))
+    other.adopt(1, fresh)
+    a = [other.into(0)(i, i64, (2,)) for i in (0, 1)]
+    assert a[0] is not None and a[1] is not None
+    assert other.joined([(0, _frame(RUNS, *a)), (1, fresh)], 0) is None
+    # a lower answer larger than the room before the slot: received as usual
+    assert _Columns({0: 2, 1: 3}, local=1).into(0)(0, i64, (3,)) is None

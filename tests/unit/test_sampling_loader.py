@@ -156,3 +156,34 @@ def test_killed_sampler_is_named_with_its_exit_cause(ring_file: Path) -> None:
             list(loader)
     msg = str(ei.value)
     assert f"sampler 1 (pid {pid})" in msg and "killed by SIGKILL" in msg
+
+
+def test_an_epochs_shuffled_order_is_made_once_and_batches_are_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from distgnn.sampling import batches
+
+    seeds = np.random.default_rng(3).choice(10_000, 997, replace=False)
+    b = NodeBatcher(seeds, NeighborSampler([2]), 100, seed=11)
+    # the order every process derives from (seed, epoch): the permutation of all seeds
+    want = {e: seeds[np.random.default_rng([11, e]).permutation(seeds.size)] for e in (0, 1)}
+    made: list[int] = []
+    real = batches.shuffled_positions
+
+    def counting(seed: int, epoch: int, n: int) -> np.ndarray:
+        made.append(epoch)
+        return real(seed, epoch, n)
+
+    monkeypatch.setattr(batches, "shuffled_positions", counting)
+    for e in (0, 1):
+        for i in (3, 0, 9, 4):  # any batch order, the last batch short
+            assert np.array_equal(b.batch_seeds(e, i), want[e][i * 100 : (i + 1) * 100])
+    assert made == [0, 1]  # once per epoch, not once per batch
+    assert np.array_equal(b.batch_seeds(0, 2), want[0][200:300])  # back to epoch 0: made again
+    assert made == [0, 1, 0]
+    b.seeds = seeds[::-1].copy()  # new seeds: a new order, not the kept one
+    assert np.array_equal(
+        b.batch_seeds(0, 0), b.seeds[np.random.default_rng([11, 0]).permutation(997)][:100]
+    )
+    unshuffled = NodeBatcher(seeds, NeighborSampler([2]), 100, shuffle=False)
+    assert np.array_equal(unshuffled.batch_seeds(5, 2), seeds[200:300])

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from distgnn import contract
 from distgnn.errors import ConfigError
 from distgnn.log import kv
@@ -144,16 +146,18 @@ class LocalSampler:
                         extra=kv(store=self.store_name, why=why))  # fmt: skip
         return self.enabled
 
-    def answer(self, call: Call) -> Frame | None:
+    def answer(self, call: Call, out: tuple[np.ndarray, np.ndarray] | None = None) -> Frame | None:
         """The server's answer to ``call`` (SAMPLE_NEIGHBORS), computed here; None when it
-        must go over TCP (counted as a fallback)."""
+        must go over TCP (counted as a fallback). ``out``: the hop's ``src`` and ``eid``
+        receive columns at this answer's place; the native draw writes there (no copy
+        into the hop's columns afterwards), else the answer is fresh arrays."""
         from distgnn.server.store import TensorError
 
         if call.mtype != MsgType.SAMPLE_NEIGHBORS or not self._usable():
             self.stats.fallbacks += 1
             return None
         try:
-            meta, bufs = self.handlers.handle(call.mtype, dict(call.meta), list(call.bufs))
+            meta, bufs = self.handlers.sample_neighbors(dict(call.meta), list(call.bufs), out)
         except TensorError:
             self.stats.fallbacks += 1  # refused: the server answers (or refuses) it
             return None

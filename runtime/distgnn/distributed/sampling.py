@@ -95,17 +95,28 @@ def _excluded(g: Any, exclude_edges: Any) -> np.ndarray:
     return as_ids(exclude_edges, g.num_edges())
 
 
-def _call(ctx: Any, calls: dict[int, Call]) -> dict[int, Frame]:
+def _call(ctx: Any, calls: dict[int, Call], cols: _Columns | None = None) -> dict[int, Frame]:
     """The servers' answers; a co-located trainer's own partition is sampled here
     (:mod:`distgnn.distributed.localsample`) while the others' requests are in flight,
-    or over TCP when the local sampler declines."""
+    or over TCP when the local sampler declines. With ``cols`` laid out around the local
+    partition, its answer is written into its slot there."""
     local = getattr(ctx, "local_sampler", None)
     if local is None or local.part not in calls:
         return cast(dict[int, Frame], ctx.call_many(calls))
     mine = calls[local.part]
     rest = {p: c for p, c in calls.items() if p != local.part}
     got: list[Frame | None] = []
-    frames: dict[int, Frame] = ctx.call_many(rest, between=lambda: got.append(local.answer(mine)))
+
+    def between() -> None:
+        if cols is None or cols.local != local.part:
+            got.append(local.answer(mine))
+            return
+        f = local.answer(mine, cols.slot())
+        if f is not None:
+            cols.adopt(local.part, f)
+        got.append(f)
+
+    frames: dict[int, Frame] = ctx.call_many(rest, between=between)
     frames[local.part] = got[0] if got and got[0] is not None else ctx.call(local.part, mine)
     return frames
 
@@ -184,24 +195,70 @@ def _legacy_dst_index(dst: np.ndarray, local_seeds: np.ndarray, part: int) -> np
 
 class _Columns:
     """Receives the ``src`` and ``eid`` columns of every server's answer back to back into
-    one array each, so that the hop's columns need no concatenation afterwards. ``bound``:
-    at most this many edges in all (seeds x fanout); answers that do not fit (or arrive
-    out of order, after a retry) are received as usual and concatenated."""
+    one array each, so that the hop's columns need no concatenation afterwards. ``bounds``:
+    at most this many edges per partition (its seeds x fanout), in partition order.
 
-    def __init__(self, bound: int) -> None:
+    Without a ``local`` partition the answers are placed from the start as they arrive
+    (in partition order). A co-located trainer's own partition is answered in-process
+    before any answer arrives: its slot starts after the bounds of the partitions before
+    it (the native draw writes there, :meth:`slot`); the answers of higher partitions
+    are placed after it as they arrive, those of lower ones right-aligned before it, so
+    they must arrive in descending order (``order`` gives the calls' order). Answers that
+    do not fit or arrive out of order are received as usual and concatenated."""
+
+    def __init__(self, bounds: dict[int, int], local: int | None = None) -> None:
+        bound = sum(bounds.values())
         self.cols = [np.empty(bound, np.int64), np.empty(bound, np.int64)]
-        self.end = [0, 0]
+        self.local = local
+        start = 0 if local is None else sum(b for p, b in bounds.items() if p < local)
+        self.lo, self.hi = [start, start], [start, start]
+        self.local_bound = 0 if local is None else bounds.get(local, 0)
         self.got: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+
+    def order(self, parts: list[int]) -> list[int]:
+        """The order to call (and receive from) ``parts`` in."""
+        if self.local is None:
+            return sorted(parts)
+        low = sorted((p for p in parts if p < self.local), reverse=True)
+        return [*(p for p in sorted(parts) if p >= self.local), *low]
+
+    def slot(self) -> tuple[np.ndarray, np.ndarray]:
+        """The local partition's ``(src, eid)`` slot, for the in-process answer."""
+        s = self.lo[0]
+        return self.cols[0][s : s + self.local_bound], self.cols[1][s : s + self.local_bound]
+
+    def adopt(self, part: int, frame: Frame) -> None:
+        """Note the in-process answer of ``part`` when its columns are in its slot."""
+        for i in (0, 1):
+            a = frame.bufs[i] if len(frame.bufs) > i else None
+            s = self.lo[i]
+            at = self.cols[i].__array_interface__["data"][0] + 8 * s
+            if (
+                a is None or a.dtype != np.int64 or a.ndim != 1 or self.hi[i] != s
+                or len(a) > self.local_bound or a.__array_interface__["data"][0] != at
+            ):  # fmt: skip
+                continue
+            self.got[part, i] = (s, a)
+            self.hi[i] = s + len(a)
 
     def into(self, part: int) -> Into:
         def into(i: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
             if i > 1 or dtype != np.int64 or len(shape) != 1:
                 return None
-            start, n = self.end[i], shape[0]
-            if start + n > len(self.cols[i]):
-                return None
+            n = shape[0]
+            if self.local is not None and part < self.local:  # right-aligned, descending
+                start = self.lo[i] - n
+                if start < 0:
+                    return None
+                self.lo[i] = start
+            else:
+                if part == self.local and (part, i) in self.got:
+                    return None
+                start = self.hi[i]
+                if start + n > len(self.cols[i]):
+                    return None
+                self.hi[i] = start + n
             view = self.cols[i][start : start + n]
-            self.end[i] = start + n
             self.got[part, i] = (start, view)
             return view
 
@@ -209,13 +266,14 @@ class _Columns:
 
     def joined(self, frames: list[tuple[int, Frame]], i: int) -> np.ndarray | None:
         """Column ``i`` of the answers (in ``frames``' order) when received back to back."""
-        pos = 0
+        first = self.lo[i]
+        pos = first
         for part, f in frames:
             start, view = self.got.get((part, i), (-1, None))
             if start != pos or view is None or f.bufs[i] is not view:
                 return None
             pos += len(view)
-        return self.cols[i][:pos]
+        return self.cols[i][first:pos]
 
 
 def sample_hop_edges(
@@ -249,13 +307,17 @@ def sample_hop_edges(
                 calls[p] = Call(MsgType.SAMPLE_NEIGHBORS, dict(meta), [gid[where[p]] - offsets[p]])
     cols = None
     if len(calls) > 1 and isinstance(fo, int) and fo >= 0 and prob is None:
-        cols = _Columns(len(gid) * fo)  # uniform: at most fanout edges per seed
+        local = getattr(getattr(g.ctx, "local_sampler", None), "part", None)
+        # uniform: at most fanout edges per seed
+        bounds = {p: len(c.bufs[0]) * fo for p, c in calls.items()}
+        cols = _Columns(bounds, local if local in calls else None)
+        calls = {p: calls[p] for p in cols.order(list(calls))}
         for p, c in calls.items():
             c.into = cols.into(p)
     if seed is not None:
         for p, c in calls.items():
             c.meta["seed"] = int(seed) * 1000003 + p
-    frames = _call(g.ctx, calls)
+    frames = _call(g.ctx, calls, cols)
     got = [(p, frames[p]) for p in sorted(frames)]
     srcs, eids, run_seeds, run_lens = [], [], [], []
     ets: list[np.ndarray | None] = []

@@ -99,6 +99,11 @@ def _rng(seed: int, epoch: int, batch: int, stream: int) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, batch, stream])
 
 
+def shuffled_positions(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The positions of ``n`` seeds in epoch ``epoch``'s shuffled order."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
 def _sampler_spec(s: NeighborSampler) -> dict[str, Any]:
     fan = [dict(f) if not isinstance(f, int) else f for f in s.fanouts]
     return {"fanouts": fan, "replace": s.replace, "prob": s.prob, "edge_dir": s.edge_dir}
@@ -123,16 +128,26 @@ class Batcher:
         self.seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
         self.sampler, self.batch_size = sampler, batch_size
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self._order: tuple[int, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         n = self.seeds.size
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def batch_seeds(self, epoch: int, b: int) -> np.ndarray:
-        ids = self.seeds
-        if self.shuffle:
-            ids = ids[np.random.default_rng([self.seed, epoch]).permutation(ids.size)]
+        ids = self.epoch_order(epoch) if self.shuffle else self.seeds
         return ids[b * self.batch_size : (b + 1) * self.batch_size]
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The seeds shuffled for ``epoch`` (the same permutation whoever asks), made once
+        per epoch: the last epoch's order is kept (a batch of 1000 of 25k seeds took a
+        permutation of all of them, ~0.3-0.7 ms a step)."""
+        kept, seeds = self._order, self.seeds
+        if kept is not None and kept[0] == epoch and kept[1] is seeds:
+            return kept[2]
+        ids = seeds[shuffled_positions(self.seed, epoch, seeds.size)]
+        self._order = (epoch, seeds, ids)  # one assignment: safe beside a prefetch thread
+        return ids
 
     def spec(self) -> dict[str, Any]:
         return {

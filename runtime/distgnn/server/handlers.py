@@ -389,12 +389,19 @@ class Handlers:
             self.store.bump(meta["state"][which])
 
     # --- structure ------------------------------------------------------------------
-    def sample_neighbors(self, meta: dict[str, Any], bufs: list[np.ndarray]) -> Reply:
+    def sample_neighbors(
+        self,
+        meta: dict[str, Any],
+        bufs: list[np.ndarray],
+        into: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> Reply:
         """Sampled in-edges of the seeds. With ``runs`` (current clients) the answer is
         ``src, eid, run_seed, run_len[, etype]``: ``run_len[i]`` consecutive edges go to
         seed ``run_seed[i]`` (an index into the request's seeds), the edge type only on a
         graph with edge types; without it (older clients), per-edge
-        ``src, dst, eid, etype``."""
+        ``src, dst, eid, etype``. ``into`` (a co-located trainer, in-process): int64
+        arrays the native uniform draw may write the answer's ``src`` and ``eid`` into
+        (its first edges; otherwise fresh arrays, the same answer)."""
         g = self.g
         seeds = self._ids(bufs, 0, g.n_owned, "seeds (local owned node IDs)")
         fanout = meta.get("fanout")
@@ -417,9 +424,11 @@ class Handlers:
         rng = np.random.default_rng(_seed(meta)) if "seed" in meta else self.rng
         if isinstance(fanout, int) and prob is None and self.native is not None:
             # the kernel counts the edges (the limit) and gathers the sources as it draws
+            # with ``into``: pos into the eid column (made in place below), src[pos] into src
             got = native.sample_uniform_src(
                 self.native, g.indptr, g.src, seeds, fanout, replace, rng,
                 self.lim.max_sample_edges,
+                None if into is None or not g.eid_contiguous else (into[1], into[0]),
             )  # fmt: skip
             if isinstance(got, int):
                 self._refuse_sample_work(len(seeds), got)
