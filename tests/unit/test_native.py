@@ -200,6 +200,8 @@ def test_the_kernel_draws_into_the_callers_arrays_the_same_sample(
     got = draw(stale, (pos.copy(), src.copy()))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+    if not hasattr(k, "SAMPLE_INTO"):
+        return  # a build before the option: the wrapper never passes the arrays
     with pytest.raises(TypeError, match="out_pos"):
         k.sample_uniform(indptr, seeds, fanout, replace, 3, values, -1, pos.astype(np.int32), src)
 
