@@ -10,7 +10,7 @@ install:            ## torch (CPU), the project with extras, and the helm binary
 native:             ## (re)build the optional C kernels in place (distgnn._native; install does too)
 	$(PY) setup.py -q build_ext --inplace
 
-test: install lint typecheck   ## install, lint, type-check, then the whole suite
+test: install native lint typecheck   ## install, (re)build the C kernels, lint, type-check, then the whole suite
 	$(PY) -m pytest -q tests
 
 lint:
