@@ -37,11 +37,14 @@
 
 /* --- buffers ------------------------------------------------------------------------- */
 
-/* A 1-D C-contiguous buffer of 8-byte signed integers ('q'/'l'), 4-byte ('i') or
- * float32 ('f'). */
-static int get_buf(PyObject *obj, Py_buffer *v, char kind, const char *what) {
-    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous array", what);
+/* A 1-D C-contiguous buffer of 8-byte signed integers ('q'/'l'), 4-byte ('i', or 'l'
+ * where long has 4 bytes) or float32 ('f'); ``writable``: a kernel's output given by the
+ * caller. */
+static int get_buf_as(PyObject *obj, Py_buffer *v, char kind, int writable, const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, v, flags) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a %scontiguous array", what,
+                     writable ? "writable " : "");
         return -1;
     }
     const char *f = v->format ? v->format : "B";
@@ -49,31 +52,26 @@ static int get_buf(PyObject *obj, Py_buffer *v, char kind, const char *what) {
     int ok;
     if (kind == 'q')
         ok = v->itemsize == 8 && (f[0] == 'q' || f[0] == 'l') && f[1] == 0;
+    else if (kind == 'i')
+        ok = v->itemsize == 4 && (f[0] == 'i' || f[0] == 'l') && f[1] == 0;
     else
         ok = v->itemsize == 4 && f[0] == 'f' && f[1] == 0;
     if (!ok || v->ndim != 1) {
         PyErr_Format(PyExc_TypeError, "%s: expected a 1-D %s array", what,
-                     kind == 'q' ? "int64" : "float32");
+                     kind == 'q' ? "int64" : kind == 'i' ? "int32" : "float32");
         PyBuffer_Release(v);
         return -1;
     }
     return 0;
 }
 
+static int get_buf(PyObject *obj, Py_buffer *v, char kind, const char *what) {
+    return get_buf_as(obj, v, kind, 0, what);
+}
+
 /* A writable 1-D C-contiguous int64 buffer (a kernel's output given by the caller). */
 static int out_buf(PyObject *obj, Py_buffer *v, const char *what) {
-    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a writable contiguous array", what);
-        return -1;
-    }
-    const char *f = v->format ? v->format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') f++;
-    if (v->itemsize != 8 || (f[0] != 'q' && f[0] != 'l') || f[1] != 0 || v->ndim != 1) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a 1-D int64 array", what);
-        PyBuffer_Release(v);
-        return -1;
-    }
-    return 0;
+    return get_buf_as(obj, v, 'q', 1, what);
 }
 
 static PyObject *new_bytes(Py_ssize_t n, Py_ssize_t itemsize, char **data) {
@@ -848,9 +846,8 @@ static PyObject *place_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "out: expected a writable C-contiguous array");
         return NULL;
     }
-    if (PyObject_GetBuffer(o_codes, &vc, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (get_buf(o_codes, &vc, 'i', "codes") < 0) {
         PyBuffer_Release(&vo);
-        PyErr_SetString(PyExc_TypeError, "codes: expected a contiguous array");
         return NULL;
     }
     if (PyObject_GetBuffer(o_rows, &vr, PyBUF_C_CONTIGUOUS) < 0) {
@@ -868,12 +865,6 @@ static PyObject *place_rows(PyObject *self, PyObject *args) {
     }
     PyObject *res = NULL;
     char *buf = NULL;
-    const char *f = vc.format ? vc.format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') f++;
-    if (vc.itemsize != 4 || (f[0] != 'i' && f[0] != 'l') || f[1] != 0 || vc.ndim != 1) {
-        PyErr_SetString(PyExc_TypeError, "codes: expected a 1-D int32 array");
-        goto done;
-    }
     if (vr.ndim < 1) {
         PyErr_SetString(PyExc_TypeError, "rows: expected an array of rows (ndim >= 1)");
         goto done;
