@@ -35,8 +35,11 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "PodGroup": ("apis/scheduling.x-k8s.io/v1alpha1", "podgroups"),
     "DistGNNJob": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "distgnnjobs"),
     "GraphServer": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "graphservers"),
+    "KopfPeering": ("apis/kopf.dev/v1", "kopfpeerings"),
+    "ClusterKopfPeering": ("apis/kopf.dev/v1", "clusterkopfpeerings"),
 }
-"""kind -> (API prefix, plural); every kind here is namespaced."""
+"""kind -> (API prefix, plural); namespaced but for :data:`CLUSTER_SCOPED`."""
+CLUSTER_SCOPED = frozenset({"ClusterKopfPeering"})
 
 
 USER_AGENT = f"distgnn-operator/{__version__}"
@@ -131,7 +134,7 @@ class ServerVersion:
 
 
 class KubeApi:
-    """Namespaced CRUD on the kinds in :data:`RESOURCES`. Create one per operator."""
+    """CRUD on the kinds in :data:`RESOURCES`. Create one per operator."""
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(10.0, timeout_s))
@@ -191,7 +194,8 @@ class KubeApi:
     def _url(self, kind: str, ns: str, name: str | None = None, sub: str | None = None) -> str:
         prefix, plural = RESOURCES[kind]
         _, c = self._sess()
-        url = f"{c.server}/{prefix}/namespaces/{quote(ns)}/{plural}"
+        where = "" if kind in CLUSTER_SCOPED else f"/namespaces/{quote(ns)}"
+        url = f"{c.server}/{prefix}{where}/{plural}"
         if name:
             url += f"/{quote(name)}"
         if sub:
@@ -280,7 +284,7 @@ class KubeApi:
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj["metadata"]
-        return dict(await self._call("POST", self._url(obj["kind"], md["namespace"]), obj))
+        return dict(await self._call("POST", self._url(obj["kind"], md.get("namespace", "")), obj))
 
     async def patch(
         self, kind: str, ns: str, name: str, patch: dict[str, Any], subresource: str | None = None
