@@ -4,18 +4,23 @@ Each subcommand lives in its own module exposing ``HELP: str``,
 ``add_arguments(parser)`` and ``main(args) -> int``; those modules import heavy
 dependencies (torch, pymetis) inside ``main`` so ``distgnn --help`` stays fast.
 A :class:`~distgnn.errors.DistGNNError` is printed as one clear line (exit 2),
-never as a traceback. A module that sets ``END_PROCESS = True`` (``train``) ends the
-process itself when it is the process's entry (``main()`` reading ``sys.argv``: the
-``distgnn`` command, ``python -m distgnn.cli``): see :mod:`distgnn.train.finish`.
+never as a traceback; so is a mistyped command line (an unknown subcommand, choice or
+option: one line with the closest valid name, not argparse's usage block). A module
+that sets ``END_PROCESS = True`` (``train``) ends the process itself when it is the
+process's entry (``main()`` reading ``sys.argv``: the ``distgnn`` command,
+``python -m distgnn.cli``): see :mod:`distgnn.train.finish`.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from distgnn import __version__
 from distgnn import log as dlog
@@ -33,8 +38,35 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``PROG: error: MESSAGE (did you mean 'X'?; see
+    'PROG --help')``, exit 2. Subparsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}{self.hint(message)}\n")
+
+    def hint(self, message: str) -> str:
+        """The closest valid choice or option to what ``message`` refuses, and --help."""
+        close: list[str] = []
+        m = _INVALID_CHOICE.search(message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+        elif message.startswith("unrecognized arguments: "):
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            for word in message.split(": ", 1)[1].split():
+                if word.startswith("-"):
+                    close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
+                    break
+        mean = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{mean}; see '{self.prog} --help'"
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="distgnn", description="Distributed GNN training: partition, serve, train, run jobs."
     )
     parser.add_argument("--version", action="version", version=f"distgnn {__version__}")
@@ -62,7 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; ``argv`` None: this is the process's entry (``sys.argv``)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the subcommand's parser, whose options the hint searches
+        sub = _subparsers(parser).get(getattr(args, "command", None) or "", parser)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
@@ -73,6 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         end_process(rc)
     return rc
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            return dict(a.choices)
+    return {}
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -146,8 +146,11 @@ class DistGraph:
             ctx, own = initialize(manifest=part_config, standalone=True), True
         self.ctx = resolve_ctx(ctx)
         if graph_name is not None and graph_name != self.ctx.manifest.graph_name:
+            if own:
+                self.ctx.close()  # the partitions part_config= loaded for this graph
             raise ConfigError(
-                f"graph {graph_name!r} requested but the servers hold "
+                f"DistGraph: graph {graph_name!r} requested but the "
+                f"{'partitions loaded' if self.ctx.standalone else 'servers'} hold graph "
                 f"{self.ctx.manifest.graph_name!r}"
             )
         self.manifest = self.ctx.manifest
