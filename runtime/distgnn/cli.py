@@ -17,7 +17,9 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import re
+import select
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -117,6 +119,17 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has closed it."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         rc: int = args._module.main(args)
@@ -128,6 +141,13 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"distgnn {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a socket's, not the reader of our output
+        # `distgnn inspect ... | head`: the reader has gone, as a shell tool killed by
+        # SIGPIPE; stdout goes to /dev/null so the exit's flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:
         # an object-store failure from a path that does not name its URL itself
         from distgnn import storage
