@@ -72,7 +72,13 @@ def build_parser() -> Parser:
         prog="distgnn", description="Distributed GNN training: partition, serve, train, run jobs."
     )
     parser.add_argument("--version", action="version", version=f"distgnn {__version__}")
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=dlog.LEVELS,
+        default=None,
+        help="DEBUG, INFO (default), WARNING, ERROR (any case; env DISTGNN_LOG_LEVEL)",
+    )
     parser.add_argument(
         "--log-format",
         choices=["text", "json"],
@@ -103,7 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
-    dlog.setup(level=args.log_level, fmt=args.log_format)
+    try:
+        dlog.setup(level=args.log_level, fmt=args.log_format)
+    except DistGNNError as e:  # DISTGNN_LOG_LEVEL (--log-level is checked by its parser)
+        print(f"distgnn {args.command}: error: {e}", file=sys.stderr)
+        return 2
     rc = _run(args)
     if argv is None and getattr(args._module, "END_PROCESS", False):
         from distgnn.train.finish import end_process

@@ -166,3 +166,23 @@ def test_output_piped_into_a_closed_reader_ends_quietly(tmp_path: Path) -> None:
     err = proc.communicate(timeout=120)[1].decode()
     assert proc.returncode == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_an_unknown_log_level_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = one_error_line(capsys, ["--log-level", "verbose", "inspect", "g.json"])
+    assert "argument --log-level: invalid choice: 'VERBOSE'" in line
+    monkeypatch.setenv("DISTGNN_LOG_LEVEL", "loud")
+    assert cli.main(["inspect", "g.json"]) == 2
+    assert capsys.readouterr().err == (
+        "distgnn inspect: error: DISTGNN_LOG_LEVEL: unknown log level 'LOUD' "
+        "(use DEBUG, INFO, WARNING, ERROR)\n"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--grace", "--ready-timeout"])
+def test_run_refuses_negative_or_nan_seconds(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    for bad in ("-1", "nan"):
+        line = one_error_line(capsys, ["run", "job.yaml", flag, bad])
+        assert f"argument {flag}: must be a non-negative number of seconds: '{bad}'" in line
