@@ -182,14 +182,23 @@ class KubeApi:
         if self._creds is None:
             raise ApiError(0, "not logged in yet")
         if self._session is None or self._session.closed:
+            # no Authorization here: it is set per request (:meth:`_auth`), from the
+            # credentials of kopf's latest login
             headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-            if self._creds.token:
-                headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
             conn = aiohttp.TCPConnector(ssl=self._ssl(self._creds), limit=32)
             self._session = aiohttp.ClientSession(
                 headers=headers, timeout=self._timeout, connector=conn
             )
         return self._session, self._creds
+
+    def _auth(self) -> dict[str, str]:
+        """The Authorization header of the current credentials. A service-account token
+        is short-lived (bound tokens: an hour where the API server does not extend them;
+        the kubelet rewrites the file), and kopf logs in again when its own requests get
+        401, calling :meth:`set_credentials`: a header fixed on the session at the first
+        request would keep the expired token, and every pass would fail with 401."""
+        c = self._creds
+        return {"Authorization": f"{c.scheme or 'Bearer'} {c.token}"} if c and c.token else {}
 
     def _url(self, kind: str, ns: str, name: str | None = None, sub: str | None = None) -> str:
         prefix, plural = RESOURCES[kind]
@@ -213,6 +222,7 @@ class KubeApi:
         s, _ = self._sess()
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": ctype} if body is not None else {}
+        headers.update(self._auth())
         try:
             async with s.request(method, url, data=data, headers=headers, params=params) as r:
                 text = await r.text()
