@@ -17,7 +17,9 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import re
+import select
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -70,7 +72,13 @@ def build_parser() -> Parser:
         prog="distgnn", description="Distributed GNN training: partition, serve, train, run jobs."
     )
     parser.add_argument("--version", action="version", version=f"distgnn {__version__}")
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=dlog.LEVELS,
+        default=None,
+        help="DEBUG, INFO (default), WARNING, ERROR (any case; env DISTGNN_LOG_LEVEL)",
+    )
     parser.add_argument(
         "--log-format",
         choices=["text", "json"],
@@ -101,7 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
-    dlog.setup(level=args.log_level, fmt=args.log_format)
+    try:
+        dlog.setup(level=args.log_level, fmt=args.log_format)
+    except DistGNNError as e:  # DISTGNN_LOG_LEVEL (--log-level is checked by its parser)
+        print(f"distgnn {args.command}: error: {e}", file=sys.stderr)
+        return 2
     rc = _run(args)
     if argv is None and getattr(args._module, "END_PROCESS", False):
         from distgnn.train.finish import end_process
@@ -117,6 +129,17 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has closed it."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         rc: int = args._module.main(args)
@@ -128,6 +151,13 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"distgnn {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a socket's, not the reader of our output
+        # `distgnn inspect ... | head`: the reader has gone, as a shell tool killed by
+        # SIGPIPE; stdout goes to /dev/null so the exit's flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:
         # an object-store failure from a path that does not name its URL itself
         from distgnn import storage

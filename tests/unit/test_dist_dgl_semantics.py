@@ -119,6 +119,15 @@ def test_a_tensor_of_the_wrong_length_names_its_shape(ctx: dd.DistContext) -> No
         dd.DistTensor((5,), torch.float32, "h", part_policy=policy)
 
 
+def test_ndata_of_a_typed_graph_points_at_nodes_data(hetero_parts: str) -> None:
+    with dd.DistGraph.standalone(hetero_parts) as g:
+        with pytest.raises(ConfigError, match=r"^g\.ndata: the graph has node types .*g\.nodes"):
+            g.ndata.keys()
+        with pytest.raises(ConfigError, match=r"^g\.edata: the graph has edge types .*g\.edges"):
+            g.edata.keys()
+        assert list(g.nodes["paper"].data.keys()) == ["feat"]
+
+
 def test_dgl_distributed_submodules_are_attributes() -> None:
     """``dgl.distributed.nn.DistEmbedding`` and ``dgl.distributed.optim.SparseAdam`` after
     ``import distgnn as dgl`` alone (a fresh interpreter: nothing imported them before)."""

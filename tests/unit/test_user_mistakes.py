@@ -4,6 +4,8 @@ command line), never in argparse's usage block or a traceback from deep inside."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +148,41 @@ def test_a_trainers_json_root_cause_becomes_one_line() -> None:
     assert root_cause(json.dumps(rec)) == "ConfigError: --feat: no"
     assert root_cause("RuntimeError: plain text") == "RuntimeError: plain text"
     assert root_cause('["not", "a record"]') == '["not", "a record"]'
+
+
+def test_output_piped_into_a_closed_reader_ends_quietly(tmp_path: Path) -> None:
+    """``distgnn inspect ... | head``: the reader goes away; no BrokenPipeError traceback."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "g.npz", src=rng.integers(0, 50, 200), dst=rng.integers(0, 50, 200))
+    argv = ["partition", str(tmp_path / "g.npz"), "--num-parts", "2", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--name", "g"]) == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distgnn.cli", "inspect", str(tmp_path / "g.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the command has written anything
+    err = proc.communicate(timeout=120)[1].decode()
+    assert proc.returncode == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_an_unknown_log_level_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = one_error_line(capsys, ["--log-level", "verbose", "inspect", "g.json"])
+    assert "argument --log-level: invalid choice: 'VERBOSE'" in line
+    monkeypatch.setenv("DISTGNN_LOG_LEVEL", "loud")
+    assert cli.main(["inspect", "g.json"]) == 2
+    assert capsys.readouterr().err == (
+        "distgnn inspect: error: DISTGNN_LOG_LEVEL: unknown log level 'LOUD' "
+        "(use DEBUG, INFO, WARNING, ERROR)\n"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--grace", "--ready-timeout"])
+def test_run_refuses_negative_or_nan_seconds(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    for bad in ("-1", "nan"):
+        line = one_error_line(capsys, ["run", "job.yaml", flag, bad])
+        assert f"argument {flag}: must be a non-negative number of seconds: '{bad}'" in line
