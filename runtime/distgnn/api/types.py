@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from distgnn.api.fields import (
+    ANNOTATION_KEY,
     CANONICAL_ETYPE,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_NAME,
     HTTP_URL,
     IMAGE_REF,
+    LABEL_VALUE,
+    QUALIFIED_NAME,
     STORAGE_SCHEMES,
     URL_MAX,
     Quantity,
@@ -206,9 +209,11 @@ class Resources:
 class Toleration:
     """A pod toleration."""
 
-    key: str | None = fld(None, doc="Taint key.", max_length=316)
+    key: str | None = fld(
+        None, doc="Taint key (empty: every taint).", max_length=316, pattern="^$|" + QUALIFIED_NAME
+    )
     operator: str | None = fld(None, doc="Exists or Equal.", enum=("Exists", "Equal"))
-    value: str | None = fld(None, doc="Taint value.", max_length=63)
+    value: str | None = fld(None, doc="Taint value.", max_length=63, pattern=LABEL_VALUE)
     effect: str | None = fld(
         None, doc="Taint effect.", enum=("NoSchedule", "PreferNoSchedule", "NoExecute")
     )
@@ -229,9 +234,26 @@ class EnvVar:
 class PodTemplate:
     """Bounded overrides for the generated pods."""
 
-    labels: dict[str, str] | None = fld(None, doc="Extra pod labels.", max_length=63)
-    annotations: dict[str, str] | None = fld(None, doc="Extra pod annotations.", max_length=4096)
-    node_selector: dict[str, str] | None = fld(None, doc="Pod nodeSelector.", max_length=63)
+    labels: dict[str, str] | None = fld(
+        None,
+        doc="Extra pod labels (keys and values as Kubernetes labels).",
+        max_length=63,
+        pattern=LABEL_VALUE,
+        keys=QUALIFIED_NAME,
+    )
+    annotations: dict[str, str] | None = fld(
+        None,
+        doc="Extra pod annotations (keys as Kubernetes annotation keys).",
+        max_length=4096,
+        keys=ANNOTATION_KEY,
+    )
+    node_selector: dict[str, str] | None = fld(
+        None,
+        doc="Pod nodeSelector (node label keys and values).",
+        max_length=63,
+        pattern=LABEL_VALUE,
+        keys=QUALIFIED_NAME,
+    )
     tolerations: list[Toleration] | None = fld(None, doc="Pod tolerations.", max_items=32)
     affinity: dict[str, Any] | None = fld(
         None,
