@@ -608,7 +608,8 @@ async def test_deadline_failed_job_settles(
             job_manifest(
                 "dl",
                 graph={"partitions": {"manifestURL": "s3://p/dl.json"}},
-                runPolicy={"activeDeadlineSeconds": 4, "cleanPodPolicy": policy},
+                # long enough to reach Running first on a loaded machine (4 s flaked)
+                runPolicy={"activeDeadlineSeconds": 8, "cleanPodPolicy": policy},
             )
         )
         await _running(c, "dl")
