@@ -204,6 +204,16 @@ BAD = [
         "0].value: 'a b' does not match",
         True,
     ),
+    (
+        _set("spec.servers.podTemplate", {"tolerations": [{"key": "gpu", "tolerationSeconds": 5}]}),
+        "0].effect: effect must be NoExecute when tolerationSeconds is set",
+        False,
+    ),
+    (
+        _set("spec.trainers.podTemplate", {"tolerations": [{"effect": "NoSchedule"}]}),
+        "0].operator: operator must be Exists when key is empty",
+        False,
+    ),
 ]
 
 

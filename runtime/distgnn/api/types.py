@@ -221,6 +221,31 @@ class Toleration:
         None, doc="For NoExecute: seconds to stay bound.", minimum=0, maximum=2**31 - 1
     )
 
+    # the API server's ValidateTolerations: a pod template breaking one is refused, so the
+    # servers' StatefulSet or the trainer Job could never be created
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "(has(self.key) && self.key != '') "
+            "|| (has(self.operator) && self.operator == 'Exists')",
+            "operator must be Exists when key is empty (a toleration of every taint)",
+            lambda x: bool(x.key) or x.operator == "Exists",
+            "operator",
+        ),
+        Rule(
+            "!(has(self.operator) && self.operator == 'Exists') || !has(self.value) "
+            "|| self.value == ''",
+            "value must be empty when operator is Exists",
+            lambda x: x.operator != "Exists" or not x.value,
+            "value",
+        ),
+        Rule(
+            "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "effect must be NoExecute when tolerationSeconds is set",
+            lambda x: x.toleration_seconds is None or x.effect == "NoExecute",
+            "effect",
+        ),
+    )
+
 
 @dataclass
 class EnvVar:
