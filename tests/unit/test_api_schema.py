@@ -214,6 +214,34 @@ BAD = [
         "0].operator: operator must be Exists when key is empty",
         False,
     ),
+    # resources the API server refuses in a pod template (ValidateResourceRequirements)
+    (
+        _set(
+            "spec.servers.resources", {"requests": {"memory": "4Gi"}, "limits": {"memory": "2Gi"}}
+        ),
+        "spec.servers.resources: each request must be at most its limit",
+        False,
+    ),
+    (
+        _set("spec.trainers.resources", {"limits": {"gpu": "1"}}),
+        "spec.trainers.resources: resource names are cpu, memory",
+        False,
+    ),
+    (
+        _set("spec.trainers.resources", {"requests": {"nvidia.com/gpu": "1"}}),
+        "spec.trainers.resources: an extended resource",
+        False,
+    ),
+    (
+        _set("spec.trainers.resources", {"limits": {"nvidia.com/gpu": "0.5"}}),
+        "spec.trainers.resources: an extended resource",
+        False,
+    ),
+    (
+        _set("spec.servers.resources", {"limits": {"cpu": "-1"}}),
+        "spec.servers.resources: quantities must not be negative",
+        False,
+    ),
 ]
 
 
@@ -274,3 +302,16 @@ def test_kubernetes_keys_and_values_that_the_api_server_takes_pass_both() -> Non
         "app.kubernetes.io/name": "Graph_Server.v1",
         "empty": "",
     }
+
+
+def test_resources_the_api_server_takes_pass() -> None:
+    """Equal values in other units, whole extended resources with equal request and limit,
+    hugepages, exponent forms: accepted."""
+    obj = copy.deepcopy(JOB)
+    obj["spec"]["servers"]["resources"] = {
+        "requests": {"memory": "2048Mi", "cpu": "500m", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "2Gi", "cpu": "0.5", "nvidia.com/gpu": "1", "hugepages-2Mi": "64Mi"},
+    }
+    obj["spec"]["trainers"]["resources"] = {"requests": {"cpu": "2e2"}, "limits": {"cpu": "1e3"}}
+    _validator("DistGNNJob").validate(obj)
+    parse_job(obj)

@@ -81,3 +81,23 @@ def test_canonical_or_same_leaves_non_quantities() -> None:
     assert canonical_or_same(2) == "2"
     assert canonical_or_same("fast-ssd") == "fast-ssd"
     assert canonical_or_same(True) is True
+
+
+def test_the_api_parse_reads_quantities_as_the_operator_does() -> None:
+    """``distgnn.api`` compares requests with limits (each request at most its limit) with
+    its own small reader (the runtime does not import the operator): the same values."""
+    from fractions import Fraction
+
+    from distgnn.api.fields import quantity_value
+    from distgnn_operator.quantity import parse
+
+    for text, _ in CANONICAL:
+        try:
+            value, _fmt = parse(text)
+        except QuantityError:
+            continue
+        got = quantity_value(text)
+        assert got is not None, text
+        if abs(value) >= 2**62:  # the API server saturates binary forms at 2^63-1
+            continue
+        assert abs(got - value) < Fraction(1, 10**9), (text, got, value)

@@ -9,8 +9,10 @@ CRD and ``distgnn run`` enforce the same rules.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, NewType
 
 Quantity = NewType("Quantity", str)
@@ -126,7 +128,10 @@ class Rule:
     """A validation rule: the CEL text for the API server and the same check in Python.
 
     ``check`` receives the parsed dataclass; transition rules (``oldSelf``) have no
-    Python check because a single manifest has no previous version.
+    Python check because a single manifest has no previous version. An empty ``cel``: a
+    check the CRD cannot express (map keys, quantity arithmetic before Kubernetes 1.29's
+    CEL quantity library), made only when the manifest is parsed (the operator reports
+    InvalidSpec).
     """
 
     cel: str
@@ -169,3 +174,26 @@ def default_of(f: dataclasses.Field[Any]) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return f.default
+
+
+_QUANTITY_SUFFIX = {
+    **{k: Fraction(10) ** e for k, e in (("n", -9), ("u", -6), ("m", -3), ("", 0))},
+    **{k: Fraction(10) ** e for k, e in (("k", 3), ("M", 6), ("G", 9), ("T", 12))},
+    **{"P": Fraction(10) ** 15, "E": Fraction(10) ** 18},
+    **{k: Fraction(1024) ** (i + 1) for i, k in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+}
+
+
+def quantity_value(q: str) -> Fraction | None:
+    """The exact value of a Kubernetes quantity (``500m``, ``2Gi``, ``1e3``); None if it is
+    not one (:data:`QUANTITY`)."""
+    s = str(q).strip()
+    if not re.match(QUANTITY, s):
+        return None
+    m = re.match(r"^([+-]?[0-9.]+)(.*)$", s)
+    if m is None:
+        return None
+    num, suffix = m.groups()
+    if suffix[:1] in ("e", "E") and suffix not in _QUANTITY_SUFFIX:
+        return Fraction(num) * Fraction(10) ** int(suffix[1:])
+    return Fraction(num) * _QUANTITY_SUFFIX[suffix]

@@ -124,7 +124,7 @@ def object_schema(cls: Any) -> dict[str, Any]:
     }
     if required:
         out["required"] = required
-    rules = getattr(cls, "RULES", ())
+    rules = [r for r in getattr(cls, "RULES", ()) if r.cel]  # "": checked when parsed
     if rules:
         out["x-kubernetes-validations"] = [_rule(r) for r in rules]
     return out

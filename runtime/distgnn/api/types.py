@@ -10,7 +10,9 @@ Defaults, bounds, enums and rules declared here become the CRD's OpenAPI schema
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from distgnn.api.fields import (
@@ -28,6 +30,7 @@ from distgnn.api.fields import (
     Quantity,
     Rule,
     fld,
+    quantity_value,
 )
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
@@ -45,6 +48,40 @@ IMMUTABLE = "self == oldSelf"
 
 def _count(*xs: object) -> int:
     return sum(x is not None for x in xs)
+
+
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def _resource_names(r: Any) -> set[str]:
+    return set(r.limits or {}) | set(r.requests or {})
+
+
+def _resource_values(r: Any) -> list[str]:
+    return [*(r.limits or {}).values(), *(r.requests or {}).values()]
+
+
+def _q(v: str) -> Fraction:
+    """A quantity's value (0 for one the field pattern refuses anyway)."""
+    return quantity_value(v) or Fraction(0)
+
+
+def _resource_name_ok(k: str) -> bool:
+    """A container resource name the API server takes: a standard one, or a qualified
+    name with a domain prefix (an extended resource)."""
+    if "/" not in k:
+        return k in STANDARD_RESOURCES or k.startswith("hugepages-")
+    return re.match(QUALIFIED_NAME, k) is not None
+
+
+def _extended(k: str) -> bool:
+    return "/" in k and "kubernetes.io/" not in k
+
+
+def _extended_ok(r: Any, k: str) -> bool:
+    lim, req = (r.limits or {}).get(k), (r.requests or {}).get(k)
+    whole = all(_q(v).denominator == 1 for v in (lim, req) if v is not None)
+    return whole and (req is None or (lim is not None and _q(req) == _q(lim)))
 
 
 # --- graph sources ------------------------------------------------------------------
@@ -202,6 +239,37 @@ class Resources:
     )
     requests: dict[str, Quantity] | None = fld(
         None, doc="Resource requests.", max_items=16, max_length=64
+    )
+
+    # the API server's ValidateResourceRequirements, which the pods' StatefulSet or Job
+    # must pass; not CEL (map keys, quantity arithmetic): checked when parsed (InvalidSpec)
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "",
+            "resource names are cpu, memory, ephemeral-storage, hugepages-SIZE or a "
+            "domain-prefixed extended resource (nvidia.com/gpu)",
+            lambda r: all(_resource_name_ok(k) for k in _resource_names(r)),
+        ),
+        Rule(
+            "",
+            "quantities must not be negative",
+            lambda r: all(_q(v) >= 0 for v in _resource_values(r)),
+        ),
+        Rule(
+            "",
+            "each request must be at most its limit",
+            lambda r: all(
+                _q(v) <= _q((r.limits or {})[k])
+                for k, v in (r.requests or {}).items()
+                if k in (r.limits or {})
+            ),
+        ),
+        Rule(
+            "",
+            "an extended resource (nvidia.com/gpu) takes whole numbers, and a request of one "
+            "needs the same limit",
+            lambda r: all(_extended_ok(r, k) for k in _resource_names(r) if _extended(k)),
+        ),
     )
 
 
