@@ -48,17 +48,18 @@ def fingerprint(input_nodes: Any) -> tuple[int, int]:
     )
 
 
-def remake(batcher: Any, source: Any, step: StepBatch) -> tuple[Any, ...]:
-    """Batch ``step.index`` of ``step.epoch`` made again (decoded, as the loader yields
-    it); :class:`FloorMismatch` unless its input nodes are the ones the epoch had."""
-    batch = batcher.decode(batcher.make(source, step.epoch, step.index))
-    got = fingerprint(batch[0])
+def remake(batcher: Any, source: Any, step: StepBatch) -> dict[str, Any]:
+    """Batch ``step.index`` of ``step.epoch`` made again (its arrays, as a sampler sends
+    them: ``batcher.decode`` gives the batch the loader yields); :class:`FloorMismatch`
+    unless its input nodes are the ones the epoch had."""
+    arrays: dict[str, Any] = batcher.make(source, step.epoch, step.index)
+    got = fingerprint(arrays["input_nodes"])
     if got != (step.inputs, step.checksum):
         raise FloorMismatch(
             f"batch {step.index} of epoch {step.epoch}: input nodes (count, sum) {got}, "
             f"the epoch trained on {(step.inputs, step.checksum)}"
         )
-    return tuple(batch)
+    return arrays
 
 
 def timed_compute(
@@ -67,27 +68,46 @@ def timed_compute(
     compute: Callable[[Any], None],
     before_each: Callable[[], None] | None = None,
     warmup: int = 1,
-) -> tuple[list[float], list[float]]:
-    """Wall and thread-CPU seconds of ``compute(rebuild(step))`` for every step, only the
-    compute timed (``rebuild``: the batch remade with its features read, untimed). The
-    first batch is first computed ``warmup`` times untimed (the heap and the kernels as
-    after the epoch's warm-up steps). ``before_each``: called untimed right before each
-    timed compute (a barrier, so every rank computes at once)."""
+    passes: int = 1,
+    again: Callable[[Any], Any] | None = None,
+) -> tuple[list[float], list[float], list[float]]:
+    """Per step, the wall seconds of ``compute`` on its batch (``rebuild(step)``: made
+    again with its features read, untimed) and its thread-CPU seconds: the least of
+    ``passes`` computes, each on the batch as the epoch had it (``again(batch)``: its
+    blocks decoded again, without the CSRs a forward builds and keeps; by default made
+    again), and the first pass's walls alone. The first batch is first computed
+    ``warmup`` times untimed (the heap and the kernels as after the epoch's warm-up
+    steps). ``before_each``: called untimed right before each timed compute (a barrier,
+    so every rank computes at once)."""
+
+    def fresh(step: StepBatch, batch: Any) -> Any:
+        return again(batch) if again is not None else rebuild(step)
+
     walls: list[float] = []
     cpus: list[float] = []
+    firsts: list[float] = []
     for i, step in enumerate(steps):
         batch = rebuild(step)
-        if i == 0:
+        if i == 0 and warmup:
             for _ in range(warmup):
                 compute(batch)
-        if before_each is not None:
-            before_each()
-        t0, c0 = time.perf_counter(), time.thread_time()
-        compute(batch)
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.thread_time() - c0)
+            batch = fresh(step, batch)
+        best_w = best_c = float("inf")
+        for p in range(max(1, passes)):
+            if p:
+                batch = fresh(step, batch)
+            if before_each is not None:
+                before_each()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            compute(batch)
+            w, c = time.perf_counter() - t0, time.thread_time() - c0
+            if p == 0:
+                firsts.append(w)
+            best_w, best_c = min(best_w, w), min(best_c, c)
+        walls.append(best_w)
+        cpus.append(best_c)
         del batch
-    return walls, cpus
+    return walls, cpus, firsts
 
 
 # -------------------------------------------------------------------- the timeline

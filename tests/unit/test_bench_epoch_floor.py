@@ -50,7 +50,7 @@ def test_the_floor_remakes_exactly_the_batches_the_epoch_trained_on(source: Loca
     assert [r.index for r in rec][-3:] == [len(loader) - 1] * 3
     assert [r.weight for r in rec][-2:] == [0.0, 0.0]
     for step, (inp, out, blocks) in zip(rec, seen, strict=True):
-        again = ef.remake(batcher, source, step)
+        again = batcher.decode(ef.remake(batcher, source, step))
         assert np.array_equal(again[0].numpy(), inp.numpy())
         assert np.array_equal(again[1].numpy(), out.numpy())  # the same seeds
         a, b = blocks_to_arrays(again[2]), blocks_to_arrays(blocks)
@@ -71,22 +71,28 @@ def test_a_batch_that_is_not_the_epochs_is_refused(source: LocalSource) -> None:
 
 
 def test_timed_compute_times_every_step_after_its_untimed_rebuild() -> None:
-    steps = [ef.StepBatch(1, i, 1.0, 0, 0) for i in range(4)]
+    steps = [ef.StepBatch(1, i, 1.0, 0, 0) for i in range(3)]
     calls: list[str] = []
-    walls, cpus = ef.timed_compute(
+    walls, cpus, firsts = ef.timed_compute(
         steps,
         lambda s: calls.append(f"make {s.index}") or s.index,
         lambda b: calls.append(f"compute {b}"),
         lambda: calls.append("barrier"),
         warmup=2,
+        passes=2,
+        again=lambda b: calls.append(f"again {b}") or b,
     )
-    assert len(walls) == len(cpus) == 4
+    assert len(walls) == len(cpus) == len(firsts) == 3
+    assert all(w <= f for w, f in zip(walls, firsts, strict=True))  # the least of the passes
     assert calls == [
-        "make 0", "compute 0", "compute 0", "barrier", "compute 0",
-        "make 1", "barrier", "compute 1",
-        "make 2", "barrier", "compute 2",
-        "make 3", "barrier", "compute 3",
+        "make 0", "compute 0", "compute 0", "again 0",
+        "barrier", "compute 0", "again 0", "barrier", "compute 0",
+        "make 1", "barrier", "compute 1", "again 1", "barrier", "compute 1",
+        "make 2", "barrier", "compute 2", "again 2", "barrier", "compute 2",
     ]  # fmt: skip
+    calls.clear()  # without `again`, each pass makes the batch again
+    ef.timed_compute(steps[:1], lambda s: calls.append("make") or 0, calls.append, passes=2)
+    assert calls == ["make", 0, "make", 0, "make", 0]
 
 
 def test_the_timeline_splits_the_epoch_and_finds_the_slower_rank() -> None:
