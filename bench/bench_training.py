@@ -182,6 +182,7 @@ def child_train(
     kept: list[tuple[Any, Any, Any]] = []  # extra batches re-run for the earlier floor
     trained: list[ef.StepBatch] = []  # what each timed step trained on (the floor's batches)
     lines: list[list[float]] = []  # each timed epoch's timeline (epoch_floor.timeline_floats)
+    gc_epochs: list[list[list[float]]] = []  # rank 0's collections in each timed epoch
     sync = deferred_sync(ctx, model, use_prefetch)  # DISTGNN_DEFER_ALLREDUCE, as the app
 
     # all-reduce of one gradient-sized buffer (DDP does this inside backward)
@@ -211,6 +212,19 @@ def child_train(
         x, y = tg.read("feat", inp).float(), tg.read("label", out).long()
         t_fetch = time.perf_counter() - t1
         return t_sample, t_fetch, x, y, blocks, (*key, *ef.fingerprint(inp))
+
+    gcs: list[list[float]] = []  # the garbage collector's runs: start, seconds, generation
+    gc_t0: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_t0[:] = [time.perf_counter()]
+        elif gc_t0:
+            gcs.append([gc_t0[0], time.perf_counter() - gc_t0[0], float(info["generation"])])
+
+    import gc
+
+    gc.callbacks.append(on_gc)
 
     def run_steps(loader: BatchLoader, n: int, record: bool, keep: bool = False) -> int:
         t_start = time.perf_counter()
@@ -278,6 +292,9 @@ def child_train(
             if close is not None:
                 close()
         if record:
+            gc_epochs.append(
+                [[a - t_start, b, g] for a, b, g in gcs if t_start <= a <= time.perf_counter()]
+            )
             # the head's loop end and end (after the closing barrier) filled in by the caller
             lines.append(ef.timeline_floats([first, time.perf_counter() - t_start, 0.0], line))
         return done
@@ -364,9 +381,14 @@ def child_train(
 
         bare = getattr(model, "module", model)
         if ctx.rank == 0:  # rank 0 alone, the other trainer waiting in the barrier
+            # beside the earlier floor: the same batches with their CSRs kept, as it has them
+            kept_csr: list[float] | None = [] if floor_steps else None
             lone, lone_cpu, lone1 = ef.timed_compute(
-                trained, rebuild, compute(bare), passes=FLOOR_PASSES, again=again
-            )
+                trained, rebuild, compute(bare), passes=FLOOR_PASSES, again=again,
+                reused=kept_csr,
+            )  # fmt: skip
+            if kept_csr:
+                fl["floor_csr_kept_epoch_s"] = per_epoch(sum(kept_csr))
             fl.update(floor_epoch_s=per_epoch(sum(lone)), floor_step_s=statistics.median(lone),
                       floor_epoch_cpu_s=per_epoch(sum(lone_cpu)),
                       floor_pass1_epoch_s=per_epoch(sum(lone1)))  # fmt: skip
@@ -417,6 +439,7 @@ def child_train(
                     "account": account_json(acct, everyone, phases, times),
                     **({"cache": cache_stats} if cache_stats else {}),
                     "timelines": timelines,
+                    "gc": gc_epochs,
                     "floor_batches": len(trained),
                     **fl,
                     **({"floor_x_step_s": floor_x} if floor_x is not None else {}),

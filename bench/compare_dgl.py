@@ -456,6 +456,10 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
             print(f"\n{n}: where the epoch went (epoch_floor.timeline, medians over rounds, ms)")
             for line in timeline_lines(tls):
                 print(line)
+            gcs = [sum(g[1] for g in ep_gc) for x in rs for ep_gc in x.get("gc", [])]
+            if gcs:
+                print(f"  rank 0's garbage collections in the epoch: {1e3 * max(gcs):.1f} ms at "
+                      "most (gc.callbacks)")  # fmt: skip
 
 
 FLOORS = (
@@ -489,6 +493,20 @@ def print_floors(
         print(f"\nfloor, the epoch's own batches, {what}, 1 thread: {med:.2f} s "
               f"({value_range(fl)}, spread {100 * spread:.1f} %, {len(fl)} runs); "
               f"epoch / floor: " + ", ".join(cells))  # fmt: skip
+    kept = [x["floor_csr_kept_epoch_s"] for x in distgnn_runs if "floor_csr_kept_epoch_s" in x]
+    if kept:
+        med = statistics.median(kept)
+        print(
+            f"the epoch's batches re-run with their blocks' CSRs kept (as the earlier floor "
+            f"re-ran its batches), rank 0 alone, one pass: {med:.2f} s ({value_range(kept)})"
+        )
+    p1 = [x["floor_pass1_epoch_s"] for x in distgnn_runs if "floor_pass1_epoch_s" in x]
+    if p1:
+        med = statistics.median(p1)
+        print(
+            f"floor, rank 0 alone, the first pass only (no least of {2}): {med:.2f} s "
+            f"({value_range(p1)}, spread {100 * (max(p1) - min(p1)) / med:.1f} %)"
+        )
     fx = [x["floor_x_step_s"] * x["steps_per_epoch"] for x in distgnn_runs if "floor_x_step_s" in x]
     if fx:
         med = statistics.median(fx)

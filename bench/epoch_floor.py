@@ -70,6 +70,7 @@ def timed_compute(
     warmup: int = 1,
     passes: int = 1,
     again: Callable[[Any], Any] | None = None,
+    reused: list[float] | None = None,
 ) -> tuple[list[float], list[float], list[float]]:
     """Per step, the wall seconds of ``compute`` on its batch (``rebuild(step)``: made
     again with its features read, untimed) and its thread-CPU seconds: the least of
@@ -78,7 +79,9 @@ def timed_compute(
     again), and the first pass's walls alone. The first batch is first computed
     ``warmup`` times untimed (the heap and the kernels as after the epoch's warm-up
     steps). ``before_each``: called untimed right before each timed compute (a barrier,
-    so every rank computes at once)."""
+    so every rank computes at once). ``reused``: also one more compute of each batch as
+    the last pass left it (its blocks' CSRs built and kept, as a batch re-run without
+    being made again has them), its wall appended there."""
 
     def fresh(step: StepBatch, batch: Any) -> Any:
         return again(batch) if again is not None else rebuild(step)
@@ -106,6 +109,12 @@ def timed_compute(
             best_w, best_c = min(best_w, w), min(best_c, c)
         walls.append(best_w)
         cpus.append(best_c)
+        if reused is not None:
+            if before_each is not None:
+                before_each()
+            t0 = time.perf_counter()
+            compute(batch)
+            reused.append(time.perf_counter() - t0)
         del batch
     return walls, cpus, firsts
 
@@ -169,6 +178,9 @@ def timeline(ranks: Sequence[Sequence[float]]) -> dict[str, Any]:
         "make_by_rank_s": [sum(r["steps"][i]["make_s"] for i in range(n)) for r in per],
         "compute_by_rank_s": [sum(r["steps"][i]["compute_s"] for i in range(n)) for r in per],
         "slower_rank_steps": [sum(1 for w in work if w[r] == max(w)) for r in range(len(per))],
+        "step_lengths_s": lengths,
+        "make_s": [[r["steps"][i]["make_s"] for i in range(n)] for r in per],
+        "compute_s": [[r["steps"][i]["compute_s"] for i in range(n)] for r in per],
     }
 
 

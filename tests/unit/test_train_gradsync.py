@@ -64,20 +64,16 @@ def train(deferred):
                 loss.backward()
             sync.start()
             if i == 0 and ctx.rank == 0:
-                pending.append(sync.pending())  # rank 1 has not started: still waiting
                 open(flag, "w").close()  # rank 1 starts its step only after this
             sync.finish()
-            pending.append(sync.pending())  # finished: nothing pending
         opt.step()
     return [p.detach().clone() for p in m.parameters()]
 
 seen = []
-pending = []
 ddp = train(False)
 deferred = train(True)
 same = all(torch.equal(a, b) for a, b in zip(ddp, deferred))
-print(json.dumps({"rank": ctx.rank, "same": same, "seen": seen, "pending": pending}),
-      flush=True)
+print(json.dumps({"rank": ctx.rank, "same": same, "seen": seen}), flush=True)
 shutdown(ctx)
 # as `distgnn train` ends (docs/training.md "How a trainer ends"): no interpreter teardown,
 # where a gloo worker thread dropping its last reference to a finished all-reduce aborts
@@ -97,10 +93,6 @@ def test_deferred_all_reduce_gives_ddps_parameters_and_lets_the_faster_rank_work
     assert [o["same"] for o in outs] == [True, True], outs
     rank1 = next(o for o in outs if o["rank"] == 1)
     assert rank1["seen"] == [True], "rank 0 was held in its backward by rank 1"
-    rank0 = next(o for o in outs if o["rank"] == 0)
-    # pending() while the other rank has not joined the all-reduce, not once finished
-    assert rank0["pending"] == [True] + [False] * 4
-    assert rank1["pending"] == [False] * 4
 
 
 def test_a_single_trainer_keeps_its_gradients() -> None:
@@ -123,9 +115,8 @@ def test_a_single_trainer_keeps_its_gradients() -> None:
 class _Sync:
     """Records when the all-reduce starts and ends."""
 
-    def __init__(self, events: list[str], waits: tuple[bool, ...] = ()) -> None:
+    def __init__(self, events: list[str]) -> None:
         self.events = events
-        self.waits = list(waits)  # pending()'s answers, in turn (then False)
 
     def no_sync(self) -> Any:
         return contextlib.nullcontext()
@@ -135,9 +126,6 @@ class _Sync:
 
     def finish(self) -> None:
         self.events.append("finish")
-
-    def pending(self) -> bool:
-        return self.waits.pop(0) if self.waits else False
 
 
 def _made(events: list[str], n: int) -> Iterator[int]:
@@ -160,31 +148,6 @@ def test_steps_make_the_next_batch_between_the_all_reduces_start_and_finish() ->
         "step 1", "start", "made 2", "finish",
         "step 2", "start", "finish",
     ]  # fmt: skip
-
-
-def test_steps_make_batches_ahead_while_the_all_reduce_waits_the_same_pairs_in_order() -> None:
-    """While a slower trainer keeps the all-reduce waiting, the batch after the next is
-    made too (at most ``ahead`` held); the pairs come in the same order, each once."""
-    events: list[str] = []
-    # pending() is asked once the next batch is made while fewer than 2 are held: step 0's
-    # all-reduce still waits then, step 1's not, step 2's does
-    steps = Steps(_made(events, 5), _Sync(events, (True, False, True)), ahead=2)  # type: ignore[arg-type]
-    seen = []
-    for item in steps:
-        events.append(f"step {item}")
-        seen.append(item)
-        steps.sync_gradients()
-        assert len(steps.ahead) <= 2
-    assert seen == [0, 1, 2, 3, 4]
-    assert events == [
-        "made 0", "step 0", "start", "made 1", "made 2", "finish",
-        "step 1", "start", "finish",  # batch 2 already made
-        "step 2", "start", "made 3", "made 4", "finish",
-        "step 3", "start", "finish",
-        "step 4", "start", "finish",  # the end (made ahead during step 2's all-reduce)
-    ]  # fmt: skip
-    with pytest.raises(ConfigError, match="batches ahead"):
-        Steps(iter([]), ahead=0)
 
 
 def test_steps_without_a_deferred_sync_make_each_batch_when_asked() -> None:

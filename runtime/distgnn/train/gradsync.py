@@ -87,10 +87,6 @@ class DeferredGradSync:
             off += k
         self.work = dist.all_reduce(flat, async_op=True)
 
-    def pending(self) -> bool:
-        """Whether the started all-reduce is still waiting (for the other trainers)."""
-        return self.work is not None and not self.work.is_completed()
-
     def finish(self) -> None:
         """Wait for the all-reduce and write the averaged gradients back (before
         ``optimizer.step()``)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -58,11 +57,6 @@ def eval_fanouts(cfg: TrainConfig, num_nodes: int) -> list[int]:
     return [-1 if f == -1 else 2 * f for f in cfg.fanouts]
 
 
-BATCHES_AHEAD = 2
-"""With a deferred all-reduce, the most batches :class:`Steps` holds made ahead: the next
-one, and one more while the all-reduce still waits for a slower trainer."""
-
-
 class Steps:
     """An epoch's ``(batch, weight)`` pairs for a loop whose gradients may be all-reduced
     after the backward (:class:`~distgnn.train.gradsync.DeferredGradSync`). Each step::
@@ -73,27 +67,16 @@ class Steps:
         opt.step()
 
     Without a deferred sync both calls do nothing (DDP reduced inside the backward) and
-    batches are made when the loop asks for the next one. With one, the next batch is
-    made during the all-reduce, and if that still waits for a slower trainer, the batch
-    after it too (up to ``ahead`` held): a trainer with less work in a step does later
-    steps' sampling and pulls instead of idling, so over the epoch the trainers' work
-    evens out instead of every step waiting for the slower one. The same pairs in the
-    same order either way."""
+    batches are made when the loop asks for the next one."""
 
-    def __init__(
-        self, pairs: Iterator[Any], sync: DeferredGradSync | None = None, ahead: int = BATCHES_AHEAD
-    ) -> None:
-        if ahead < 1:
-            raise ConfigError(f"batches ahead: {ahead} must be >= 1")
+    def __init__(self, pairs: Iterator[Any], sync: DeferredGradSync | None = None) -> None:
         self.pairs = pairs
         self.sync = sync
-        self.max_ahead = ahead
-        # pairs made during the last steps' all-reduces, in order (None: the epoch's end)
-        self.ahead: collections.deque[Any] = collections.deque()
+        self.ahead: list[Any] = []  # the next pair, made during the last step's all-reduce
 
     def __iter__(self) -> Iterator[Any]:
         while True:
-            item = self.ahead.popleft() if self.ahead else next(self.pairs, None)
+            item = self.ahead.pop() if self.ahead else next(self.pairs, None)
             if item is None:
                 return
             yield item
@@ -108,14 +91,7 @@ class Steps:
             return
         self.sync.start()
         try:
-            if not self.ahead:
-                self.ahead.append(next(self.pairs, None))
-            while (
-                len(self.ahead) < self.max_ahead
-                and self.ahead[-1] is not None
-                and self.sync.pending()
-            ):
-                self.ahead.append(next(self.pairs, None))
+            self.ahead = [next(self.pairs, None)]
         finally:
             self.sync.finish()
 
