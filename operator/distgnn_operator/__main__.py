@@ -174,6 +174,7 @@ def setup(
         resync_seconds=args.resync_seconds,
         peering=args.peering,
         progress_seconds=args.progress_seconds,
+        namespaces=tuple(namespaces(args, dict(os.environ))),
     )
     metrics = OperatorMetrics() if args.metrics_port is not None else None
     api = KubeApi()

@@ -16,7 +16,7 @@ from typing import Any, cast
 import kopf
 
 from distgnn import contract
-from distgnn_operator import finalizer, progress
+from distgnn_operator import finalizer, peering, progress
 from distgnn_operator.kube import ApiError
 from distgnn_operator.reconcile import Emit, Key, OperatorContext, PassResult, Reconciler
 
@@ -53,6 +53,8 @@ class HandlerSettings:
     progress_seconds: float = 5.0
     """How often a running job's rank-0 progress is read (:mod:`progress`)."""
     peering: str | None = None
+    namespaces: tuple[str, ...] = ()
+    """Watched namespaces (empty: all); where the peering objects go (:mod:`peering`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -282,6 +284,23 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
         if info is not None:
             octx.api.set_credentials(info)
         return info
+
+    if hs.peering:
+        peering_name = hs.peering
+
+        @kopf.on.startup(registry=registry)
+        async def create_peering(settings: kopf.OperatorSettings, **_: Any) -> None:
+            """The peering object(s) exist before kopf's peering starts (it starts after
+            the startup handlers; so does kopf's login, hence this one's own)."""
+            info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
+                settings=settings
+            )
+            if info is not None:
+                octx.api.set_credentials(info)
+            try:
+                await peering.ensure(octx.api, peering_name, hs.namespaces)
+            except ApiError as e:
+                raise kopf.TemporaryError(str(e), delay=RETRY_SECONDS) from e
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:

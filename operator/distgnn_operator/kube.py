@@ -35,8 +35,11 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "PodGroup": ("apis/scheduling.x-k8s.io/v1alpha1", "podgroups"),
     "DistGNNJob": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "distgnnjobs"),
     "GraphServer": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "graphservers"),
+    "KopfPeering": ("apis/kopf.dev/v1", "kopfpeerings"),
+    "ClusterKopfPeering": ("apis/kopf.dev/v1", "clusterkopfpeerings"),
 }
-"""kind -> (API prefix, plural); every kind here is namespaced."""
+"""kind -> (API prefix, plural); namespaced but for :data:`CLUSTER_SCOPED`."""
+CLUSTER_SCOPED = frozenset({"ClusterKopfPeering"})
 
 
 USER_AGENT = f"distgnn-operator/{__version__}"
@@ -131,7 +134,7 @@ class ServerVersion:
 
 
 class KubeApi:
-    """Namespaced CRUD on the kinds in :data:`RESOURCES`. Create one per operator."""
+    """CRUD on the kinds in :data:`RESOURCES`. Create one per operator."""
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(10.0, timeout_s))
@@ -179,19 +182,29 @@ class KubeApi:
         if self._creds is None:
             raise ApiError(0, "not logged in yet")
         if self._session is None or self._session.closed:
+            # no Authorization here: it is set per request (:meth:`_auth`), from the
+            # credentials of kopf's latest login
             headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-            if self._creds.token:
-                headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
             conn = aiohttp.TCPConnector(ssl=self._ssl(self._creds), limit=32)
             self._session = aiohttp.ClientSession(
                 headers=headers, timeout=self._timeout, connector=conn
             )
         return self._session, self._creds
 
+    def _auth(self) -> dict[str, str]:
+        """The Authorization header of the current credentials. A service-account token
+        is short-lived (bound tokens: an hour where the API server does not extend them;
+        the kubelet rewrites the file), and kopf logs in again when its own requests get
+        401, calling :meth:`set_credentials`: a header fixed on the session at the first
+        request would keep the expired token, and every pass would fail with 401."""
+        c = self._creds
+        return {"Authorization": f"{c.scheme or 'Bearer'} {c.token}"} if c and c.token else {}
+
     def _url(self, kind: str, ns: str, name: str | None = None, sub: str | None = None) -> str:
         prefix, plural = RESOURCES[kind]
         _, c = self._sess()
-        url = f"{c.server}/{prefix}/namespaces/{quote(ns)}/{plural}"
+        where = "" if kind in CLUSTER_SCOPED else f"/namespaces/{quote(ns)}"
+        url = f"{c.server}/{prefix}{where}/{plural}"
         if name:
             url += f"/{quote(name)}"
         if sub:
@@ -209,6 +222,7 @@ class KubeApi:
         s, _ = self._sess()
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": ctype} if body is not None else {}
+        headers.update(self._auth())
         try:
             async with s.request(method, url, data=data, headers=headers, params=params) as r:
                 text = await r.text()
@@ -280,7 +294,7 @@ class KubeApi:
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj["metadata"]
-        return dict(await self._call("POST", self._url(obj["kind"], md["namespace"]), obj))
+        return dict(await self._call("POST", self._url(obj["kind"], md.get("namespace", "")), obj))
 
     async def patch(
         self, kind: str, ns: str, name: str, patch: dict[str, Any], subresource: str | None = None

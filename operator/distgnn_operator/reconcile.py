@@ -101,6 +101,14 @@ def parse_time(v: Any) -> dt.datetime | None:
         return None
 
 
+def _fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the operator sets on a child it patches: everything but the identity and the
+    status, and of the metadata only the labels."""
+    out = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+    out["metadata"] = {"labels": (obj.get("metadata") or {}).get("labels", {})}
+    return out
+
+
 def owned_by(obj: dict[str, Any], uid: str) -> bool:
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     return any(r.get("uid") == uid and r.get("controller") for r in refs)
@@ -273,16 +281,9 @@ class Reconciler:
                 emit("Normal", "Created", f"created {obj['kind']} {md['name']}")
                 changes += 1
             elif obj["kind"] not in NO_DRIFT_KINDS:
-                patch = {
-                    k: v
-                    for k, v in obj.items()
-                    if k not in ("apiVersion", "kind", "metadata", "status")
-                }
-                patch["metadata"] = {"labels": md.get("labels", {})}
-                if drift.drifted(patch, cur):
-                    await self.api.patch(
-                        obj["kind"], md["namespace"], md["name"], drift.canonicalize(patch)
-                    )
+                patch = drift.plan(_fields(obj), cur)
+                if patch is not None:
+                    await self.api.patch(obj["kind"], md["namespace"], md["name"], patch)
                     emit("Normal", "Updated", f"updated {obj['kind']} {md['name']}")
                     changes += 1
         if not prune:
@@ -310,8 +311,14 @@ class Reconciler:
             if held:
                 return False, foreign
             del self._taken[key]
+        body = drift.canonicalize(obj)
+        if obj["kind"] not in NO_DRIFT_KINDS:  # what later passes compare with (drift.plan)
+            record = drift.applied_record(_fields(obj))
+            if record is not None:
+                anns = {**(body["metadata"].get("annotations") or {}), drift.APPLIED: record}
+                body["metadata"] = {**body["metadata"], "annotations": anns}
         try:
-            await self.api.create(drift.canonicalize(obj))
+            await self.api.create(body)
         except ApiError as e:
             if e.status != 409:
                 raise

@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from distgnn.errors import ConfigError
+
 API_GROUP = "distgnn.dev"
 API_VERSION = "v1alpha1"
 
@@ -209,11 +211,19 @@ class TrainerEnv:
     def from_env(cls, env: Mapping[str, str] | None = None) -> TrainerEnv:
         e = os.environ if env is None else env
         return cls(
-            rank=int(trainer_rank(e) or "0"),
-            world_size=int(e.get(ENV_WORLD_SIZE, "1")),
+            rank=_int(ENV_RANK, trainer_rank(e) or "0"),
+            world_size=_int(ENV_WORLD_SIZE, e.get(ENV_WORLD_SIZE) or "1"),
             master_addr=e.get(ENV_MASTER_ADDR, "127.0.0.1"),
-            master_port=int(e.get(ENV_MASTER_PORT, str(RENDEZVOUS_PORT))),
+            master_port=_int(ENV_MASTER_PORT, e.get(ENV_MASTER_PORT) or str(RENDEZVOUS_PORT)),
         )
+
+
+def _int(name: str, value: str) -> int:
+    """``value`` of variable ``name`` as an int; ConfigError naming it otherwise."""
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value[:40]!r} is not an integer") from None
 
 
 def trainer_rank(env: Mapping[str, str]) -> str | None:
@@ -227,7 +237,8 @@ def trainer_rank(env: Mapping[str, str]) -> str | None:
     per_pod = env.get(ENV_TRAINERS_PER_POD)
     if not per_pod:
         return index
-    return str(int(index) * int(per_pod) + int(env.get(ENV_LOCAL_RANK) or "0"))
+    rank = _int(ENV_JOB_COMPLETION_INDEX, index) * _int(ENV_TRAINERS_PER_POD, per_pod)
+    return str(rank + _int(ENV_LOCAL_RANK, env.get(ENV_LOCAL_RANK) or "0"))
 
 
 def read_token(env: Mapping[str, str] | None = None) -> str | None:

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from distgnn import contract
+from distgnn.errors import ConfigError
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 _KOPF_INTERNAL = {"settings", "k8s_skip"}
@@ -130,6 +131,10 @@ def add_context(**fields: Any) -> None:
         h.formatter.context.update(fields)
 
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+"""The log levels ``--log-level`` and ``DISTGNN_LOG_LEVEL`` take (any case)."""
+
+
 def setup(
     level: str | None = None,
     fmt: str | None = None,
@@ -140,7 +145,10 @@ def setup(
     partition) default to the environment."""
     stream = stream or sys.stderr
     fmt = fmt or os.environ.get(contract.ENV_LOG_FORMAT) or ("text" if stream.isatty() else "json")
+    source = "--log-level" if level else contract.ENV_LOG_LEVEL
     level = (level or os.environ.get(contract.ENV_LOG_LEVEL) or "INFO").upper()
+    if level not in LEVELS:
+        raise ConfigError(f"{source}: unknown log level {level[:40]!r} (use {', '.join(LEVELS)})")
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, "_distgnn", False):

@@ -608,7 +608,8 @@ async def test_deadline_failed_job_settles(
             job_manifest(
                 "dl",
                 graph={"partitions": {"manifestURL": "s3://p/dl.json"}},
-                runPolicy={"activeDeadlineSeconds": 4, "cleanPodPolicy": policy},
+                # long enough to reach Running first on a loaded machine (4 s flaked)
+                runPolicy={"activeDeadlineSeconds": 8, "cleanPodPolicy": policy},
             )
         )
         await _running(c, "dl")
@@ -839,6 +840,76 @@ async def test_canonicalised_quantities_are_not_drift(
         await _running(c, "q")
         await assert_settled(c)
         assert not [e for e in await c.events("q") if e["reason"] == "Updated"]
+
+
+async def test_fields_taken_out_of_the_spec_leave_the_children(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """A field the user takes out of ``servers`` (a node selector, a label, a toleration, a
+    resource limit) leaves the servers' StatefulSet too. Drift compares only the fields the
+    operator sets and a merge patch keeps what it does not name, so without the record of
+    what was applied last (``distgnn.dev/applied``) such a field stayed on the pods forever.
+    What somebody else added to the child (``kubectl rollout restart``'s annotation) stays,
+    and a pass after the change writes nothing again."""
+    c = cluster
+    tpl = {
+        "nodeSelector": {"disk": "ssd", "zone": "a"},
+        "labels": {"team": "graphs", "tier": "gold"},
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        "priorityClassName": "high",
+    }
+    res = {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}}
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "rm",
+                graph={"partitions": {"manifestURL": "s3://p/rm.json"}},
+                servers={"resources": res, "podTemplate": tpl},
+            )
+        )
+        sts = await c.child("StatefulSet", "rm-server")
+        pod = sts["spec"]["template"]
+        assert pod["spec"]["nodeSelector"] == {"disk": "ssd", "zone": "a"}
+        assert pod["metadata"]["labels"]["tier"] == "gold"
+        await _running(c, "rm")
+        restarted = {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
+        await c.patch(
+            "StatefulSet",
+            "rm-server",
+            {"spec": {"template": {"metadata": {"annotations": restarted}}}},
+        )
+        await c.patch(
+            "DistGNNJob",
+            "rm",
+            {
+                "spec": {
+                    "servers": {
+                        "resources": {"limits": None},
+                        "podTemplate": {
+                            "nodeSelector": {"zone": None},
+                            "labels": {"tier": None},
+                            "tolerations": None,
+                            "priorityClassName": None,
+                        },
+                    }
+                }
+            },
+        )
+
+        async def updated() -> dict[str, Any] | None:
+            obj = await c.get("StatefulSet", "rm-server")
+            tspec = (obj or {})["spec"]["template"]["spec"]
+            return obj if "zone" not in tspec.get("nodeSelector", {}) else None
+
+        sts = await c.until("the StatefulSet follows the spec", updated, timeout=15)
+        pod = sts["spec"]["template"]
+        assert pod["spec"]["nodeSelector"] == {"disk": "ssd"}
+        assert "tier" not in pod["metadata"]["labels"]
+        assert pod["metadata"]["labels"]["team"] == "graphs"
+        assert "tolerations" not in pod["spec"] and "priorityClassName" not in pod["spec"]
+        assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "1"}}
+        assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+        await assert_settled(c)
 
 
 @pytest.mark.parametrize(("code", "hint"), [(403, "gangScheduling.enabled=true"), (404, "CRD")])

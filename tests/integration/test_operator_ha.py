@@ -6,6 +6,8 @@ expires, and a new job gets its status. A replica started later stands by rather
 preempting, and takes over when the active one stops cleanly (SIGTERM). Every process's log
 lines stay short and each logs its settings once. Without distinct priorities kopf pauses
 *every* replica of equal priority and no job ever gets a status (the defect guarded against).
+No peering object exists beforehand: the replicas create it (kopf only patches its record
+into an existing one, so without that no replica sees another and every one is active).
 """
 
 from __future__ import annotations
@@ -147,20 +149,15 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[Api, Path]]:
         declare_peering(k)
         kubeconfig = write_kubeconfig(k, tmp_path / "kubeconfig")
         a = Api(k)
-        await a.req(
-            "POST",
-            "/apis/kopf.dev/v1/clusterkopfpeerings",
-            {
-                "apiVersion": "kopf.dev/v1",
-                "kind": "ClusterKopfPeering",
-                "metadata": {"name": PEERING},
-            },
-        )
+        # no peering object: the chart ships none (a Helm hook's object is deleted and made
+        # again on every upgrade, under running replicas); each replica creates it at startup
+        assert await a.req("GET", f"/apis/kopf.dev/v1/clusterkopfpeerings/{PEERING}") is None
         yield a, kubeconfig
         # every request of every replica (kopf's peering included) is granted by the chart
         granted = operator_grants({"ha": {"enabled": True}})
         asked = {(r.group, r.resource, r.verb) for r in k.requests}
         assert ("kopf.dev", "clusterkopfpeerings", "patch") in asked
+        assert ("kopf.dev", "clusterkopfpeerings", "create") in asked
         assert not asked - granted, f"requests the chart's RBAC does not grant: {asked - granted}"
 
 

@@ -87,6 +87,12 @@ def pod_spec(spec: Obj) -> None:
     spec.setdefault("securityContext", {})
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("enableServiceLinks", True)
+    # the deprecated twin: v1 conversion reads serviceAccount when serviceAccountName is
+    # unset, and writes serviceAccountName back into it
+    if spec.get("serviceAccount") and not spec.get("serviceAccountName"):
+        spec["serviceAccountName"] = spec["serviceAccount"]
+    if spec.get("serviceAccountName"):
+        spec["serviceAccount"] = spec["serviceAccountName"]
     for c in (spec.get("initContainers") or []) + spec.get("containers", []):
         _container(c)
     for v in spec.get("volumes") or []:

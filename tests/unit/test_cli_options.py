@@ -19,7 +19,7 @@ def _subparser(name: str) -> argparse.ArgumentParser:
     return sub.choices[name]
 
 
-@pytest.mark.parametrize("command", ["partition", "generate", "inspect", "run"])
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
 def test_every_option_has_help_text(command: str) -> None:
     missing = [
         "/".join(a.option_strings) or a.dest

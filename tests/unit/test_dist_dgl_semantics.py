@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,59 @@ def test_initialize_sets_the_default_context_and_exit_client_closes_it(cora_part
     assert ctx.closed and DEFAULT.ctx is None
     with pytest.raises(ConfigError, match="initialize"):
         dd.DistGraph("cora")
+
+
+def test_dgl_standalone_mode_initialize_then_part_config(
+    cora_parts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DGL script run by hand: ``initialize(ip_config)`` with no servers loads nothing
+    (DGL returns None too), ``DistGraph(name, part_config=...)`` loads the graph."""
+    for var in ("DISTGNN_SERVERS", "DISTGNN_MANIFEST"):
+        monkeypatch.delenv(var, raising=False)
+    assert dd.initialize(None) is None
+    with pytest.raises(ConfigError, match=r"standalone mode .*DistGraph\(graph_name, part_config="):
+        dd.DistGraph("cora")
+    with pytest.raises(ConfigError, match="the partitions loaded hold graph 'cora'"):
+        dd.DistGraph("citeseer", part_config=cora_parts)
+    assert DEFAULT.ctx is None  # the refused graph's partitions were released
+    g = dd.DistGraph("cora", part_config=cora_parts)
+    assert g.num_nodes() == 2708 and DEFAULT.ctx is g.ctx
+    assert len(dd.node_split(g.ndata["train_mask"], g.get_partition_book(), force_even=True)) == 140
+    g.close()
+    with pytest.raises(ConfigError, match="needs a partition manifest"):
+        dd.initialize(None, standalone=True)
+
+
+def test_a_tensor_of_the_wrong_length_names_its_shape(ctx: dd.DistContext) -> None:
+    g = dd.DistGraph("cora")
+    policy = g.get_node_partition_policy("_N")
+    with pytest.raises(ConfigError) as ei:
+        dd.DistTensor((5, 2), torch.float32, part_policy=policy)
+    assert str(ei.value) == "DistTensor (unnamed): shape (5, 2) has 5 rows, but node~_N has 2708"
+    with pytest.raises(ConfigError, match=r"^DistTensor 'h': shape \(5,\) has 5 rows"):
+        dd.DistTensor((5,), torch.float32, "h", part_policy=policy)
+
+
+def test_ndata_of_a_typed_graph_points_at_nodes_data(hetero_parts: str) -> None:
+    with dd.DistGraph.standalone(hetero_parts) as g:
+        with pytest.raises(ConfigError, match=r"^g\.ndata: the graph has node types .*g\.nodes"):
+            g.ndata.keys()
+        with pytest.raises(ConfigError, match=r"^g\.edata: the graph has edge types .*g\.edges"):
+            g.edata.keys()
+        assert list(g.nodes["paper"].data.keys()) == ["feat"]
+
+
+def test_dgl_distributed_submodules_are_attributes() -> None:
+    """``dgl.distributed.nn.DistEmbedding`` and ``dgl.distributed.optim.SparseAdam`` after
+    ``import distgnn as dgl`` alone (a fresh interpreter: nothing imported them before)."""
+    code = (
+        "import distgnn as dgl; d = dgl.distributed; "
+        "print(d.nn.DistEmbedding.__name__, d.optim.SparseAdam.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.split() == ["DistEmbedding", "SparseAdam"], out.stderr[-2000:]
 
 
 def test_ip_config_file_lists_the_servers(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import math
 import re
 import types
@@ -163,6 +164,19 @@ def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
     return _check_scalar(tp, m, v, path, errs)
 
 
+def _closest(key: Any, names: Mapping[str, Any]) -> str | None:
+    """The known field a mistyped ``key`` most likely meant: the same name in another
+    case or spelling (``num_parts``, ``NumParts`` -> ``numParts``), else a close one."""
+    if not isinstance(key, str):
+        return None
+    flat = {n.lower(): n for n in names}
+    same = flat.get(key.replace("_", "").replace("-", "").lower())
+    if same:
+        return same
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def load(cls: Any, obj: Any, path: str, errs: _Errors) -> Any:
     """Build dataclass ``cls`` from a camelCase mapping, applying defaults and checks."""
     if not isinstance(obj, Mapping):
@@ -172,7 +186,11 @@ def load(cls: Any, obj: Any, path: str, errs: _Errors) -> Any:
     names = {json_name(f): f for f in fields}
     for k in obj:
         if k not in names:
-            errs.add(f"{path}.{_key(k)}", f"unknown field (known: {', '.join(sorted(names))})")
+            mean = _closest(k, names)
+            hint = f"did you mean {mean!r}? " if mean else ""
+            errs.add(
+                f"{path}.{_key(k)}", f"unknown field ({hint}known: {', '.join(sorted(names))})"
+            )
     th = hints(cls)
     n_before = len(errs.items)
     kwargs: dict[str, Any] = {}

@@ -5,6 +5,7 @@ one-hop distributed sampling and partitioning."""
 from typing import Any
 
 from distgnn.dataloading.dist_loader import DistEdgeDataLoader, DistNodeDataLoader
+from distgnn.distributed import nn, optim  # DGL's dgl.distributed.nn / .optim attributes
 from distgnn.distributed.context import DistContext, exit_client, initialize
 from distgnn.distributed.dataloader import DistDataLoader
 from distgnn.distributed.embedding import DistEmbedding
@@ -55,7 +56,9 @@ __all__ = [
     "load_partition",
     "load_partition_book",
     "load_partition_feats",
+    "nn",
     "node_split",
+    "optim",
     "partition_graph",
     "sample_etype_neighbors",
     "sample_neighbors",

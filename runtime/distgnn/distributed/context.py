@@ -325,9 +325,13 @@ class DefaultContext:
 
     def __init__(self) -> None:
         self.ctx: DistContext | None = None
+        self.standalone_pending = False
+        """``initialize()`` found neither servers nor a manifest: DGL's standalone mode,
+        where ``DistGraph(graph_name, part_config=...)`` loads the graph."""
 
     def set(self, ctx: DistContext) -> None:
         self.ctx = ctx
+        self.standalone_pending = False
 
     def forget(self, ctx: DistContext) -> None:
         if self.ctx is ctx:
@@ -335,6 +339,13 @@ class DefaultContext:
 
     def get(self) -> DistContext:
         if self.ctx is None or self.ctx.closed:
+            if self.standalone_pending:
+                raise ConfigError(
+                    "standalone mode (initialize() found no graph servers: "
+                    f"{contract.ENV_SERVERS} or ip_config): pass the partition manifest, "
+                    f"DistGraph(graph_name, part_config='NAME.json'), or set "
+                    f"{contract.ENV_MANIFEST}"
+                )
             raise ConfigError(
                 "no distributed context: call distgnn.distributed.initialize() first (or pass ctx=)"
             )
@@ -360,7 +371,10 @@ def read_ip_config(path: str) -> list[tuple[str, int]]:
         with open(path, encoding="utf-8") as f:
             lines = [ln.split() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
     except OSError as e:
-        raise ConfigError(f"ip_config: cannot read {path!r}: {e}") from e
+        raise ConfigError(
+            f"ip_config: cannot read {path!r}: {e} (in a DistGNN job leave ip_config out: "
+            f"the servers come from {contract.ENV_SERVERS})"
+        ) from e
     out = []
     for i, parts in enumerate(lines):
         if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
@@ -385,13 +399,16 @@ def initialize(
     request_timeout: float | None = None,
     connect_timeout: float | None = None,
     env: Mapping[str, str] | None = None,
-) -> DistContext:
+) -> DistContext | None:
     """Connect to the graph servers (DGL's signature); the context becomes the default.
 
     Servers come from ``servers``, else ``ip_config`` (DGL's file: ``IP [PORT]`` per
     line, in partition order), else ``DISTGNN_SERVERS``; the token from
     ``DISTGNN_TOKEN_FILE``/``DISTGNN_TOKEN``. Without servers, ``manifest`` (or
     ``DISTGNN_MANIFEST``) selects standalone mode (every partition in this process).
+    Without servers or a manifest this is DGL's standalone mode as a script run by hand
+    sees it: nothing is loaded and None is returned; ``DistGraph(graph_name,
+    part_config=...)`` then loads the graph (as in DGL, which returns None always).
     ``max_queue_size``, ``net_type`` and ``num_worker_threads`` are accepted for DGL
     compatibility and have no effect (DistGNN has one TCP protocol, no queues to size).
     """
@@ -430,10 +447,17 @@ def initialize(
     if standalone or not servers:
         url = manifest or e.get(contract.ENV_MANIFEST)
         if not url:
-            raise ConfigError(
-                f"no graph servers ({contract.ENV_SERVERS} or ip_config) and no manifest "
-                f"({contract.ENV_MANIFEST}) for standalone mode"
+            if standalone:
+                raise ConfigError(
+                    f"standalone mode needs a partition manifest (manifest= or "
+                    f"{contract.ENV_MANIFEST})"
+                )
+            log.info(
+                "standalone mode: no graph servers and no manifest yet; "
+                "DistGraph(graph_name, part_config=...) loads the graph"
             )
+            DEFAULT.standalone_pending = True
+            return None
         from distgnn.partition.loader import load_manifest
 
         backend = LocalBackend(url)

@@ -146,8 +146,11 @@ class DistGraph:
             ctx, own = initialize(manifest=part_config, standalone=True), True
         self.ctx = resolve_ctx(ctx)
         if graph_name is not None and graph_name != self.ctx.manifest.graph_name:
+            if own:
+                self.ctx.close()  # the partitions part_config= loaded for this graph
             raise ConfigError(
-                f"graph {graph_name!r} requested but the servers hold "
+                f"DistGraph: graph {graph_name!r} requested but the "
+                f"{'partitions loaded' if self.ctx.standalone else 'servers'} hold graph "
                 f"{self.ctx.manifest.graph_name!r}"
             )
         self.manifest = self.ctx.manifest
@@ -280,11 +283,21 @@ class DistGraph:
     @property
     def ndata(self) -> DataView:
         """Node data of the only node type (several types: use ``nodes[ntype].data``)."""
+        if len(self.ntypes) > 1:  # DGL refuses too
+            raise ConfigError(
+                f"g.ndata: the graph has node types {self.ntypes}; use "
+                "g.nodes[NTYPE].data (DGL's ndata works for one node type only)"
+            )
         return DataView(self, resolve_policy(self.ctx, "node"))
 
     @property
     def edata(self) -> DataView:
         """Edge data of the only edge type (several types: use ``edges[etype].data``)."""
+        if len(self.canonical_etypes) > 1:
+            raise ConfigError(
+                f"g.edata: the graph has edge types {self.etypes}; use "
+                "g.edges[ETYPE].data (DGL's edata works for one edge type only)"
+            )
         return DataView(self, resolve_policy(self.ctx, "edge"))
 
     @property

@@ -199,9 +199,11 @@ class DistTensor:
         self.np_dtype = np_dtype(dtype)
         self.policy = resolve_policy(ctx, part_policy, self.shape[0] if self.shape else None)
         if not self.shape or self.shape[0] != self.policy.size:
+            label = "(unnamed)" if name is None else repr(name)
+            rows = self.shape[0] if self.shape else "no"
             raise ConfigError(
-                f"DistTensor {name!r}: {self.shape[:1]} rows, but {self.policy.policy_str} "
-                f"has {self.policy.size}"
+                f"DistTensor {label}: shape {self.shape} has {rows} rows, but "
+                f"{self.policy.policy_str} has {self.policy.size}"
             )
         if name is None:
             if persistent:

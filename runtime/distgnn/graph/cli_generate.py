@@ -22,13 +22,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--group-sizes",
         default="64,2048",
-        help="nested group sizes below the communities, smallest first (CSV; '' for none)",
+        help="nested group sizes below the communities, smallest first (CSV; '' for none; "
+        "default 64,2048)",
     )
     p.add_argument(
         "--locality",
         default="0.55,0.25,0.12",
-        help="P(edge stays in its group) per group size, then the community (CSV); "
-        "'--group-sizes '' --locality 0.8' is a flat community model",
+        help="P(edge stays in its group) per group size, then the community (CSV; default "
+        "0.55,0.25,0.12); '--group-sizes '' --locality 0.8' is a flat community model",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", required=True, help="output directory")

@@ -23,6 +23,17 @@ HELP = "run a DistGNNJob or GraphServer manifest locally (processes on 127.0.0.1
 log = logging.getLogger("distgnn.local")
 
 
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds: {text!r}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("manifest", type=Path, help="DistGNNJob or GraphServer YAML")
     p.add_argument(
@@ -47,13 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ready-timeout",
-        type=float,
+        type=_seconds,
         default=300.0,
         help="seconds to wait for the graph servers to be ready (default 300)",
     )
     p.add_argument(
         "--grace",
-        type=float,
+        type=_seconds,
         default=10.0,
         help="seconds between SIGTERM and SIGKILL when stopping (default 10)",
     )

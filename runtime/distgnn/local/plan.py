@@ -218,20 +218,30 @@ def plan_from_manifest(
     )
 
 
+def _relative_hint(url: str) -> str:
+    """How a missing local path came about: relative paths are the manifest's."""
+    if "://" in url:
+        return ""
+    return " (a relative path in a manifest is resolved against the manifest's folder)"
+
+
 def prepare_partitions(plan: LocalPlan) -> str:
     """The manifest URL to serve: given, reused, or freshly partitioned."""
     if plan.manifest_url is not None:
         if not storage.exists(plan.manifest_url):
             raise ConfigError(
                 f"spec.graph.partitions.manifestURL: {storage.redact(plan.manifest_url)} "
-                "does not exist"
+                f"does not exist{_relative_hint(plan.manifest_url)}"
             )
         return plan.manifest_url
     p = plan.partitioning
     if p is None:
         raise ConfigError(f"{plan.kind} {plan.name!r} has no graph to serve")
     if not storage.exists(p.graph_url):
-        raise ConfigError(f"spec.graph.source.url: {storage.redact(p.graph_url)} does not exist")
+        raise ConfigError(
+            f"spec.graph.source.url: {storage.redact(p.graph_url)} does not exist"
+            f"{_relative_hint(p.graph_url)}"
+        )
     from distgnn.graph.io import load_graph
     from distgnn.partition.partitioner import partition_graph
 

@@ -449,7 +449,20 @@ def _termination_log(rundir: Path, name: str) -> str | None:
         text = path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
-    return text[-4000:] or None
+    return root_cause(text[-4000:]) or None
+
+
+def root_cause(text: str) -> str:
+    """A termination log as one line: ``distgnn train``'s JSON record (``error``,
+    ``message``, ``traceback``) becomes ``ERROR: MESSAGE`` (its traceback is in the
+    trainer's last log lines); any other text is kept as it is."""
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(rec, dict) and isinstance(rec.get("message"), str):
+        return f"{rec.get('error') or 'error'}: {rec['message']}"
+    return text
 
 
 def read_metrics(sup: Supervisor, rundir: Path, plan: LocalPlan) -> dict[str, Any]:

@@ -30,7 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--balance-edges", action="store_true", help="balance in-edges per part")
     p.add_argument("--halo-hops", type=int, default=1, help="halo depth (default 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the partitioner (default 0)")
-    p.add_argument("--train-mask", default="train_mask", help="node data used as train mask")
+    p.add_argument(
+        "--train-mask",
+        default="train_mask",
+        help="node data used as train mask (default train_mask)",
+    )
     p.add_argument(
         "--reuse",
         action="store_true",

@@ -79,9 +79,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--feat", default="feat", help="node feature field (default feat)")
     p.add_argument("--label", default="label", help="node label field (default label)")
-    p.add_argument("--train-mask", default="train_mask")
-    p.add_argument("--val-mask", default="val_mask")
-    p.add_argument("--test-mask", default="test_mask")
+    p.add_argument(
+        "--train-mask",
+        default="train_mask",
+        help="node field of training nodes (default train_mask)",
+    )
+    p.add_argument(
+        "--val-mask", default="val_mask", help="node field of validation nodes (default val_mask)"
+    )
+    p.add_argument(
+        "--test-mask", default="test_mask", help="node field of test nodes (default test_mask)"
+    )
     p.add_argument(
         "--num-negs",
         type=int,
@@ -120,7 +128,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--embedding-layer",
         choices=["last", "hidden"],
         default="last",
-        help="embeddings written: the last layer's output or the last hidden layer's",
+        help="embeddings written: the last layer's output (default) or the last hidden layer's",
     )
     p.add_argument(
         "--infer-batch-size",

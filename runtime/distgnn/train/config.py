@@ -17,6 +17,22 @@ TARGET_ETYPE = "--target-etype (trainers.app.targetEtype)"
 NUM_BASES = "--num-bases (trainers.app.numBases)"
 SPARSE_EMBEDDING = "--sparse-embedding (trainers.app.sparseEmbedding)"
 SPARSE_LR = "--sparse-lr (trainers.app.sparseLr)"
+FEAT = "--feat (trainers.app.feat)"
+LABEL = "--label (trainers.app.label)"
+TRAIN_MASK = "--train-mask (trainers.app.trainMask)"
+VAL_MASK = "--val-mask (trainers.app.valMask)"
+TEST_MASK = "--test-mask (trainers.app.testMask)"
+
+
+def node_fields(cfg: TrainConfig) -> dict[str, str]:
+    """Option (and manifest field) -> the node field node classification reads."""
+    return {
+        FEAT: cfg.feat,
+        LABEL: cfg.label,
+        TRAIN_MASK: cfg.train_mask,
+        VAL_MASK: cfg.val_mask,
+        TEST_MASK: cfg.test_mask,
+    }
 
 
 @dataclass

@@ -50,9 +50,28 @@ class TrainGraph:
         try:
             data = self.g.ndata[name]
         except KeyError:
-            raise ConfigError(f"node data {name!r} not found in the graph") from None
+            raise ConfigError(
+                f"node data {name!r} not found in the graph (it has: {self._have()})"
+            ) from None
         out = data[ids]
         return out if isinstance(out, torch.Tensor) else torch.as_tensor(np.asarray(out))
+
+    def field_names(self) -> list[str]:
+        """The graph's node fields (of its only node type)."""
+        return sorted(str(k) for k in self.g.ndata.keys())  # noqa: SIM118 (a DistGraph's ndata)
+
+    def _have(self) -> str:
+        return ", ".join(self.field_names()) or "no node fields"
+
+    def require(self, fields: Mapping[str, str]) -> None:
+        """ConfigError naming the option (``--feat (trainers.app.feat)``) whose node field
+        the graph lacks, and the fields it has: at start, not at the first read."""
+        have = set(self.field_names())
+        for option, name in fields.items():
+            if name not in have:
+                raise ConfigError(
+                    f"{option}: node data {name!r} not found in the graph (it has: {self._have()})"
+                )
 
     def read_all(self, name: str) -> np.ndarray:
         """All rows of a (small) node field, read in chunks."""

@@ -32,6 +32,7 @@ from distgnn.npy import ShardWriter
 from distgnn.sampling.local import LocalGraph
 from distgnn.train import checkpoint
 from distgnn.train import infer_output as fmt
+from distgnn.train.config import FEAT
 from distgnn.train.ddp import DDPContext, barrier
 from distgnn.train.graph import TrainGraph
 from distgnn.train.layerwise import (
@@ -365,6 +366,7 @@ def infer_to_storage(
     lw = layerwise(model)
     if opts.embedding_layer == "hidden" and len(lw.steps) < 2:
         raise ConfigError("--embedding-layer hidden: the model has no hidden layer")
+    tg.require({FEAT: opts.feat})
     in_feats = int(tg.read(opts.feat, torch.tensor([0])).shape[1])
     layers = getattr(model, "layers", None)
     want = getattr(layers[0], "_in_src_feats", None) if layers else None

@@ -24,7 +24,7 @@ from distgnn.log import kv
 from distgnn.nn import GraphSAGE
 from distgnn.sampling import EdgeBatcher, NeighborSampler, PairGraph
 from distgnn.sampling.loader import BatchLoader
-from distgnn.train.config import TrainConfig
+from distgnn.train.config import FEAT, TrainConfig
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import (
@@ -154,6 +154,7 @@ def homogeneous_task(
     cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_eids: np.ndarray | None
 ) -> LinkTask:
     """GraphSAGE on the graph's edges."""
+    tg.require({FEAT: cfg.feat})
     all_train, test_eids = split_edges(tg, cfg.seed)
     if train_eids is None:
         train_eids = np.array_split(all_train, ctx.world_size)[ctx.rank]

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from distgnn.log import kv
 from distgnn.sampling import NeighborSampler, NodeBatcher
 from distgnn.sampling.loader import BatchLoader
-from distgnn.train.config import TrainConfig
+from distgnn.train.config import TrainConfig, node_fields
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import (
@@ -90,6 +90,7 @@ def homogeneous_task(
     cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_ids: np.ndarray | None
 ) -> Task:
     """GraphSAGE or GAT on the graph's nodes."""
+    tg.require(node_fields(cfg))
     if train_ids is None:
         train_ids = tg.split_nodes(cfg.train_mask, ctx)
     probe = tg.read(cfg.feat, torch.tensor([0]))

@@ -82,6 +82,17 @@ def main(args: argparse.Namespace) -> int:
         pairs = np.load(io.BytesIO(storage.read_bytes(args.pairs)), allow_pickle=False)
     except ValueError as e:
         raise ConfigError(f"--pairs: {args.pairs} is not a .npy array ({e})") from e
+    from distgnn.train.infer_output import read_index
+
+    types = sorted(read_index(args.embeddings)["node_types"])
+    for flag, ntype in (("--src-type", args.src_type), ("--dst-type", args.dst_type)):
+        if ntype is not None and ntype not in types:
+            raise ConfigError(f"{flag}: node type {ntype!r} is not in the output ({types})")
+    if args.src_type is None and len(types) > 1:
+        raise ConfigError(
+            f"--src-type: the output has node types {types}: pass --src-type (and --dst-type "
+            "when column 1 is of another type)"
+        )
     src = EmbeddingTable.load(args.embeddings, args.src_type)
     dst = src if args.dst_type in (None, args.src_type) else None
     if dst is None:

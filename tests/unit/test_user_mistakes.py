@@ -1,0 +1,195 @@
+"""A new user's common mistakes end in one clear line naming what to fix (exit 2 on the
+command line), never in argparse's usage block or a traceback from deep inside."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from distgnn import cli
+from distgnn.api import parse_job
+from distgnn.contract import TrainerEnv
+from distgnn.errors import ConfigError
+from distgnn.local.runner import root_cause
+from distgnn.sampling import LocalGraph
+from distgnn.sampling.source import LocalSource
+from distgnn.train import link_prediction, node_classification
+from distgnn.train.config import TrainConfig
+from distgnn.train.ddp import init_ddp
+from distgnn.train.graph import TrainGraph
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run ``distgnn ARGV`` in-process; it must exit 2 with exactly one stderr line."""
+    with pytest.raises(SystemExit) as ei:
+        cli.main(argv)
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.strip()
+
+
+def test_a_mistyped_subcommand_names_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_error_line(capsys, ["partiton", "g.npz"])
+    assert line.startswith("distgnn: error: argument COMMAND: invalid choice: 'partiton'")
+    assert "did you mean 'partition'?" in line and "see 'distgnn --help'" in line
+
+
+def test_a_mistyped_choice_of_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_error_line(capsys, ["train", "node-clasification"])
+    assert line.startswith("distgnn train: error: argument app: invalid choice")
+    assert "did you mean 'node-classification'?" in line
+
+
+def test_a_mistyped_option_is_named_by_its_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_error_line(capsys, ["train", "node-classification", "--epohcs", "3"])
+    assert line.startswith("distgnn train: error: unrecognized arguments: --epohcs 3")
+    assert "did you mean '--epochs'?" in line and "see 'distgnn train --help'" in line
+
+
+def test_a_missing_required_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_error_line(capsys, ["partition", "g.npz", "--num-parts", "2"])
+    assert line == (
+        "distgnn partition: error: the following arguments are required: --out, --name; "
+        "see 'distgnn partition --help'"
+    )
+
+
+def _job(**trainers: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "DistGNNJob",
+        "metadata": {"name": "j"},
+        "spec": {
+            "graph": {"source": {"url": "g.npz"}},
+            "partitioning": {"num_parts": 2},
+            "trainers": {"app": {"name": "node-classification"}, **trainers},
+        },
+    }
+
+
+def test_a_mistyped_manifest_field_names_the_field_it_meant() -> None:
+    with pytest.raises(ConfigError) as ei:
+        parse_job(_job(replicaz=2))
+    msg = str(ei.value)
+    assert "spec.trainers.replicaz: unknown field (did you mean 'replicas'?" in msg
+    # snake_case for camelCase: the same name, spelled as the schema does
+    assert "spec.partitioning.num_parts: unknown field (did you mean 'numParts'?" in msg
+
+
+def test_an_unrelated_unknown_field_gets_no_guess() -> None:
+    with pytest.raises(ConfigError, match=r"spec\.trainers\.colour: unknown field \(known:"):
+        parse_job(_job(colour="red"))
+
+
+def test_a_missing_relative_dataset_says_how_it_was_resolved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's job in a checkout without ``../shared`` beside it."""
+    job = _job()
+    job["spec"]["graph"]["source"]["url"] = "../../shared/datasets/cora.npz"
+    job["spec"]["partitioning"] = {"numParts": 2}
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    path = tmp_path / "a" / "b" / "job.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    assert cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"distgnn run: error: spec.graph.source.url: {tmp_path / 'shared/datasets/cora.npz'} "
+        "does not exist (a relative path in a manifest is resolved against the manifest's "
+        "folder)"
+    )
+
+
+def _graph() -> TrainGraph:
+    rng = np.random.default_rng(0)
+    n = 60
+    src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
+    masks = {k: rng.random(n) < 0.3 for k in ("train_mask", "val_mask", "test_mask")}
+    feat = rng.random((n, 4), dtype=np.float32)
+    g = LocalGraph(src, dst, n, {"feat": feat, "label": rng.integers(0, 3, n), **masks})
+    return TrainGraph(g, LocalSource(g))
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        ("--feat (trainers.app.feat)", {"feat": "features"}),
+        ("--label (trainers.app.label)", {"label": "labels"}),
+        ("--val-mask (trainers.app.valMask)", {"val_mask": "valid_mask"}),
+    ],
+)
+def test_a_missing_node_field_names_the_option_at_start(option: str, field: dict[str, str]) -> None:
+    cfg = TrainConfig(epochs=1, fanouts=[2, 2], **field).validate()  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as ei:
+        node_classification.run(cfg, _graph(), init_ddp(TrainerEnv(0, 1, "127.0.0.1", 1)))
+    (name,) = field.values()
+    assert str(ei.value) == (
+        f"{option}: node data {name!r} not found in the graph "
+        "(it has: feat, label, test_mask, train_mask, val_mask)"
+    )
+
+
+def test_link_prediction_names_a_missing_feature_field() -> None:
+    cfg = TrainConfig(app="link-prediction", epochs=1, fanouts=[2, 2], feat="x").validate()
+    with pytest.raises(ConfigError, match=r"^--feat \(trainers\.app\.feat\): node data 'x'"):
+        link_prediction.run(cfg, _graph(), init_ddp(TrainerEnv(0, 1, "127.0.0.1", 1)))
+
+
+def test_a_trainers_json_root_cause_becomes_one_line() -> None:
+    rec = {"error": "ConfigError", "message": "--feat: no", "rank": "1", "traceback": "T\nB"}
+    assert root_cause(json.dumps(rec)) == "ConfigError: --feat: no"
+    assert root_cause("RuntimeError: plain text") == "RuntimeError: plain text"
+    assert root_cause('["not", "a record"]') == '["not", "a record"]'
+
+
+def test_output_piped_into_a_closed_reader_ends_quietly(tmp_path: Path) -> None:
+    """``distgnn inspect ... | head``: the reader goes away; no BrokenPipeError traceback."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "g.npz", src=rng.integers(0, 50, 200), dst=rng.integers(0, 50, 200))
+    argv = ["partition", str(tmp_path / "g.npz"), "--num-parts", "2", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--name", "g"]) == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distgnn.cli", "inspect", str(tmp_path / "g.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the command has written anything
+    err = proc.communicate(timeout=120)[1].decode()
+    assert proc.returncode == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_an_unknown_log_level_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = one_error_line(capsys, ["--log-level", "verbose", "inspect", "g.json"])
+    assert "argument --log-level: invalid choice: 'VERBOSE'" in line
+    monkeypatch.setenv("DISTGNN_LOG_LEVEL", "loud")
+    assert cli.main(["inspect", "g.json"]) == 2
+    assert capsys.readouterr().err == (
+        "distgnn inspect: error: DISTGNN_LOG_LEVEL: unknown log level 'LOUD' "
+        "(use DEBUG, INFO, WARNING, ERROR)\n"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--grace", "--ready-timeout"])
+def test_run_refuses_negative_or_nan_seconds(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    for bad in ("-1", "nan"):
+        line = one_error_line(capsys, ["run", "job.yaml", flag, bad])
+        assert f"argument {flag}: must be a non-negative number of seconds: '{bad}'" in line
+
+
+@pytest.mark.parametrize("var", ["RANK", "WORLD_SIZE", "MASTER_PORT", "LOCAL_RANK"])
+def test_a_non_integer_rank_variable_is_named(var: str) -> None:
+    env = {"JOB_COMPLETION_INDEX": "1", "DISTGNN_TRAINERS_PER_POD": "2", var: "x"}
+    with pytest.raises(ConfigError, match=rf"^{var}='x' is not an integer$"):
+        TrainerEnv.from_env(env)
