@@ -90,6 +90,8 @@ def main() -> None:
     ap.add_argument("--cora", default=str(DEFAULT_CORA), help="Cora in DistGNN's .npz format")
     ap.add_argument("--out", default=str(HERE / "data"), help="output folder")
     args = ap.parse_args()
+    if not Path(args.cora).is_file():
+        ap.error(f"--cora: {args.cora} does not exist (the shared datasets beside the checkout)")
     with np.load(args.cora, allow_pickle=False) as z:
         cora = {k: z[k] for k in z.files}
     out = Path(args.out)

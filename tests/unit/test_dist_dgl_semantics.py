@@ -128,6 +128,16 @@ def test_ndata_of_a_typed_graph_points_at_nodes_data(hetero_parts: str) -> None:
         assert list(g.nodes["paper"].data.keys()) == ["feat"]
 
 
+def test_dgl_0x_initialize_keywords_name_the_job_field(cora_parts: str) -> None:
+    with pytest.raises(ConfigError, match=r"^num_workers=4: .*spec\.trainers\.numSamplers"):
+        dd.initialize(None, num_workers=4, manifest=cora_parts)
+    with pytest.raises(ConfigError, match=r"^num_servers=2: .*spec\.servers\.workers"):
+        dd.initialize(None, num_servers=2, manifest=cora_parts)
+    ctx = dd.initialize(None, num_servers=1, num_workers=0, manifest=cora_parts)
+    assert ctx is not None and ctx.standalone
+    ctx.close()
+
+
 def test_dgl_distributed_submodules_are_attributes() -> None:
     """``dgl.distributed.nn.DistEmbedding`` and ``dgl.distributed.optim.SparseAdam`` after
     ``import distgnn as dgl`` alone (a fresh interpreter: nothing imported them before)."""

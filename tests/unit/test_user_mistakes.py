@@ -193,3 +193,21 @@ def test_a_non_integer_rank_variable_is_named(var: str) -> None:
     env = {"JOB_COMPLETION_INDEX": "1", "DISTGNN_TRAINERS_PER_POD": "2", var: "x"}
     with pytest.raises(ConfigError, match=rf"^{var}='x' is not an integer$"):
         TrainerEnv.from_env(env)
+
+
+def test_prepare_data_without_cora_names_the_option(tmp_path: Path, repo_root: Path) -> None:
+    script = repo_root / "examples" / "dgl" / "prepare_data.py"
+    missing = tmp_path / "cora.npz"
+    out = subprocess.run(
+        [sys.executable, str(script), "--cora", str(missing), "--out", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1] == (
+        f"prepare_data.py: error: --cora: {missing} does not exist "
+        "(the shared datasets beside the checkout)"
+    )
+    assert "Traceback" not in out.stderr

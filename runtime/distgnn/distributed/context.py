@@ -392,6 +392,8 @@ def initialize(
     num_worker_threads: int = 1,
     use_graphbolt: bool = False,
     *,
+    num_servers: int | None = None,
+    num_workers: int | None = None,
     servers: Sequence[tuple[str, int]] | str | None = None,
     token: str | None = None,
     manifest: str | None = None,
@@ -411,7 +413,20 @@ def initialize(
     part_config=...)`` then loads the graph (as in DGL, which returns None always).
     ``max_queue_size``, ``net_type`` and ``num_worker_threads`` are accepted for DGL
     compatibility and have no effect (DistGNN has one TCP protocol, no queues to size).
+    DGL 0.x's ``num_servers`` (1) and ``num_workers`` (0) are accepted at those values;
+    others are an error naming the job field that sets them.
     """
+    if num_servers not in (None, 1):
+        raise ConfigError(
+            f"num_servers={num_servers}: DistGNN runs one graph server per partition; its "
+            "worker processes are the job's spec.servers.workers"
+        )
+    if num_workers not in (None, 0):
+        raise ConfigError(
+            f"num_workers={num_workers}: sampler processes are the job's "
+            f"spec.trainers.numSamplers ({contract.ENV_NUM_SAMPLERS}), or num_samplers= on "
+            "a DistNodeDataLoader / DistEdgeDataLoader"
+        )
     if net_type not in (None, "socket", "tensorpipe"):
         raise ConfigError(f"net_type {net_type!r} is not 'socket' or 'tensorpipe'")
     if use_graphbolt:
