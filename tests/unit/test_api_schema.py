@@ -166,6 +166,54 @@ BAD = [
     (_set("spec.trainers", _DELETE), "spec.trainers: is required", True),
     (_set("metadata.name", "x" * 41), "metadata.name", False),
     (_set("kind", "Job"), "kind: must be DistGNNJob", False),
+    # labels, node selectors, annotation keys and tolerations the API server would refuse in
+    # the pods' StatefulSet or Job, on every pass (values: the CRD too; map keys: a
+    # structural schema cannot constrain them, so only the parse: InvalidSpec)
+    (
+        _set("spec.servers.podTemplate", {"labels": {"bad key": "x"}}),
+        "spec.servers.podTemplate.labels: key 'bad key' must be a Kubernetes label",
+        False,
+    ),
+    (
+        _set("spec.servers.podTemplate", {"labels": {"team": "a b"}}),
+        "spec.servers.podTemplate.labels.team: 'a b' does not match",
+        True,
+    ),
+    (
+        _set("spec.trainers.podTemplate", {"nodeSelector": {"zone": "-a"}}),
+        "spec.trainers.podTemplate.nodeSelector.zone: '-a' does not match",
+        True,
+    ),
+    (
+        _set("spec.trainers.podTemplate", {"nodeSelector": {"a/b/c": "x"}}),
+        "spec.trainers.podTemplate.nodeSelector: key 'a/b/c' must be",
+        False,
+    ),
+    (
+        _set("spec.servers.podTemplate", {"annotations": {"two words": "fine value"}}),
+        "spec.servers.podTemplate.annotations: key 'two words' must be",
+        False,
+    ),
+    (
+        _set("spec.servers.podTemplate", {"tolerations": [{"key": "a b", "operator": "Exists"}]}),
+        "0].key: 'a b' does not match",  # tolerations[0] (the harness escapes only . and ()
+        True,
+    ),
+    (
+        _set("spec.servers.podTemplate", {"tolerations": [{"key": "k", "value": "a b"}]}),
+        "0].value: 'a b' does not match",
+        True,
+    ),
+    (
+        _set("spec.servers.podTemplate", {"tolerations": [{"key": "gpu", "tolerationSeconds": 5}]}),
+        "0].effect: effect must be NoExecute when tolerationSeconds is set",
+        False,
+    ),
+    (
+        _set("spec.trainers.podTemplate", {"tolerations": [{"effect": "NoSchedule"}]}),
+        "0].operator: operator must be Exists when key is empty",
+        False,
+    ),
 ]
 
 
@@ -207,3 +255,22 @@ def test_crd_is_a_valid_customresourcedefinition(crd: dict[str, Any]) -> None:
     import kubernetes_validate
 
     kubernetes_validate.validate(crd, "1.30.0", strict=True)
+
+
+def test_kubernetes_keys_and_values_that_the_api_server_takes_pass_both() -> None:
+    """The label, annotation and toleration forms Kubernetes accepts are not refused:
+    prefixed keys, upper case in a label name, any case in an annotation key, an empty
+    label value, a toleration of every taint (empty key)."""
+    obj = copy.deepcopy(JOB)
+    obj["spec"]["servers"]["podTemplate"] = {
+        "labels": {"app.kubernetes.io/name": "Graph_Server.v1", "empty": ""},
+        "annotations": {"Example.COM/Owner": "any text: at all", "x": ""},
+        "nodeSelector": {"kubernetes.io/arch": "amd64", "node.example.com/gpu": "a" * 63},
+        "tolerations": [{"operator": "Exists"}, {"key": "", "operator": "Exists"}],
+    }
+    _validator("DistGNNJob").validate(obj)
+    tpl = parse_job(obj).spec.servers.pod_template
+    assert tpl is not None and tpl.labels == {
+        "app.kubernetes.io/name": "Graph_Server.v1",
+        "empty": "",
+    }

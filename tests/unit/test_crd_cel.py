@@ -147,6 +147,25 @@ def test_immutable_specs(kind: str, path: str, old: Obj, new: Obj, allowed: bool
 
 TWINS: list[tuple[type, str, list[Obj]]] = [
     (
+        # the API server's ValidateTolerations, which a pod template must pass
+        t.Toleration,
+        ".spec.servers.podTemplate.tolerations[]",
+        [
+            {"key": "gpu", "operator": "Exists"},
+            {"operator": "Exists"},
+            {"key": "", "operator": "Exists"},
+            {"key": "gpu", "value": "a100"},
+            {"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"},
+            {"key": "n", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            {},
+            {"key": ""},
+            {"value": "x", "operator": "Equal"},
+            {"key": "gpu", "operator": "Exists", "value": "a100"},
+            {"key": "gpu", "tolerationSeconds": 30},
+            {"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 30},
+        ],
+    ),
+    (
         t.JobGraph,
         ".spec.graph",
         [

@@ -23,6 +23,20 @@ so its name must be one too."""
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+"""A label value (also a node selector's or a toleration's value), as the API server checks
+it (apimachinery ``IsValidLabelValue``): at most 63 characters, alphanumeric at both ends."""
+QUALIFIED_NAME = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+"""A label key, a toleration's key (``IsQualifiedName``): an optional DNS subdomain prefix
+(at most 253 characters) and ``/``, then a name of at most 63."""
+ANNOTATION_KEY = (
+    r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+"""An annotation key: :data:`QUALIFIED_NAME`, any case (the API server checks it lower-cased)."""
 # An OCI image reference, as distribution/reference's ReferenceRegexp (RE2 and Python alike):
 # [host[:port]/]path[:tag][@digest], path components lower-case.
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -67,6 +81,10 @@ class Meta:
     schemes: tuple[str, ...] | None = None
     """URL schemes accepted: the CRD requires a URL with one of them; local mode also
     accepts a plain (relative or absolute) path."""
+    keys: str | None = None
+    """For a map: the pattern its keys must match (labels, annotations, a node selector).
+    Checked when parsed (the operator reports InvalidSpec), not by the CRD: a structural
+    schema cannot constrain map keys."""
     shape: str | None = None
     """For a free-form (``preserve_unknown``) field: the Kubernetes type whose known
     fields it may hold (:mod:`distgnn.api.k8s_shapes`), checked when parsed."""

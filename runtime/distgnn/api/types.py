@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from distgnn.api.fields import (
+    ANNOTATION_KEY,
     CANONICAL_ETYPE,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_NAME,
     HTTP_URL,
     IMAGE_REF,
+    LABEL_VALUE,
+    QUALIFIED_NAME,
     STORAGE_SCHEMES,
     URL_MAX,
     Quantity,
@@ -206,14 +209,41 @@ class Resources:
 class Toleration:
     """A pod toleration."""
 
-    key: str | None = fld(None, doc="Taint key.", max_length=316)
+    key: str | None = fld(
+        None, doc="Taint key (empty: every taint).", max_length=316, pattern="^$|" + QUALIFIED_NAME
+    )
     operator: str | None = fld(None, doc="Exists or Equal.", enum=("Exists", "Equal"))
-    value: str | None = fld(None, doc="Taint value.", max_length=63)
+    value: str | None = fld(None, doc="Taint value.", max_length=63, pattern=LABEL_VALUE)
     effect: str | None = fld(
         None, doc="Taint effect.", enum=("NoSchedule", "PreferNoSchedule", "NoExecute")
     )
     toleration_seconds: int | None = fld(
         None, doc="For NoExecute: seconds to stay bound.", minimum=0, maximum=2**31 - 1
+    )
+
+    # the API server's ValidateTolerations: a pod template breaking one is refused, so the
+    # servers' StatefulSet or the trainer Job could never be created
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "(has(self.key) && self.key != '') "
+            "|| (has(self.operator) && self.operator == 'Exists')",
+            "operator must be Exists when key is empty (a toleration of every taint)",
+            lambda x: bool(x.key) or x.operator == "Exists",
+            "operator",
+        ),
+        Rule(
+            "!(has(self.operator) && self.operator == 'Exists') || !has(self.value) "
+            "|| self.value == ''",
+            "value must be empty when operator is Exists",
+            lambda x: x.operator != "Exists" or not x.value,
+            "value",
+        ),
+        Rule(
+            "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "effect must be NoExecute when tolerationSeconds is set",
+            lambda x: x.toleration_seconds is None or x.effect == "NoExecute",
+            "effect",
+        ),
     )
 
 
@@ -229,9 +259,26 @@ class EnvVar:
 class PodTemplate:
     """Bounded overrides for the generated pods."""
 
-    labels: dict[str, str] | None = fld(None, doc="Extra pod labels.", max_length=63)
-    annotations: dict[str, str] | None = fld(None, doc="Extra pod annotations.", max_length=4096)
-    node_selector: dict[str, str] | None = fld(None, doc="Pod nodeSelector.", max_length=63)
+    labels: dict[str, str] | None = fld(
+        None,
+        doc="Extra pod labels (keys and values as Kubernetes labels).",
+        max_length=63,
+        pattern=LABEL_VALUE,
+        keys=QUALIFIED_NAME,
+    )
+    annotations: dict[str, str] | None = fld(
+        None,
+        doc="Extra pod annotations (keys as Kubernetes annotation keys).",
+        max_length=4096,
+        keys=ANNOTATION_KEY,
+    )
+    node_selector: dict[str, str] | None = fld(
+        None,
+        doc="Pod nodeSelector (node label keys and values).",
+        max_length=63,
+        pattern=LABEL_VALUE,
+        keys=QUALIFIED_NAME,
+    )
     tolerations: list[Toleration] | None = fld(None, doc="Pod tolerations.", max_items=32)
     affinity: dict[str, Any] | None = fld(
         None,

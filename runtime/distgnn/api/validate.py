@@ -159,9 +159,28 @@ def _load_value(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
             if not isinstance(k, str) or not k or len(k) > 253 or _BAD_CHARS.search(k):
                 errs.add(path, f"key {short(k)} must be a non-empty string of <= 253 characters")
                 continue
+            problem = _key_problem(m, k)
+            if problem:
+                errs.add(path, f"key {short(k)} {problem}")
+                continue
             out[k] = _load_value(val, m.for_items(), x, f"{path}.{k}", errs)
         return out
     return _check_scalar(tp, m, v, path, errs)
+
+
+def _key_problem(m: Meta, k: str) -> str | None:
+    """Why map key ``k`` is refused by ``m.keys`` (a Kubernetes label or annotation key),
+    else None. The API server would refuse the pods' StatefulSet or Job on every pass."""
+    if m.keys is None:
+        return None
+    prefix, _, name = k.rpartition("/")
+    if re.match(m.keys, k) and len(prefix) <= 253:
+        return None
+    return (
+        "must be a Kubernetes label or annotation key: an optional DNS subdomain prefix "
+        "and '/', then a name of at most 63 characters (letters, digits, '-', '_', '.'; "
+        f"got {short(name)})"
+    )
 
 
 def _closest(key: Any, names: Mapping[str, Any]) -> str | None:
