@@ -183,6 +183,7 @@ def child_train(
     trained: list[ef.StepBatch] = []  # what each timed step trained on (the floor's batches)
     lines: list[list[float]] = []  # each timed epoch's timeline (epoch_floor.timeline_floats)
     gc_epochs: list[list[list[float]]] = []  # rank 0's collections in each timed epoch
+    split: list[float] = []  # each timed step's sampling and pull seconds, in turn
     sync = deferred_sync(ctx, model, use_prefetch)  # DISTGNN_DEFER_ALLREDUCE, as the app
 
     # all-reduce of one gradient-sized buffer (DDP does this inside backward)
@@ -283,6 +284,7 @@ def child_train(
                     n_inputs.append(ident[2])
                     trained.append(ef.StepBatch(ident[0], ident[1], w, ident[2], ident[3]))
                     line.append([t4 - t_start, t_sample + t_fetch, t2 - t1 + t_bwd - t2 + t4 - t3])
+                    split.extend([t_sample, t_fetch])
                 if keep and len(kept) < floor_steps:
                     kept.append((x, y, blocks))
                 t_prev, c_prev = t4, c4
@@ -335,6 +337,7 @@ def child_train(
             mine += [ph_wall[ph], ph_cpu[ph], ph_runq[ph], ph_sys[ph], ph_faults[ph]]
         everyone = gather_floats(ctx, mine)
         timelines = [ef.timeline(gather_floats(ctx, line)) for line in lines]
+        step_split = gather_floats(ctx, split)  # every rank's (sampling, pull) per step
         # the pulls and the cache up to here (warm-up and timed steps; not the floors')
         cache = getattr(getattr(tg.g, "ctx", None), "feature_cache", None)
         cache_stats = dataclasses.asdict(cache.stats) if cache else None
@@ -440,6 +443,7 @@ def child_train(
                     **({"cache": cache_stats} if cache_stats else {}),
                     "timelines": timelines,
                     "gc": gc_epochs,
+                    "step_split": step_split,
                     "floor_batches": len(trained),
                     **fl,
                     **({"floor_x_step_s": floor_x} if floor_x is not None else {}),
