@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from epoch_floor import timeline_lines as ef_lines
 from summary import median_range
 
 CACHE = "/tmp/distgnn-bench"
@@ -121,17 +122,27 @@ def bench_sampling(env: dict[str, str], reps: int) -> list[tuple[int, float]]:
 
 
 def child_train(
-    steps: int, epochs: int, use_prefetch: bool, precision: str, floor_steps: int = 0
+    steps: int,
+    epochs: int,
+    use_prefetch: bool,
+    precision: str,
+    floor_steps: int = 0,
+    floor: bool = True,
+    floor_ddp: bool = False,
 ) -> None:
     """One DDP trainer. ``steps > 0``: time ``steps`` steps after 2 warm-up steps;
-    ``steps == 0``: time ``epochs`` full epochs after 2 warm-up steps. ``floor_steps``:
-    afterwards every trainer trains that many more (untimed) steps and keeps their batches;
-    rank 0 alone re-runs forward + backward + step of them (no DDP, the servers and the
-    other trainer idle): the compute floor; then every trainer at once does the same."""
+    ``steps == 0``: time ``epochs`` full epochs after 2 warm-up steps. ``floor``: the
+    compute floor of the timed steps' own batches (``epoch_floor``: each made again after
+    them, untimed, and its forward + backward + step timed), rank 0 alone (no DDP, the
+    servers and the other trainer idle), then every trainer at once (a barrier before each
+    batch); ``floor_ddp``: also through DDP. ``floor_steps`` (the earlier floor): every
+    trainer trains that many more (untimed) steps and keeps their batches, and the same is
+    measured on those (median step, 2 passes)."""
     import torch
     import torch.distributed as dist
     from torch.nn import functional as F
 
+    import epoch_floor as ef
     from cpu_account import account, snapshot, thread_times
     from distgnn.nn import GraphSAGE
     from distgnn.sampling import NeighborSampler, NodeBatcher
@@ -168,7 +179,11 @@ def child_train(
     times: list[float] = []
     epoch_times: list[float] = []
     n_inputs: list[int] = []
-    kept: list[tuple[Any, Any, Any]] = []  # batches re-run for the floor
+    kept: list[tuple[Any, Any, Any]] = []  # extra batches re-run for the earlier floor
+    trained: list[ef.StepBatch] = []  # what each timed step trained on (the floor's batches)
+    lines: list[list[float]] = []  # each timed epoch's timeline (epoch_floor.timeline_floats)
+    gc_epochs: list[list[list[float]]] = []  # rank 0's collections in each timed epoch
+    split: list[float] = []  # each timed step's sampling and pull seconds, in turn
     sync = deferred_sync(ctx, model, use_prefetch)  # DISTGNN_DEFER_ALLREDUCE, as the app
 
     # all-reduce of one gradient-sized buffer (DDP does this inside backward)
@@ -181,21 +196,41 @@ def child_train(
         ar.append(time.perf_counter() - t0)
 
     def timed_batches(loader: BatchLoader) -> Any:
+        epoch = loader.epoch  # the epoch this iter() samples
         it = iter(loader)
+        index = 0
         while True:
             t0 = time.perf_counter()
             b = next(it, None)
             if b is None:
                 return
-            yield time.perf_counter() - t0, b
+            yield time.perf_counter() - t0, (epoch, index), b
+            index += 1
 
     def load(item: Any) -> Any:
-        t_sample, (inp, out, blocks) = item
+        t_sample, key, (inp, out, blocks) = item
         t1 = time.perf_counter()
         x, y = tg.read("feat", inp).float(), tg.read("label", out).long()
-        return t_sample, time.perf_counter() - t1, x, y, blocks, int(inp.numel())
+        t_fetch = time.perf_counter() - t1
+        return t_sample, t_fetch, x, y, blocks, (*key, *ef.fingerprint(inp))
+
+    gcs: list[list[float]] = []  # the garbage collector's runs: start, seconds, generation
+    gc_t0: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_t0[:] = [time.perf_counter()]
+        elif gc_t0:
+            gcs.append([gc_t0[0], time.perf_counter() - gc_t0[0], float(info["generation"])])
+
+    import gc
+
+    gc.callbacks.append(on_gc)
 
     def run_steps(loader: BatchLoader, n: int, record: bool, keep: bool = False) -> int:
+        t_start = time.perf_counter()
+        first = -1.0
+        line: list[list[float]] = []
         src = timed_batches(loader)
         batches = prefetch(src, load) if use_prefetch else map(load, src)
         done = 0
@@ -205,8 +240,10 @@ def child_train(
             # (the app's Steps: with a deferred all-reduce, the next batch is made while
             # it waits for the other ranks, in sync_gradients)
             steps_it = Steps(padded(batches, n), sync)
-            for (t_sample, t_fetch, x, y, blocks, n_in), w in steps_it:
+            for (t_sample, t_fetch, x, y, blocks, ident), w in steps_it:
                 t1, c1 = time.perf_counter(), thread_times()
+                if first < 0:
+                    first = t1 - t_start
                 with steps_it.no_sync():
                     with autocast(cfg, x.device):
                         logits = model(blocks, x).float()
@@ -244,7 +281,10 @@ def child_train(
                         strict=True,
                     ):
                         parts[k].append(v)
-                    n_inputs.append(n_in)
+                    n_inputs.append(ident[2])
+                    trained.append(ef.StepBatch(ident[0], ident[1], w, ident[2], ident[3]))
+                    line.append([t4 - t_start, t_sample + t_fetch, t2 - t1 + t_bwd - t2 + t4 - t3])
+                    split.extend([t_sample, t_fetch])
                 if keep and len(kept) < floor_steps:
                     kept.append((x, y, blocks))
                 t_prev, c_prev = t4, c4
@@ -253,7 +293,17 @@ def child_train(
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+        if record:
+            gc_epochs.append(
+                [[a - t_start, b, g] for a, b, g in gcs if t_start <= a <= time.perf_counter()]
+            )
+            # the head's loop end and end (after the closing barrier) filled in by the caller
+            lines.append(ef.timeline_floats([first, time.perf_counter() - t_start, 0.0], line))
         return done
+
+    def mark_end(t_start: float) -> None:
+        """The last timed epoch's end (after its closing barrier), in its timeline."""
+        lines[-1][2] = time.perf_counter() - t_start
 
     with BatchLoader(tg.source, batcher, num) as loader:
         steps_per_epoch = agree_steps(ctx, len(loader))
@@ -264,8 +314,10 @@ def child_train(
         snap0 = snapshot(watched)
         if steps > 0:
             loader.set_epoch(1)
+            t0 = time.perf_counter()
             run_steps(loader, steps, record=True)
             barrier(ctx)
+            mark_end(t0)
         else:
             for e in range(epochs):
                 loader.set_epoch(1 + e)
@@ -274,6 +326,7 @@ def child_train(
                 run_steps(loader, steps_per_epoch, record=True)
                 barrier(ctx)
                 epoch_times.append(time.perf_counter() - t0)
+                mark_end(t0)
         acct = account(snap0, snapshot(watched))
         cpu = (time.process_time() - cpu0) / max(1, len(times))
         # every rank's own figures to rank 0 (a float tensor: no pickle)
@@ -283,25 +336,90 @@ def child_train(
         for ph in phases:
             mine += [ph_wall[ph], ph_cpu[ph], ph_runq[ph], ph_sys[ph], ph_faults[ph]]
         everyone = gather_floats(ctx, mine)
+        timelines = [ef.timeline(gather_floats(ctx, line)) for line in lines]
+        step_split = gather_floats(ctx, split)  # every rank's (sampling, pull) per step
+        # the pulls and the cache up to here (warm-up and timed steps; not the floors')
+        cache = getattr(getattr(tg.g, "ctx", None), "feature_cache", None)
+        cache_stats = dataclasses.asdict(cache.stats) if cache else None
+        cstats = tg.client_stats()
+        pulled = cstats.bytes_pulled if cstats else 0
         if floor_steps:
             # the floor's batches come from extra, untimed steps: holding them during the
             # timed ones keeps ~0.1 GB each from the allocator, so the timed steps would
             # page-fault fresh memory (measured: a 25-step epoch 13.1-13.3 s vs 10.8-11.8 s)
             loader.set_epoch(1 + max(1, epochs))
             run_steps(loader, floor_steps, record=False, keep=True)
-    floor = compute_floor(model, opt, cfg, kept)[0] if ctx.rank == 0 and kept else None
+
+    # the floor: the timed steps' own batches, made again (untimed), compute timed
+    def per_epoch(seconds: float) -> float:
+        """Summed over the timed steps -> per epoch (with ``steps``: extrapolated)."""
+        if steps == 0:
+            return seconds / max(1, epochs)
+        return seconds / max(1, len(trained)) * steps_per_epoch
+
+    fl: dict[str, Any] = {}
+    if floor and trained:
+
+        def rebuild(step: Any) -> Any:
+            arrays = ef.remake(batcher, tg.source, step)
+            inp, out, blocks = batcher.decode(arrays)
+            x, y = tg.read("feat", inp).float(), tg.read("label", out).long()
+            return step.weight, x, y, blocks, arrays
+
+        def again(batch: Any) -> Any:  # the blocks decoded again: no CSR built yet
+            w, x, y, _, arrays = batch
+            return w, x, y, batcher.decode(arrays)[2], arrays
+
+        def compute(module: Any) -> Any:
+            def run(batch: Any) -> None:
+                w, x, y, blocks, _ = batch
+                with autocast(cfg, x.device):
+                    logits = module(blocks, x).float()
+                loss = F.cross_entropy(logits, y) * w
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+            return run
+
+        bare = getattr(model, "module", model)
+        if ctx.rank == 0:  # rank 0 alone, the other trainer waiting in the barrier
+            # beside the earlier floor: the same batches with their CSRs kept, as it has them
+            kept_csr: list[float] | None = [] if floor_steps else None
+            lone, lone_cpu, lone1 = ef.timed_compute(
+                trained, rebuild, compute(bare), passes=FLOOR_PASSES, again=again,
+                reused=kept_csr,
+            )  # fmt: skip
+            if kept_csr:
+                fl["floor_csr_kept_epoch_s"] = per_epoch(sum(kept_csr))
+            fl.update(floor_epoch_s=per_epoch(sum(lone)), floor_step_s=statistics.median(lone),
+                      floor_epoch_cpu_s=per_epoch(sum(lone_cpu)),
+                      floor_pass1_epoch_s=per_epoch(sum(lone1)))  # fmt: skip
+        barrier(ctx)
+        # every trainer at once, a barrier before each batch: per step the slower rank
+        # (a DDP step waits for it), what the machine's cores give compute together
+        both, both_cpu, _ = ef.timed_compute(
+            trained, rebuild, compute(bare), lambda: barrier(ctx), passes=FLOOR_PASSES,
+            again=again,
+        )  # fmt: skip
+        ranks_both = gather_floats(ctx, both)
+        slower = [max(v) for v in zip(*ranks_both, strict=True)]
+        fl.update(floor_all_epoch_s=per_epoch(sum(slower)),
+                  floor_all_r0_epoch_s=per_epoch(sum(ranks_both[0])),
+                  floor_all_epoch_cpu_s=per_epoch(sum(both_cpu)))  # fmt: skip
+        barrier(ctx)
+        if floor_ddp and ctx.joined:  # through DDP: its hooks, bucket copies, all-reduce
+            ddp_t, _, _ = ef.timed_compute(
+                trained, rebuild, compute(model), lambda: barrier(ctx), passes=FLOOR_PASSES,
+                again=again,
+            )  # fmt: skip
+            fl["floor_ddp_epoch_s"] = per_epoch(sum(ddp_t))
+            barrier(ctx)
+    # the earlier floor: extra batches after the timed steps (rank 0 alone, then all at once)
+    floor_x = compute_floor(model, opt, cfg, kept)[0] if ctx.rank == 0 and kept else None
     barrier(ctx)
-    # the same, every trainer at once: what the machine's cores give compute together
-    # (2 vCPUs need not double it: they may share a physical core)
     floor_all, floor_all_cpu = compute_floor(model, opt, cfg, kept) if kept else (None, None)
     barrier(ctx)
-    # and through DDP: what its hooks, bucket copies and all-reduce add
-    floor_ddp, floor_ddp_cpu = (
-        compute_floor(model, opt, cfg, kept, ddp=True) if kept and ctx.joined else (None, None)
-    )
-    barrier(ctx)
-    cache = getattr(getattr(tg.g, "ctx", None), "feature_cache", None)
-    cstats = tg.client_stats()
     tg.close()
     shutdown(ctx)
     if ctx.rank == 0:
@@ -320,20 +438,26 @@ def child_train(
                     "trainer_cpu": cpu,
                     "prefetch": use_prefetch,
                     "deferred_allreduce": sync is not None,
-                    "pulled_bytes": cstats.bytes_pulled if cstats else 0,
+                    "pulled_bytes": pulled,
                     "account": account_json(acct, everyone, phases, times),
-                    **({"cache": dataclasses.asdict(cache.stats)} if cache else {}),
-                    **({"floor_step_s": floor} if floor is not None else {}),
-                    **({"floor_all_step_s": floor_all} if floor_all is not None else {}),
-                    **({"floor_all_cpu_s": floor_all_cpu} if floor_all_cpu is not None else {}),
-                    **({"floor_ddp_step_s": floor_ddp} if floor_ddp is not None else {}),
-                    **({"floor_ddp_cpu_s": floor_ddp_cpu} if floor_ddp_cpu is not None else {}),
+                    **({"cache": cache_stats} if cache_stats else {}),
+                    "timelines": timelines,
+                    "gc": gc_epochs,
+                    "step_split": step_split,
+                    "floor_batches": len(trained),
+                    **fl,
+                    **({"floor_x_step_s": floor_x} if floor_x is not None else {}),
+                    **({"floor_x_all_step_s": floor_all} if floor_all is not None else {}),
+                    **({"floor_x_all_cpu_s": floor_all_cpu} if floor_all_cpu is not None else {}),
                     **med,
                 }
             )
         )
 
 
+FLOOR_PASSES = 2
+"""Each floor batch's compute is timed this many times (its blocks decoded afresh each
+time), the least counted: a floor, so a pass slowed by other work is not."""
 ENV_SERVER_PIDS = "DISTGNN_BENCH_SERVER_PIDS"
 """The servers' process IDs, given to the trainers so rank 0 accounts for their CPU."""
 TRAINER_FIELDS = (
@@ -568,8 +692,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15, help="sampling repetitions")
     ap.add_argument("--method", default="metis", choices=["metis", "random"])
     ap.add_argument("--precision", default="32", choices=["32", "bf16-mixed"])
-    ap.add_argument("--floor-steps", type=int, default=5,
-                    help="batches rank 0 re-runs alone for the compute floor (0: off)")  # fmt: skip
+    ap.add_argument("--no-floor", action="store_true",
+                    help="no compute floor (by default: the timed steps' own batches made "
+                    "again after them, their forward + backward + step timed, rank 0 alone "
+                    "and every trainer at once)")  # fmt: skip
+    ap.add_argument("--floor-ddp", action="store_true",
+                    help="also the floor through DDP (every trainer at once)")  # fmt: skip
+    ap.add_argument("--floor-steps", type=int, default=0,
+                    help="the earlier floor, beside it: that many extra batches after the "
+                    "timed steps, re-run (0: off)")  # fmt: skip
     ap.add_argument(
         "--colocate",
         type=int,
@@ -598,7 +729,8 @@ def main() -> None:
         threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
         auto = a.prefetch == "auto" and not a.no_prefetch
         pf = use_prefetch(threads) if auto else a.prefetch == "on" and not a.no_prefetch
-        child_train(a.steps, a.epochs, pf, a.precision, a.floor_steps)
+        child_train(a.steps, a.epochs, pf, a.precision, a.floor_steps, not a.no_floor,
+                    a.floor_ddp)  # fmt: skip
         # the product trainers' exit (distgnn.train.finish): a native teardown race after
         # the results are printed must not turn a finished run into a failure
         from distgnn.train.finish import end_process
@@ -614,6 +746,8 @@ def main() -> None:
         a.prefetch = "off"
     extra += ["--prefetch", a.prefetch]
     extra += ["--precision", a.precision, "--floor-steps", str(a.floor_steps)]
+    extra += ["--no-floor"] if a.no_floor else []
+    extra += ["--floor-ddp"] if a.floor_ddp else []
     manifest = ensure_parts(ensure_graph(a.nodes), a.nodes, a.method)
     if a.colocate:
         compare_topologies(manifest, a, extra)
@@ -631,8 +765,8 @@ def main() -> None:
         epoch_s = ep["step_s"] * ep["steps_per_epoch"]
         how = f"EXTRAPOLATED: median step of {a.steps} x steps per epoch"
         label = "GraphSAGE epoch (s, extrapolated)"
-    n_steps = (a.steps or ep["steps_per_epoch"] * a.epochs) + 2
-    server_cpu_step = ep["server_cpu"] / n_steps
+    acct = ep["account"]  # the servers' CPU in the timed window (not the floors' remaking)
+    server_cpu_step = acct["servers_cpu_s"] / max(1, acct["steps"])
     print(
         f"bench_training: {a.nodes} nodes, 2 partitions/servers, {a.trainers} trainers "
         f"({ep['threads']} torch thread(s) each), num_samplers={a.num_samplers}, "
@@ -662,24 +796,35 @@ def main() -> None:
         ("    optimizer", f"{ep['optimizer']:.3f}", "", "", ""),
         ("  input nodes per batch", f"{ep['input_nodes']:.0f}", "", "", ""),
         ("  CPU s per step: trainer (rank 0)", f"{ep['trainer_cpu']:.3f}", "", "", ""),
-        ("  CPU s per step: both servers (approx.)", f"{server_cpu_step:.3f}", "", "", ""),
+        ("  CPU s per step: both servers", f"{server_cpu_step:.3f}", "", "", ""),
     ]  # fmt: skip
-    if "floor_step_s" in ep:
-        floor = ep["floor_step_s"] * ep["steps_per_epoch"]
-        rows.append(("compute floor x steps per epoch (s)", f"{floor:.1f}", "", "", ""))
-        rows.append(("epoch / floor", f"{epoch_s / floor:.2f}x", "", "", ""))
-    if "floor_all_step_s" in ep:
-        floor_all = ep["floor_all_step_s"] * ep["steps_per_epoch"]
-        rows.append(("floor, all trainers at once (s)", f"{floor_all:.1f}", "", "", ""))
-        rows.append(("epoch / floor all at once", f"{epoch_s / floor_all:.2f}x", "", "", ""))
+    for key, what in FLOORS:
+        if key in ep:
+            rows.append((f"{what} (s)", f"{ep[key]:.2f}", "", "", ""))
+            rows.append(("  epoch / that floor", f"{epoch_s / ep[key]:.3f}x", "", "", ""))
+    if "floor_x_step_s" in ep:
+        fx = ep["floor_x_step_s"] * ep["steps_per_epoch"]
+        rows.append((f"earlier floor ({a.floor_steps} extra batches) (s)", f"{fx:.2f}", "", "", ""))
     for batch, v in samp:
         rows.append((f"one-hop sampling, batch {batch} (seeds/s)", f"{v / 1e3:.0f}k", "", "", ""))
     for r in rows:
         print(f"{r[0]:<44} {r[1]:>12}")
+    print("the timed epochs' timelines (epoch_floor.timeline, ms), medians:")
+    for line in ef_lines(ep["timelines"]):
+        print(line)
     print("timed window's account (cpu_account: /proc, all processes):")
     for line in account_lines([account_figures(ep["account"])]):
         print(line)
 
+
+FLOORS = (
+    ("floor_epoch_s", "floor: the epoch's batches, rank 0 alone"),
+    ("floor_all_epoch_s", "floor: every trainer at once, slower rank per step"),
+    ("floor_all_r0_epoch_s", "floor: every trainer at once, rank 0's"),
+    ("floor_ddp_epoch_s", "floor: through DDP, every trainer at once"),
+)
+"""The compute floors :func:`child_train` reports (seconds per epoch, the timed steps'
+own batches; with ``--steps``, extrapolated to an epoch as the epoch is)."""
 
 TOPOLOGIES = {
     "tcp": "TCP",
@@ -721,19 +866,21 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
     def vals(topo: str, key: str) -> list[float]:
         out = []
         for r in got[topo]:
-            if key == "epoch_floor":
-                if "floor_step_s" not in r:
+            if key.startswith("epoch_floor"):  # the epoch (as measured or extrapolated) / a floor
+                fkey = key.removeprefix("epoch_")
+                if fkey not in r:
                     return []
-                out.append(r["step_s"] / r["floor_step_s"])
-            elif key == "server_cpu":
+                ep = statistics.median(r["epoch_times"]) if r["epoch_times"] else (
+                    r["step_s"] * r["steps_per_epoch"])  # fmt: skip
+                out.append(ep / r[fkey])
+            elif key == "server_cpu":  # in the timed window
+                out.append(r["account"]["servers_cpu_s"] / max(1, r["account"]["steps"]))
+            elif key == "pulled_mb":  # warm-up and timed steps
                 n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2
-                out.append(r["server_cpu"] / n)
-            elif key == "pulled_mb":
-                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2 + a.floor_steps
                 out.append(r["pulled_bytes"] / n / 1e6)
             elif key.startswith("cache_"):
                 c = r.get("cache", {})
-                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2 + a.floor_steps
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2
                 if key == "cache_hit":
                     out.append(c.get("hits", 0) / max(1, c.get("hits", 0) + c.get("misses", 0)))
                 elif key == "cache_saved_mb":
@@ -765,11 +912,13 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         ("cache hit rate (cached tensors)", "cache_hit"),
         ("MB not pulled (hits) per step", "cache_saved_mb"),
         ("cache memory (MB)", "cache_mem"),
-        ("floor step, every rank at once (s)", "floor_all_step_s"),
-        ("  its CPU (s)", "floor_all_cpu_s"),
-        ("floor step through DDP, every rank (s)", "floor_ddp_step_s"),
-        ("  its CPU (s)", "floor_ddp_cpu_s"),
-        ("epoch / floor (rank 0 alone)", "epoch_floor"),
+        ("floor per epoch, rank 0 alone (s)", "floor_epoch_s"),
+        ("floor per epoch, all at once (s)", "floor_all_epoch_s"),
+        ("  its CPU, rank 0 (s)", "floor_all_epoch_cpu_s"),
+        ("floor per epoch, through DDP (s)", "floor_ddp_epoch_s"),
+        ("earlier floor step (extra batches)", "floor_x_step_s"),
+        ("epoch / floor (rank 0 alone)", "epoch_floor_epoch_s"),
+        ("epoch / floor (all at once)", "epoch_floor_all_epoch_s"),
     ):
         if not vals(first, key):
             continue
@@ -784,6 +933,11 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
         eps = ["/".join(f"{x:.2f}" for x in r.get("epoch_times", [])) for r in got[m]]
         if any(eps):
             print(f"epoch times (s), each run: {TOPOLOGIES[m]}: {', '.join(eps)}")
+    print("the timed epochs' timelines (epoch_floor.timeline, ms), medians:")
+    for m in modes:
+        print(f" {TOPOLOGIES[m]}:")
+        for line in ef_lines([t for r in got[m] for t in r["timelines"]]):
+            print(line)
     print("timed window's account (cpu_account: /proc, all processes), medians:")
     for m in modes:
         print(f" {TOPOLOGIES[m]}:")

@@ -34,8 +34,18 @@ Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [
   256 MiB, given to DGL as ``MALLOC_*_`` tunables). DGL's distributed mode needs one private
   ``/dev/shm`` per emulated machine (a mount namespace per server and its trainer, through
   ``unshare``: root needed) and its machine ID forced, since every machine is 127.0.0.1.
-* **The floor**: forward + backward + optimizer step of batches DistGNN sampled in the same
-  run, on rank 0 alone (no DDP, servers idle, 1 thread): seconds per step x steps per epoch.
+* **The floor** (issue 17's): forward + backward + optimizer step of the same sampled
+  batches each DistGNN run's timed epoch trained on, all of them (``bench/epoch_floor.py``:
+  made again after the epoch from their epoch and index, checked against the epoch's
+  input nodes, features read untimed, only the compute timed), 1 thread: on rank 0 alone
+  (no DDP, servers and the other trainer idle), and every trainer at once (a barrier before
+  each batch; per step the slower rank's, as a DDP step waits for it); summed over the
+  epoch. ``--floor-steps N`` also measures the earlier floor (N extra batches after the
+  epoch, median x steps). DGL's epochs are divided by the median of the DistGNN runs'
+  floors; each DistGNN run by its own.
+* **The timeline** of each DistGNN epoch (``epoch_floor.timeline``): start to the first
+  batch, step 0, the median and the last step, the last step's end to the epoch's end,
+  the ranks' imbalance.
 * **Micro**: remote feature pulls (10k random IDs of the other partition, 100-dim float32)
   in GB/s, and one-hop ``sample_neighbors`` (10k random seeds, fanout 10) in seeds/s, from
   rank 0 of each system after its epochs.
@@ -61,6 +71,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from epoch_floor import timeline_lines
 from summary import value_range
 
 REPO = Path(__file__).resolve().parents[1]
@@ -385,15 +396,16 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
                 ep = statistics.median(res["epoch_times"])
                 print(f"round {r + 1} {system:17s} epoch {ep:.2f} s "
                       f"({res['steps_per_epoch']} steps/trainer)"
-                      + (f", floor {res['floor_step_s'] * res['steps_per_epoch']:.2f} s"
-                         if "floor_step_s" in res else ""), flush=True)  # fmt: skip
+                      + (f", floor {res['floor_epoch_s']:.2f} s (all at once "
+                         f"{res['floor_all_epoch_s']:.2f} s)" if "floor_epoch_s" in res else "")
+                      + (f", earlier floor {res['floor_x_step_s'] * res['steps_per_epoch']:.2f} s"
+                         if "floor_x_step_s" in res else ""), flush=True)  # fmt: skip
     d, g, t = runs["distgnn"], runs["dgl"], runs["dgl_tuned"]
     c, k = runs["distgnn_colocated"], runs["distgnn_tcp_cache"]
 
     def ep(rs: list[dict[str, Any]]) -> list[float]:
         return [statistics.median(x["epoch_times"]) for x in rs]
 
-    floor = [x["floor_step_s"] * x["steps_per_epoch"] for x in d + c + k if "floor_step_s" in x]
     steps = {x["steps_per_epoch"] for x in d + c + k + g + t}
     title = (f"Training, graph '{kind}': {sorted(steps)} steps per trainer per epoch, "
              f"{a.rounds} rounds x {a.epochs} epoch(s)")  # fmt: skip
@@ -437,23 +449,70 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
         ])  # fmt: skip
     named = [("DistGNN", d), ("TCP + cache", k), ("co-located", c), ("DGL as shipped", g),
              ("DGL tuned", t)]  # fmt: skip
-    if floor:
-        fl = statistics.median(floor)
+    print_floors(named, d + c + k, ep)
+    for n, rs in named[:3]:
+        tls = [t for x in rs for t in x.get("timelines", [])]
+        if tls:
+            print(f"\n{n}: where the epoch went (epoch_floor.timeline, medians over rounds, ms)")
+            for line in timeline_lines(tls):
+                print(line)
+            gcs = [sum(g[1] for g in ep_gc) for x in rs for ep_gc in x.get("gc", [])]
+            if gcs:
+                print(f"  rank 0's garbage collections in the epoch: {1e3 * max(gcs):.1f} ms at "
+                      "most (gc.callbacks)")  # fmt: skip
+
+
+FLOORS = (
+    ("floor_epoch_s", "rank 0 alone"),
+    ("floor_all_epoch_s", "both trainers at once (slower rank per step)"),
+)
+
+
+def print_floors(
+    named: list[tuple[str, list[dict[str, Any]]]],
+    distgnn_runs: list[dict[str, Any]],
+    ep: Any,
+) -> None:
+    """The floors (the epochs' own batches; each DistGNN run's own) and epoch / floor: a
+    DistGNN system's per run against its run's floor, DGL's against the median floor."""
+    for key, what in FLOORS:
+        fl = [x[key] for x in distgnn_runs if key in x]
+        if not fl:
+            continue
+        med = statistics.median(fl)
+        spread = (max(fl) - min(fl)) / med
+        cells = []
+        for n, rs in named:
+            if not rs or (n == "DGL as shipped" and key != "floor_epoch_s"):
+                continue
+            if n.startswith("DGL"):
+                cells.append(f"{n} {statistics.median(ep(rs)) / med:.2f}x")
+            else:
+                own = [e / x[key] for e, x in zip(ep(rs), rs, strict=True) if key in x]
+                cells.append(f"{n} {statistics.median(own):.3f}x ({value_range(own, '.3f')})")
+        print(f"\nfloor, the epoch's own batches, {what}, 1 thread: {med:.2f} s "
+              f"({value_range(fl)}, spread {100 * spread:.1f} %, {len(fl)} runs); "
+              f"epoch / floor: " + ", ".join(cells))  # fmt: skip
+    kept = [x["floor_csr_kept_epoch_s"] for x in distgnn_runs if "floor_csr_kept_epoch_s" in x]
+    if kept:
+        med = statistics.median(kept)
         print(
-            f"\nfloor (fwd+bwd+step of the same batches, rank 0 alone, 1 thread) x steps: "
-            f"{fl:.2f} s; epoch / floor: "
-            + ", ".join(f"{n} {statistics.median(ep(rs)) / fl:.2f}x" for n, rs in named if rs)
+            f"the epoch's batches re-run with their blocks' CSRs kept (as the earlier floor "
+            f"re-ran its batches), rank 0 alone, one pass: {med:.2f} s ({value_range(kept)})"
         )
-    both = [
-        x["floor_all_step_s"] * x["steps_per_epoch"] for x in d + c + k if "floor_all_step_s" in x
-    ]
-    if both:
-        fb = statistics.median(both)
-        print(f"floor with both trainers computing at once x steps: {fb:.2f} s "
-              f"({fb / statistics.median(floor):.2f}x the lone floor: what 2 cores give "
-              f"compute together); epoch / that floor: "
-              + ", ".join(f"{n} {statistics.median(ep(rs)) / fb:.2f}x"
-                          for n, rs in named if rs and n != "DGL as shipped"))  # fmt: skip
+    p1 = [x["floor_pass1_epoch_s"] for x in distgnn_runs if "floor_pass1_epoch_s" in x]
+    if p1:
+        med = statistics.median(p1)
+        print(
+            f"floor, rank 0 alone, the first pass only (no least of {2}): {med:.2f} s "
+            f"({value_range(p1)}, spread {100 * (max(p1) - min(p1)) / med:.1f} %)"
+        )
+    fx = [x["floor_x_step_s"] * x["steps_per_epoch"] for x in distgnn_runs if "floor_x_step_s" in x]
+    if fx:
+        med = statistics.median(fx)
+        print(f"earlier floor ({len(fx)} runs: extra batches after the epoch, rank 0 alone, "
+              f"median x steps): {med:.2f} s ({value_range(fx)}, spread "
+              f"{100 * (max(fx) - min(fx)) / med:.1f} %)")  # fmt: skip
 
 
 def main() -> None:
@@ -464,7 +523,8 @@ def main() -> None:
     ap.add_argument("--train-nodes", type=int, default=50_000,
                     help="training set size (50000: 25 steps per trainer)")  # fmt: skip
     ap.add_argument("--epochs", type=int, default=1, help="timed epochs per training run")
-    ap.add_argument("--floor-steps", type=int, default=5, help="batches re-run for the floor")
+    ap.add_argument("--floor-steps", type=int, default=0,
+                    help="also the earlier floor: N extra batches after the epoch")  # fmt: skip
     ap.add_argument("--parts-only", action="store_true", help="partitioning only")
     ap.add_argument("--num-parts", type=int, default=2,
                     help="METIS parts (default 2; other counts with --parts-only: training "

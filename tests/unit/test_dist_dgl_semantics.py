@@ -138,6 +138,19 @@ def test_dgl_0x_initialize_keywords_name_the_job_field(cora_parts: str) -> None:
     ctx.close()
 
 
+def test_dgl_0x_block_idioms(ctx: dd.DistContext) -> None:
+    """``blocks = [block.int().to(device) for block in blocks]`` (DGL 0.x scripts)."""
+    from distgnn.dataloading import DistNodeDataLoader, NeighborSampler
+
+    g = dd.DistGraph("cora")
+    loader = DistNodeDataLoader(g, torch.arange(8), NeighborSampler([2, 2]), batch_size=8)
+    with loader:
+        _, _, blocks = next(iter(loader))
+    moved = [b.int().to(torch.device("cpu")) for b in blocks]
+    assert [b.long().num_edges() for b in moved] == [b.num_edges() for b in blocks]
+    assert moved[0].idtype == torch.int64 and moved[0].srcdata[dd.NID].dtype == torch.int64
+
+
 def test_dgl_distributed_submodules_are_attributes() -> None:
     """``dgl.distributed.nn.DistEmbedding`` and ``dgl.distributed.optim.SparseAdam`` after
     ``import distgnn as dgl`` alone (a fresh interpreter: nothing imported them before)."""

@@ -211,3 +211,28 @@ def test_prepare_data_without_cora_names_the_option(tmp_path: Path, repo_root: P
         "(the shared datasets beside the checkout)"
     )
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["--port", "--health-port"])
+def test_serve_on_a_port_in_use_is_one_line(tmp_path: Path, flag: str) -> None:
+    import socket
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "g.npz", src=rng.integers(0, 50, 200), dst=rng.integers(0, 50, 200))
+    argv = ["partition", str(tmp_path / "g.npz"), "--num-parts", "1", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--name", "g"]) == 0
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        ports = {"--port": "0", "--health-port": "0", flag: str(port)}
+        out = subprocess.run(
+            [sys.executable, "-m", "distgnn.cli", "serve", "--manifest", str(tmp_path / "g.json"),
+             "--part-id", "0", "--insecure-no-token", "--bind", "127.0.0.1",
+             "--port", ports["--port"], "--health-port", ports["--health-port"]],
+            check=False, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("distgnn serve: error: cannot bind ") and f"{port}" in last
+    assert "Address already in use" in last and "Traceback" not in out.stderr

@@ -256,6 +256,20 @@ class Block:
         }
         return replace(self, device=torch.device(device), _cache=self._cache, _frames=moved)
 
+    @property
+    def idtype(self) -> torch.dtype:
+        """DGL's ID type: a block's IDs are int64 (``srcdata[NID]``, ``edges()``)."""
+        return torch.int64
+
+    def long(self) -> Block:
+        """DGL's ``block.long()``: this block (its IDs are int64 already)."""
+        return self
+
+    def int(self) -> Block:
+        """DGL's ``block.int()`` (``[b.int().to(dev) for b in blocks]`` in DGL 0.x
+        scripts): this block; its IDs stay int64, which every layer here takes."""
+        return self
+
     def local_var(self) -> Block:
         """A view whose data changes are not seen by this block."""
         return replace(
