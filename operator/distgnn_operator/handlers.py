@@ -280,9 +280,13 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        def again() -> kopf.ConnectionInfo | None:
+            return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+        info = again()
         if info is not None:
             octx.api.set_credentials(info)
+            octx.api.relogin = again
         return info
 
     if hs.peering:

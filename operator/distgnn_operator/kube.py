@@ -145,6 +145,10 @@ class KubeApi:
         self._version: ServerVersion | None = None
         self.on_error: Callable[[int], None] | None = None
         """Called with the status of every error answer (0: none); the metrics hook."""
+        self.relogin: Callable[[], Any] | None = None
+        """Logs in again (a kopf ConnectionInfo, or None) after a 401: set by the login
+        handler to the login it made, so a request whose token expired is sent once more
+        with the token the kubelet has rewritten into the service account's file."""
 
     def set_credentials(self, info: Any) -> None:
         """Use kopf's ConnectionInfo (called from the login handler)."""
@@ -191,6 +195,19 @@ class KubeApi:
             )
         return self._session, self._creds
 
+    def _relogin(self) -> bool:
+        """New credentials from :attr:`relogin` (kopf's login functions); True if any."""
+        if self.relogin is None:
+            return False
+        try:
+            info = self.relogin()
+        except Exception:  # no new credentials: the 401 stands
+            return False
+        if info is None:
+            return False
+        self.set_credentials(info)
+        return True
+
     def _auth(self) -> dict[str, str]:
         """The Authorization header of the current credentials. A service-account token
         is short-lived (bound tokens: an hour where the API server does not extend them;
@@ -222,10 +239,15 @@ class KubeApi:
         s, _ = self._sess()
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": ctype} if body is not None else {}
-        headers.update(self._auth())
         try:
-            async with s.request(method, url, data=data, headers=headers, params=params) as r:
-                text = await r.text()
+            for retry in (False, True):
+                headers.update(self._auth())
+                async with s.request(method, url, data=data, headers=headers, params=params) as r:
+                    text = await r.text()
+                # an expired token: log in again (the kubelet has rewritten the token file
+                # well before), once, rather than wait for kopf's next 401
+                if r.status != 401 or retry or not self._relogin():
+                    break
         except (TimeoutError, aiohttp.ClientError) as e:
             # a connection failure (or the session closed under a request while stopping):
             # an ApiError, so callers retry it or, when stopping, drop it
