@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from servers import partition_cora, running_servers
 
@@ -28,10 +29,16 @@ def test_hung_then_killed_server_gives_clear_errors(cora1: str) -> None:
         c = Connection(*srv.addrs[0], srv.token, Timeouts(request=1.5, connect=1.0))
         c.connect()
         worker = srv.ready[0]["workers"][0]
+        # the one worker the server reported ready is the one serving (none restarted)
+        serving = [w.pid for w in psutil.Process(srv.procs[0].pid).children()]
+        assert serving == [worker], srv.log_text(0)
         os.kill(worker, signal.SIGSTOP)
         try:
             with pytest.raises(RequestTimeout, match=r"did not answer PULL within"):
                 c.request(MsgType.PULL, {"name": "node/_N/feat"}, [np.arange(100)])
+        except BaseException:
+            c.close()
+            raise AssertionError(f"a stopped worker answered:\n{srv.log_text(0)}") from None
         finally:
             os.kill(worker, signal.SIGCONT)
         # the connection is re-opened after the timeout and works again
