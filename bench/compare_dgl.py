@@ -504,7 +504,7 @@ def print_floors(
     if p1:
         med = statistics.median(p1)
         print(
-            f"floor, rank 0 alone, the first pass only (no least of {2}): {med:.2f} s "
+            f"floor, rank 0 alone, the first pass only (not the lesser of two): {med:.2f} s "
             f"({value_range(p1)}, spread {100 * (max(p1) - min(p1)) / med:.1f} %)"
         )
     fx = [x["floor_x_step_s"] * x["steps_per_epoch"] for x in distgnn_runs if "floor_x_step_s" in x]
