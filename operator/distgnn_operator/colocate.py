@@ -117,7 +117,9 @@ def colocated_trainer_children(
             ps.pod_name_env(),
             *ps.credential_env(spec.storage),
         ]
-        c = d.trainer_container(job, ctx, "trainer" if j == 0 else f"trainer-{j}", envl)
+        c = d.trainer_container(
+            job, ctx, d.TRAINER_CONTAINER if j == 0 else f"{d.TRAINER_CONTAINER}-{j}", envl
+        )
         if j == 0:
             c["ports"] = d.rendezvous_ports()
             mon.trainer_endpoints(c, pmeta, spec.monitoring.metrics)

@@ -25,6 +25,8 @@ from distgnn_operator.podspec import DesiredContext
 API_VERSION = f"{contract.API_GROUP}/{contract.API_VERSION}"
 ANN_RESTARTS = f"{contract.LABEL_PREFIX}/restarts"
 ANN_TOKEN_HASH = f"{contract.LABEL_PREFIX}/token-hash"
+TRAINER_CONTAINER = "trainer"
+"""The trainer container of a trainer pod (a co-located pod's others: ``trainer-1``, ...)."""
 """On the server pod template: a new token Secret changes it, so the servers roll."""
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -391,7 +393,7 @@ def trainer_children(
     )
     envl = ps.env_list({"HOME": "/tmp", contract.ENV_LOG_FORMAT: "json", **env})
     envl = [*envl, ps.pod_name_env(), *ps.credential_env(spec.storage)]
-    c = trainer_container(job, ctx, "trainer", envl)
+    c = trainer_container(job, ctx, TRAINER_CONTAINER, envl)
     c["ports"] = rendezvous_ports()
     pod = _pod([c], [ps.token_volume(token_secret_name)], "Never", ctx)
     pod["subdomain"] = n["trainers"]

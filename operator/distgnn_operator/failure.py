@@ -10,7 +10,9 @@ What a message can hold (``terminationMessagePolicy: FallbackToLogsOnError``):
 
 :func:`summarize` gives ``(summary, detail)``: ``summary`` is one line for the ``Failed``
 condition (``RuntimeError: CUDA out of memory``), ``detail`` the traceback or log tail for
-an Event. Pure; table-tested.
+an Event. :attr:`PodFailure.exit_code` is the failed container's exit status; a trainer's
+:data:`~distgnn.contract.EXIT_CONFIG_ERROR` makes the failure permanent (no restart).
+Pure; table-tested.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from distgnn import contract
 
 SUMMARY_MAX = 300
 DETAIL_MAX = 1000
@@ -36,6 +40,13 @@ class PodFailure:
     detail: str = ""
     rank: str | None = None
     finished_at: str = ""
+    exit_code: int | None = None
+
+    @property
+    def config_error(self) -> bool:
+        """Whether the container exited with the configuration-error status (2): a
+        trainer's mistake that a restart cannot cure."""
+        return contract.is_config_error_exit(self.exit_code)
 
     def headline(self) -> str:
         """``summary (rank R, pod NAME)``: the condition message's cause part."""
@@ -104,13 +115,25 @@ def summarize(
     return one_line(line), tail(text)
 
 
-def terminated(pod: dict[str, Any]) -> dict[str, Any]:
-    """The first terminated container state of a pod ({} when none)."""
+def is_container(name: str, base: str) -> bool:
+    """Whether container ``name`` is ``base`` or one of its numbered siblings
+    (``trainer``, ``trainer-1``: the trainers of a co-located pod)."""
+    return name == base or (name.startswith(base + "-") and name[len(base) + 1 :].isdigit())
+
+
+def terminated(pod: dict[str, Any], container: str | None = None) -> dict[str, Any]:
+    """The first terminated container state of a pod ({} when none): a failed one first;
+    with ``container``, only that container and its numbered siblings count (not an
+    injected sidecar; init containers never do)."""
+    found = []
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if container is not None and not is_container(str(cs.get("name") or ""), container):
+            continue
         term = (cs.get("state") or {}).get("terminated")
         if term:
-            return dict(term)
-    return {}
+            found.append(dict(term))
+    failed = [t for t in found if t.get("exitCode") not in (None, 0)]
+    return (failed or found or [{}])[0]
 
 
 def pod_rank(pod: dict[str, Any]) -> str | None:
@@ -123,15 +146,21 @@ def pod_rank(pod: dict[str, Any]) -> str | None:
     return None
 
 
-def first_failure(pods: list[dict[str, Any]]) -> PodFailure | None:
-    """The pod that failed first (earliest ``finishedAt``; then lowest rank), summarised.
+def _exit_code(term: dict[str, Any]) -> int | None:
+    code = term.get("exitCode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def first_failure(pods: list[dict[str, Any]], container: str | None = None) -> PodFailure | None:
+    """The pod that failed first (earliest ``finishedAt``; then lowest rank), summarised;
+    ``container``: the container to read (see :func:`terminated`).
 
     When one DDP rank dies the others fail soon after with connection errors: the first
     failure is the root cause.
     """
     found: list[PodFailure] = []
     for pod in pods:
-        term = terminated(pod)
+        term = terminated(pod, container)
         if term.get("exitCode") in (None, 0):
             continue
         summary, detail = summarize(term.get("message"), term.get("reason"), term.get("exitCode"))
@@ -142,6 +171,7 @@ def first_failure(pods: list[dict[str, Any]]) -> PodFailure | None:
                 detail=detail,
                 rank=pod_rank(pod),
                 finished_at=str(term.get("finishedAt") or ""),
+                exit_code=_exit_code(term),
             )
         )
     if not found:

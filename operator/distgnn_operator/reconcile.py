@@ -504,7 +504,8 @@ class Reconciler:
         metrics = None
         if tstate in ("succeeded", "failed"):
             tfail, metrics = await self._trainer_outcome(ns, n["trainers"])
-        if tstate == "failed" and restarts < rp.backoff_limit:
+        config_error = tfail is not None and tfail.config_error
+        if tstate == "failed" and restarts < rp.backoff_limit and not config_error:
             restarting = True
             restarts += 1
             cause = tfail.headline() if tfail else "no message"
@@ -539,6 +540,7 @@ class Reconciler:
             trainers_failed=int(tst.get("failed") or 0),
             trainers_ready=int(tst["ready"]) if tst.get("ready") is not None else None,
             failure_message=tfail.headline() if tfail else "",
+            config_error=config_error,
             restarts=restarts,
             backoff_limit=rp.backoff_limit,
             restarting=restarting,
@@ -726,10 +728,10 @@ class Reconciler:
         pods = await self.api.list("Pod", ns, {"job-name": job_name})
         metrics = None
         for pod in pods:
-            term = f.terminated(pod)
+            term = f.terminated(pod, d.TRAINER_CONTAINER)
             if f.pod_rank(pod) == "0" and term.get("exitCode") == 0:
                 metrics = parse_metrics(term.get("message"))
-        return f.first_failure(pods), metrics
+        return f.first_failure(pods, d.TRAINER_CONTAINER), metrics
 
     # --- graph servers -----------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from distgnn import contract
 from distgnn.api.types import MAX_ATTACHED_JOBS
 
 TERMINAL = ("Succeeded", "Failed")
@@ -26,6 +27,7 @@ class Reason:
     TRAINERS_RUNNING = "TrainersRunning"
     RESTARTING = "TrainerGroupRestarting"
     BACKOFF = "BackoffLimitExceeded"
+    CONFIG_ERROR = "TrainerConfigError"
     DEADLINE = "DeadlineExceeded"
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
@@ -77,6 +79,8 @@ class JobObservation:
     trainers_ready: int | None = None
     """pods running (batch Job ``status.ready``); None: not reported, ``active`` is used"""
     failure_message: str = ""
+    config_error: bool = False
+    """the failed trainer exited with the configuration-error status (2): not restarted"""
     restarts: int = 0
     backoff_limit: int = 3
     restarting: bool = False
@@ -133,6 +137,15 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
         return "Succeeded", Reason.SUCCEEDED, "all trainers succeeded"
     if o.deadline_exceeded:
         return "Failed", Reason.DEADLINE, "activeDeadlineSeconds exceeded"
+    if o.trainer_job == "failed" and not o.restarting and o.config_error:
+        return (
+            "Failed",
+            Reason.CONFIG_ERROR,
+            (
+                f"trainer group failed with a configuration error (exit code "
+                f"{contract.EXIT_CONFIG_ERROR}), not retried: {o.failure_message}"
+            ).rstrip(": "),
+        )
     if o.trainer_job == "failed" and not o.restarting:
         return (
             "Failed",

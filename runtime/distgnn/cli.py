@@ -8,7 +8,8 @@ never as a traceback; so is a mistyped command line (an unknown subcommand, choi
 option: one line with the closest valid name, not argparse's usage block). A module
 that sets ``END_PROCESS = True`` (``train``) ends the process itself when it is the
 process's entry (``main()`` reading ``sys.argv``: the ``distgnn`` command,
-``python -m distgnn.cli``): see :mod:`distgnn.train.finish`.
+``python -m distgnn.cli``): see :mod:`distgnn.train.finish`. A module with
+``error_status(error) -> int`` (``train``) picks the exit status of its errors.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from distgnn import __version__
+from distgnn import __version__, contract
 from distgnn import log as dlog
 from distgnn.errors import DistGNNError
 
@@ -147,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
     except DistGNNError as e:
         logging.getLogger("distgnn").debug("error", exc_info=True)
         print(f"distgnn {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        status = getattr(args._module, "error_status", None)
+        return int(status(e)) if status is not None else contract.EXIT_CONFIG_ERROR
     except KeyboardInterrupt:
         print(f"distgnn {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -168,6 +168,22 @@ ANN_SCRAPE = "prometheus.io/scrape"
 ANN_SCRAPE_PORT = "prometheus.io/port"
 ANN_SCRAPE_PATH = "prometheus.io/path"
 
+
+# --- exit statuses ---------------------------------------------------------------
+EXIT_CONFIG_ERROR = 2
+"""A user's mistake: the CLI printed one ``distgnn CMD: error: ...`` line. From a trainer
+(``distgnn train``) it means a mistake in the job's configuration only (see
+:func:`distgnn.train.cli.error_status`): the operator and ``distgnn run`` fail the job at
+once instead of restarting the trainer group, as retrying cannot help."""
+EXIT_FAILURE = 1
+"""Any other failure; a trainer's is retried up to ``runPolicy.backoffLimit`` times."""
+
+
+def is_config_error_exit(code: object) -> bool:
+    """Whether a trainer's exit status means a configuration mistake (never retried)."""
+    return isinstance(code, int) and not isinstance(code, bool) and code == EXIT_CONFIG_ERROR
+
+
 TERMINATION_LOG_PATH = "/dev/termination-log"
 TOKEN_MOUNT_DIR = "/var/run/distgnn/token"
 TOKEN_KEY = "token"

@@ -75,4 +75,10 @@ class TensorError(DistGNNError, ValueError):
 
 
 class JobFailed(DistGNNError, RuntimeError):
-    """A local job failed; the message names the failing process and its cause."""
+    """A local job failed; the message names the failing process and its cause.
+    ``exit_status`` is ``distgnn run``'s: 2 when a trainer's configuration error failed
+    it, else 1."""
+
+    def __init__(self, message: str, exit_status: int = 1) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status

@@ -285,6 +285,32 @@ def test_crashing_trainer_fails_the_run_cleanly(cora_parts: Path, tmp_path: Path
     assert_clean(res)
 
 
+def test_a_trainers_configuration_error_is_not_retried(cora_parts: Path, tmp_path: Path) -> None:
+    """A trainer's exit 2 (a wrong ``trainers.app.feat``) fails the job after one attempt,
+    whatever ``backoffLimit`` allows, and ``distgnn run`` exits 2 naming the cause."""
+    obj = {
+        "apiVersion": "distgnn.dev/v1alpha1",
+        "kind": "DistGNNJob",
+        "metadata": {"name": "wrongfeat"},
+        "spec": {
+            "graph": {"partitions": {"manifestURL": str(cora_parts)}},
+            "trainers": {
+                "replicas": 1,
+                "app": {"name": "node-classification", "epochs": 1, "feat": "features"},
+            },
+            "runPolicy": {"backoffLimit": 2},
+        },
+    }
+    manifest = write_manifest(tmp_path / "wrongfeat.yaml", obj)
+    res = run(manifest, out_dir=tmp_path / "logs", timeout=240)
+    assert res.rc == 2, res.stderr[-3000:]
+    assert "not retried: a trainer exited with 2 (a configuration error)" in res.stderr
+    assert "ConfigError: --feat (trainers.app.feat)" in res.stderr
+    assert "restarting" not in res.stderr
+    assert res.stderr.count("starting trainers") == 1
+    assert_clean(res)
+
+
 def test_killed_trainer_fails_the_run_cleanly(cora_parts: Path, tmp_path: Path) -> None:
     sleeper = """
         import os, time

@@ -428,6 +428,45 @@ async def test_restart_then_backoff_limit(
         assert "NaN loss" in failed["message"]
 
 
+async def test_a_trainers_configuration_error_fails_the_job_without_a_restart(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """A trainer container's exit code 2 (``distgnn train``'s configuration error) fails the
+    job at once although backoffLimit allows restarts; a finished job then writes nothing."""
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "cfg",
+                graph={"partitions": {"manifestURL": "s3://p/cfg.json"}},
+                runPolicy={"backoffLimit": 3},
+            )
+        )
+        await _servers_ready(c, "cfg-server", 2)
+        first = await c.child("Job", "cfg-trainers")
+        msg = "distgnn train: error: --feat (trainers.app.feat): the graph has no node field"
+        await c.create(_pod("cfg-trainers-0-x", "cfg-trainers", 0, 2, msg))
+        await c.patch(
+            "Job",
+            "cfg-trainers",
+            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
+            "status",
+        )
+        st = await c.phase("DistGNNJob", "cfg", "Failed")
+        failed = cond(st, "Failed")
+        assert failed["reason"] == "TrainerConfigError"
+        assert "configuration error (exit code 2), not retried" in failed["message"]
+        assert "--feat (trainers.app.feat)" in failed["message"]
+        assert st.get("restarts", 0) == 0
+        job = await c.get("Job", "cfg-trainers")
+        assert job is not None and job["metadata"]["uid"] == first["metadata"]["uid"]
+        ev = await c.event("cfg", "TrainerConfigError")
+        assert ev["type"] == "Warning" and "not retried" in ev["message"]
+        assert (await c.event("cfg", "PodFailed"))["message"].endswith(msg)
+        assert all(e["reason"] != "TrainerGroupRestarting" for e in await c.events("cfg"))
+        await assert_settled(c)
+
+
 async def test_suspend_and_resume(cluster: Cluster, operator_args: argparse.Namespace) -> None:
     c = cluster
     async with Operator(operator_args):

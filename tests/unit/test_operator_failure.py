@@ -111,3 +111,46 @@ def test_first_failure_is_the_earliest_failed_pod() -> None:
     assert fail is not None and fail.pod == "t-1" and fail.rank == "1"
     assert fail.headline() == "RuntimeError: CUDA out of memory on rank 1 (rank 1, pod t-1)"
     assert first_failure([pods[2]]) is None
+
+
+def _containers(*statuses: tuple[str, int | None]) -> dict[str, Any]:
+    """A trainer pod (rank 0) whose containers have these (name, exit code); None: running."""
+    css = []
+    for name, code in statuses:
+        state = {"running": {}} if code is None else {"terminated": {"exitCode": code}}
+        css.append({"name": name, "state": state})
+    init = [{"name": "server", "state": {"terminated": {"exitCode": 2}}}]
+    return {
+        "metadata": {"name": "t-0", "labels": {"batch.kubernetes.io/job-completion-index": "0"}},
+        "status": {"containerStatuses": css, "initContainerStatuses": init},
+    }
+
+
+@pytest.mark.parametrize(
+    ("statuses", "code", "config_error"),
+    [
+        ([("trainer", 2)], 2, True),  # `distgnn train`'s configuration error
+        ([("trainer", 1)], 1, False),  # any other failure: retried
+        ([("trainer", 137)], 137, False),  # killed (OOM): retried
+        ([("trainer", 0), ("trainer-1", 2)], 2, True),  # a co-located pod's second trainer
+        ([("istio-proxy", 2), ("trainer", 1)], 1, False),  # a sidecar's status does not count
+        ([("istio-proxy", 2), ("trainer", None)], None, False),
+    ],
+)
+def test_the_failed_trainer_containers_exit_code(
+    statuses: list[tuple[str, int | None]], code: int | None, config_error: bool
+) -> None:
+    fail = first_failure([_containers(*statuses)], "trainer")
+    if code is None:
+        assert fail is None
+        return
+    assert fail is not None and fail.exit_code == code and fail.config_error is config_error
+
+
+def test_exit_code_without_a_container_name_and_of_a_malformed_status() -> None:
+    fail = first_failure([_pod("t-0", 0, 2, "ConfigError: --feat: no", "")])
+    assert fail is not None and fail.exit_code == 2 and fail.config_error
+    pod = _pod("t-0", 0, 1, "x", "")
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = "2"
+    fail = first_failure([pod])
+    assert fail is not None and fail.exit_code is None and not fail.config_error

@@ -12,6 +12,7 @@ from distgnn_operator.status import (
     Reason,
     graphserver_status,
     graphserver_terminating,
+    job_phase,
     job_status,
     transition_event,
 )
@@ -48,6 +49,7 @@ TABLE = [
     (obs(trainer_job="succeeded", trainers_active=0), "Succeeded", Reason.SUCCEEDED),
     (obs(trainer_job="failed", restarting=True, restarts=1), "Starting", Reason.RESTARTING),
     (obs(trainer_job="failed", restarts=3), "Failed", Reason.BACKOFF),
+    (obs(trainer_job="failed", config_error=True), "Failed", Reason.CONFIG_ERROR),
     (obs(deadline_exceeded=True), "Failed", Reason.DEADLINE),
     (obs(suspended=True, trainer_job="absent"), "Suspended", Reason.SUSPENDED),
     (obs(waiting_for_graphserver="gs", partition_needed=False), "Pending", Reason.WAITING_GS),
@@ -189,3 +191,15 @@ def test_graphserver_missing_credentials_named() -> None:
     st = graphserver_status(o, None, "t")
     ready = {c["type"]: c for c in st["conditions"]}["ServersReady"]
     assert ready["reason"] == Reason.CREDENTIALS_MISSING and "s3-creds" in ready["message"]
+
+
+def test_a_configuration_error_says_it_was_not_retried() -> None:
+    o = obs(
+        trainer_job="failed", config_error=True, failure_message="ConfigError: --feat (pod t-0)"
+    )
+    phase, reason, msg = job_phase(o)
+    assert (phase, reason) == ("Failed", "TrainerConfigError")
+    assert msg == (
+        "trainer group failed with a configuration error (exit code 2), not retried: "
+        "ConfigError: --feat (pod t-0)"
+    )

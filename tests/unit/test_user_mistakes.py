@@ -16,7 +16,7 @@ import yaml
 from distgnn import cli
 from distgnn.api import parse_job
 from distgnn.contract import TrainerEnv
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, RequestTimeout, ServerUnavailable
 from distgnn.local.runner import root_cause
 from distgnn.sampling import LocalGraph
 from distgnn.sampling.source import LocalSource
@@ -236,3 +236,30 @@ def test_serve_on_a_port_in_use_is_one_line(tmp_path: Path, flag: str) -> None:
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("distgnn serve: error: cannot bind ") and f"{port}" in last
     assert "Address already in use" in last and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (ConfigError("--feat (trainers.app.feat): no such node field"), 2),
+        (ServerUnavailable("graph server 127.0.0.1:1 is gone"), 1),
+        (RequestTimeout("no answer in 30s"), 1),
+    ],
+)
+def test_a_trainer_exits_2_only_for_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: Exception,
+    status: int,
+) -> None:
+    """Exit 2 from ``distgnn train`` is never retried, so a lost server or a timeout (which
+    a restart can cure) exits 1; both are one line."""
+    from distgnn.train import cli as train_cli
+
+    def fail(args: Any) -> int:
+        raise error
+
+    monkeypatch.setattr(train_cli, "_run", fail)
+    monkeypatch.delenv("DISTGNN_TERMINATION_LOG", raising=False)
+    assert cli.main(["train", "node-classification"]) == status
+    assert capsys.readouterr().err == f"distgnn train: error: {error}\n"

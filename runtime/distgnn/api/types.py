@@ -694,7 +694,13 @@ class RunPolicy:
     """Lifecycle policy, as in Kubeflow training jobs."""
 
     backoff_limit: int = fld(
-        3, doc="Restarts of the trainer group before Failed.", minimum=0, maximum=100
+        3,
+        doc=(
+            "Restarts of the trainer group before Failed. A trainer's exit code 2 "
+            "(a configuration error) is never retried."
+        ),
+        minimum=0,
+        maximum=100,
     )
     active_deadline_seconds: int | None = fld(
         None, doc="Fail the job after this many seconds.", minimum=1, maximum=2**31 - 1

@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
             metrics = run_job(plan, ctx)
         except JobFailed as e:
             print(f"distgnn run: job failed: {e}", file=sys.stderr)
-            return 1
+            return e.exit_status
     if plan.output_url:  # where inference wrote (trainers ran in the manifest's folder)
         metrics["output_url"] = plan.output_url
         log.info("inference output", extra={"fields": {"url": storage.redact(plan.output_url)}})

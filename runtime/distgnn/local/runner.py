@@ -350,7 +350,9 @@ def run_trainers(
     ports: PortAllocator,
     deadline: Deadline,
 ) -> dict[str, Any]:
-    """Run the trainer group, restarting it up to ``backoff_limit`` times; return metrics."""
+    """Run the trainer group, restarting it up to ``backoff_limit`` times; return metrics.
+
+    A trainer's exit status 2 (a configuration error) fails the job at once: no restart."""
     server_names = [n for n in sup.procs if n.startswith("server-")]
     attempt = 0
     while True:
@@ -374,9 +376,15 @@ def run_trainers(
         if failure is None:
             return read_metrics(sup, rundir, plan)
         sup.stop(names, grace=ctx.grace)
+        suffix = f" after {attempt + 1} attempts" if attempt else ""
+        if contract.is_config_error_exit(failure.exit_code):
+            raise JobFailed(
+                f"job {plan.name!r} failed{suffix}, not retried: a trainer exited with "
+                f"{contract.EXIT_CONFIG_ERROR} (a configuration error): {failure.text}",
+                exit_status=contract.EXIT_CONFIG_ERROR,
+            )
         if attempt >= plan.backoff_limit:
-            suffix = f" after {attempt + 1} attempts" if attempt else ""
-            raise JobFailed(f"job {plan.name!r} failed{suffix}: {failure}")
+            raise JobFailed(f"job {plan.name!r} failed{suffix}: {failure.text}")
         attempt += 1
         log.warning(
             "trainer group failed; restarting (runPolicy.backoffLimit)",
@@ -388,6 +396,14 @@ def run_trainers(
         )
 
 
+@dataclass(frozen=True)
+class TrainerFailure:
+    """The first trainer that failed: the failure text and its exit status."""
+
+    text: str
+    exit_code: int | None
+
+
 def _watch(
     sup: Supervisor,
     ctx: RunContext,
@@ -396,8 +412,8 @@ def _watch(
     rundir: Path,
     deadline: Deadline,
     progress: ProgressWatch | None = None,
-) -> str | None:
-    """Wait for the trainers; None when all succeeded, else the failure text.
+) -> TrainerFailure | None:
+    """Wait for the trainers; None when all succeeded, else the first failure.
 
     The first status line is logged at once, so even a run that ends at its first
     check (a deadline already spent while starting) shows where it stood."""
@@ -432,7 +448,8 @@ def _watch(
                 describe_exit(p.poll()),
                 extra=kv(process=p.name),
             )
-            return failure_text(p, f"{p.name} failed ({describe_exit(p.poll())})", cause)
+            text = failure_text(p, f"{p.name} failed ({describe_exit(p.poll())})", cause)
+            return TrainerFailure(text, p.poll())
         if len(done) == len(trainers):
             return None
         left = deadline.left()

@@ -18,6 +18,18 @@ END_PROCESS = True
 log = logging.getLogger("distgnn.train")
 
 
+def error_status(e: BaseException) -> int:
+    """The exit status of a DistGNN error: :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2)
+    for a mistake in the job's configuration (an option, the manifest, the graph), which
+    the operator and ``distgnn run`` do not retry; :data:`~distgnn.contract.EXIT_FAILURE`
+    (1) for the rest (a server lost, a timeout, a rotated token, storage unreachable),
+    which a restart of the trainer group can cure."""
+    from distgnn.errors import ConfigError, GraphFormatError, ManifestError
+
+    permanent = isinstance(e, (ConfigError, ManifestError, GraphFormatError))
+    return contract.EXIT_CONFIG_ERROR if permanent else contract.EXIT_FAILURE
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument("app", choices=APPS, help="the built-in app")
