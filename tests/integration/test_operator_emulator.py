@@ -264,6 +264,16 @@ async def _succeed_partition(c: Cluster, name: str) -> None:
     )
 
 
+async def _fail_job(c: Cluster, name: str) -> None:
+    """Job ``name`` as the Job controller marks it after a pod failed (backoffLimit 0)."""
+    await c.patch(
+        "Job",
+        name,
+        {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
+        "status",
+    )
+
+
 async def _servers_ready(c: Cluster, sts: str, n: int) -> None:
     async def scaled() -> bool:
         obj = await c.get("StatefulSet", sts)
@@ -400,12 +410,7 @@ async def test_restart_then_backoff_limit(
         first = await c.child("Job", "pr-trainers")
         assert await c.get("Job", "pr-partition") is None
         await c.create(_pod("pr-trainers-1-x", "pr-trainers", 1, 1, "CUDA out of memory"))
-        await c.patch(
-            "Job",
-            "pr-trainers",
-            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
-            "status",
-        )
+        await _fail_job(c, "pr-trainers")
 
         async def recreated() -> dict[str, Any] | None:
             j = await c.get("Job", "pr-trainers")
@@ -416,12 +421,7 @@ async def test_restart_then_backoff_limit(
         assert second["metadata"]["annotations"]["distgnn.dev/restarts"] == "1"
         assert (await c.status("DistGNNJob", "pr"))["restarts"] == 1
         await c.create(_pod("pr-trainers-0-y", "pr-trainers", 0, 1, "NaN loss at epoch 3"))
-        await c.patch(
-            "Job",
-            "pr-trainers",
-            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
-            "status",
-        )
+        await _fail_job(c, "pr-trainers")
         st = await c.phase("DistGNNJob", "pr", "Failed")
         failed = cond(st, "Failed")
         assert failed["reason"] == "BackoffLimitExceeded"
@@ -446,12 +446,7 @@ async def test_a_trainers_configuration_error_fails_the_job_without_a_restart(
         first = await c.child("Job", "cfg-trainers")
         msg = "distgnn train: error: --feat (trainers.app.feat): the graph has no node field"
         await c.create(_pod("cfg-trainers-0-x", "cfg-trainers", 0, 2, msg))
-        await c.patch(
-            "Job",
-            "cfg-trainers",
-            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
-            "status",
-        )
+        await _fail_job(c, "cfg-trainers")
         st = await c.phase("DistGNNJob", "cfg", "Failed")
         failed = cond(st, "Failed")
         assert failed["reason"] == "TrainerConfigError"
@@ -685,12 +680,7 @@ async def test_failed_partitioning_settles_and_reports_root_cause(
         pod = _pod("pf-partition-abc", "pf-partition", 0, 1, log_tail)
         del pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
         await c.create(pod)
-        await c.patch(
-            "Job",
-            "pf-partition",
-            {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
-            "status",
-        )
+        await _fail_job(c, "pf-partition")
         st = await c.phase("DistGNNJob", "pf", "Failed")
         failed = cond(st, "Failed")
         assert failed["reason"] == "PartitioningFailed"
