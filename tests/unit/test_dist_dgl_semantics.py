@@ -20,7 +20,7 @@ from tests.support.cora import partition_cora
 import distgnn.distributed as dd
 from distgnn.distributed import rowshards
 from distgnn.distributed.context import DEFAULT
-from distgnn.errors import ConfigError, ManifestError, StorageError
+from distgnn.errors import ConfigError, DistGNNError, ManifestError, StorageError
 from distgnn.graph.io import graph_from_arrays
 from distgnn.partition.partitioner import partition_graph
 from distgnn.rpc.client import Call
@@ -107,6 +107,33 @@ def test_dgl_standalone_mode_initialize_then_part_config(
     g.close()
     with pytest.raises(ConfigError, match="needs a partition manifest"):
         dd.initialize(None, standalone=True)
+
+
+def test_dgl_dist_mode_standalone_does_not_read_ip_config(
+    cora_parts: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DGL_DIST_MODE=standalone`` (DGL's switch) with an ``--ip_config`` file: DGL ignores
+    the file, so does DistGNN (it used to connect to the listed servers and time out)."""
+    ip = tmp_path / "ip_config.txt"
+    ip.write_text("127.0.0.1 1\n")  # nothing listens on port 1: a connection would fail
+    monkeypatch.setenv("DGL_DIST_MODE", "standalone")
+    monkeypatch.setenv("DISTGNN_SERVERS", "127.0.0.1:1")
+    monkeypatch.delenv("DISTGNN_MANIFEST", raising=False)
+    assert dd.initialize(str(ip), connect_timeout=1.0) is None
+    with dd.DistGraph("cora", part_config=cora_parts) as g:
+        assert g.ctx.standalone and g.num_nodes() == 2708
+    monkeypatch.setenv("DGL_DIST_MODE", "distributed")  # servers are read again
+    with pytest.raises(DistGNNError):
+        dd.initialize(str(ip), connect_timeout=1.0)
+
+
+def test_dgl_error_catches_distgnn_errors(cora_parts: str) -> None:
+    """``except dgl.DGLError`` after ``import distgnn as dgl`` catches DistGNN's errors."""
+    import distgnn as dgl
+
+    assert dgl.DGLError is DistGNNError
+    with pytest.raises(dgl.DGLError, match="hold graph 'cora'"):
+        dd.DistGraph("citeseer", part_config=cora_parts)
 
 
 def test_a_tensor_of_the_wrong_length_names_its_shape(ctx: dd.DistContext) -> None:
