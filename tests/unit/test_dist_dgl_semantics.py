@@ -136,6 +136,24 @@ def test_dgl_error_catches_distgnn_errors(cora_parts: str) -> None:
         dd.DistGraph("citeseer", part_config=cora_parts)
 
 
+def test_degrees_of_one_integer_node_are_an_int(ctx: dd.DistContext) -> None:
+    """DGL documents ``g.in_degrees(v)`` / ``out_degrees(u)`` as an ``int`` when ``v`` is
+    an ``int`` (``numbers.Integral``: NumPy integers too), a tensor otherwise."""
+    g = dd.DistGraph("cora")
+    every_in, every_out = g.in_degrees(), g.out_degrees()
+    assert isinstance(every_in, torch.Tensor) and isinstance(every_out, torch.Tensor)
+    v = int(torch.argmax(every_in))
+    for x in (v, np.int64(v)):
+        d = g.in_degrees(x)
+        assert type(d) is int and d == int(every_in[v]) and d > 0
+        d = g.out_degrees(x)
+        assert type(d) is int and d == int(every_out[v])
+    as_tensor = g.in_degrees(torch.tensor([v]))
+    assert isinstance(as_tensor, torch.Tensor) and as_tensor.tolist() == [int(every_in[v])]
+    with pytest.raises(DistGNNError, match="out of range"):
+        g.in_degrees(g.num_nodes())
+
+
 def test_a_tensor_of_the_wrong_length_names_its_shape(ctx: dd.DistContext) -> None:
     g = dd.DistGraph("cora")
     policy = g.get_node_partition_policy("_N")
