@@ -196,6 +196,27 @@ def test_dgl_0x_block_idioms(ctx: dd.DistContext) -> None:
     assert moved[0].idtype == torch.int64 and moved[0].srcdata[dd.NID].dtype == torch.int64
 
 
+def test_block_ntypes_and_device_as_dgl(ctx: dd.DistContext, hetero_parts: str) -> None:
+    """A DGL block's ``ntypes`` lists the source types then the destination types
+    (``['_N', '_N']`` on a homogeneous graph) and its ``device`` is where its data is
+    (CPU unless moved)."""
+    from distgnn.dataloading import DistNodeDataLoader, NeighborSampler
+
+    g = dd.DistGraph("cora")
+    with DistNodeDataLoader(g, torch.arange(8), NeighborSampler([2]), batch_size=8) as loader:
+        _, _, (block,) = next(iter(loader))
+    assert block.ntypes == ["_N", "_N"] and block.srctypes == block.dsttypes == ["_N"]
+    assert block.device == torch.device("cpu")
+    assert block.to("cpu").device == torch.device("cpu")
+    with dd.DistGraph.standalone(hetero_parts) as hg:
+        seeds = {"paper": torch.arange(4)}
+        with DistNodeDataLoader(hg, seeds, NeighborSampler([2]), batch_size=4) as loader:
+            _, _, (tb,) = next(iter(loader))
+        types = ["author", "paper", "venue"]
+        assert tb.srctypes == tb.dsttypes == types and tb.ntypes == types + types
+        assert tb.num_dst_nodes("paper") == 4 and tb.device == torch.device("cpu")
+
+
 def test_dgl_distributed_submodules_are_attributes() -> None:
     """``dgl.distributed.nn.DistEmbedding`` and ``dgl.distributed.optim.SparseAdam`` after
     ``import distgnn as dgl`` alone (a fresh interpreter: nothing imported them before)."""
