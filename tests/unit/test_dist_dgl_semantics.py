@@ -217,6 +217,35 @@ def test_block_ntypes_and_device_as_dgl(ctx: dd.DistContext, hetero_parts: str) 
         assert tb.num_dst_nodes("paper") == 4 and tb.device == torch.device("cpu")
 
 
+def test_pair_graphs_carry_their_nodes_graph_ids(ctx: dd.DistContext, hetero_parts: str) -> None:
+    """DGL's ``pair_graph.ndata[NID]`` (and the negative graph's): the graph IDs of the pair
+    graph's nodes, which are the last block's destinations (a dict by type when typed)."""
+    from distgnn.dataloading import DistEdgeDataLoader, NeighborSampler, negative_sampler
+
+    g = dd.DistGraph("cora")
+    eids = torch.arange(0, 40)
+    neg = negative_sampler.Uniform(2)
+    loader = DistEdgeDataLoader(g, eids, NeighborSampler([2]), negative_sampler=neg, batch_size=20)
+    with loader:
+        _, pos, negg, blocks = next(iter(loader))
+    nid = pos.ndata[dd.NID]
+    assert torch.equal(nid, blocks[-1].dstdata[dd.NID]) and torch.equal(negg.ndata[dd.NID], nid)
+    src, dst = pos.edges()
+    s, d = g.find_edges(pos.edata[dd.EID])
+    assert torch.equal(nid[src], s) and torch.equal(nid[dst], d)
+    with dd.DistGraph.standalone(hetero_parts) as hg:
+        cites = {("paper", "cite", "paper"): torch.arange(10)}
+        with DistEdgeDataLoader(hg, cites, NeighborSampler([2]), batch_size=10) as loader:
+            _, tpos, tblocks = next(iter(loader))
+        last = tblocks[-1].dstdata[dd.NID]
+        assert set(tpos.ndata[dd.NID]) == set(last)
+        assert all(torch.equal(tpos.ndata[dd.NID][t], last[t]) for t in last)
+        ts, td = tpos.edges(etype="cite")
+        s, d = hg.find_edges(tpos.edata[dd.EID][("paper", "cite", "paper")], etype="cite")
+        paper = tpos.ndata[dd.NID]["paper"]
+        assert torch.equal(paper[ts], s) and torch.equal(paper[td], d)
+
+
 def test_dgl_distributed_submodules_are_attributes() -> None:
     """``dgl.distributed.nn.DistEmbedding`` and ``dgl.distributed.optim.SparseAdam`` after
     ``import distgnn as dgl`` alone (a fresh interpreter: nothing imported them before)."""
