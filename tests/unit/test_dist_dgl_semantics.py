@@ -419,6 +419,29 @@ def test_sample_neighbors_returns_a_graph_like_frontier(ctx: dd.DistContext) -> 
         dd.sample_neighbors(g, seeds, 3, edge_dir="out")
 
 
+def test_frontier_edges_is_callable_and_indexed_by_edge_type(
+    ctx: dd.DistContext, hetero_parts: str
+) -> None:
+    """A frontier is a DGL graph to DGL scripts: ``fr.edges()`` gives the endpoints and
+    ``fr.edges[etype].data[dgl.EID]`` the edge IDs of one type (type-wise when typed)."""
+    g = dd.DistGraph(ctx=ctx)
+    fr = dd.sample_neighbors(g, torch.arange(0, 2708, 9), 3)
+    assert torch.equal(fr.edges["_E"].data[dd.EID], fr.edata[dd.EID])
+    src, dst, eid = fr.edges(form="all")
+    assert torch.equal(eid, fr.edata[dd.EID]) and len(src) == len(dst) == fr.num_edges()
+    with dd.DistGraph.standalone(hetero_parts) as hg:
+        tf = dd.sample_neighbors(hg, {"paper": torch.arange(20)}, 2)
+        cite = ("paper", "cite", "paper")
+        eids = tf.edges[cite].data[dd.EID]
+        assert torch.equal(eids, tf.edata[dd.EID][cite]) and len(eids) == tf.num_edges(cite)
+        assert torch.equal(tf.edges["cite"].data[dd.EID], eids)
+        s, d = hg.find_edges(eids, etype=cite)
+        ts, td = tf.edges(etype=cite)
+        assert torch.equal(s, ts) and torch.equal(d, td)
+        with pytest.raises(ConfigError):
+            tf.edges["nope"]
+
+
 def test_blocks_of_a_graph_without_edge_types_carry_only_eid(
     ctx: dd.DistContext, hetero_parts: str
 ) -> None:
