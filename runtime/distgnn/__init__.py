@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "partition_graph": "distgnn.partition.partitioner",
     "load_partition": "distgnn.partition.loader",
     "load_graph": "distgnn.graph.io",
+    "DGLError": "distgnn.errors",
 }
 
 

@@ -12,6 +12,10 @@ class DistGNNError(Exception):
     """Base class of every error raised on purpose by DistGNN."""
 
 
+DGLError = DistGNNError
+"""DGL's ``dgl.DGLError`` (``except dgl.DGLError`` after ``import distgnn as dgl``)."""
+
+
 class GraphFormatError(DistGNNError, ValueError):
     """The input graph is malformed (missing arrays, bad IDs, wrong lengths or dtypes)."""
 

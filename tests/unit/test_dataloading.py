@@ -69,7 +69,8 @@ def test_dict_seeds_give_typed_blocks(hetero: str) -> None:
         )
         got = []
         for inp, out, blocks in loader:
-            assert set(out) == {"item", "user"} and out["item"].numel() == 0
+            assert set(out) == {"user"}  # DGL's: the seeds' types only
+            assert blocks[-1].num_dst_nodes("item") == 0
             got.append(out["user"])
             assert torch.equal(blocks[-1].dstdata[dgl.NID]["user"], out["user"])
             for k in ("item", "user"):
@@ -218,6 +219,20 @@ def test_seeds_of_two_types_keep_dgl_order(hetero: str) -> None:
                 assert torch.equal(b.srcdata[dgl.NID][t][:n], b.dstdata[dgl.NID][t])
             assert torch.equal(blocks[0].dstdata[dgl.NID][t], blocks[1].srcdata[dgl.NID][t])
         assert all(b.device == torch.device("cpu") for b in blocks)
+
+
+def test_typed_output_nodes_hold_the_batch_seed_types_only(hetero: str) -> None:
+    """DGL groups a batch's seeds by type: ``output_nodes`` has a key per type that has
+    seeds in the batch (``input_nodes`` one per node type, as the first block's sources)."""
+    with DistGraph.standalone(hetero) as g:
+        seeds = {"user": torch.tensor([5, 1, 7]), "item": torch.tensor([3, 0])}
+        loader = DistNodeDataLoader(g, seeds, NeighborSampler([2]), batch_size=3)
+        batches = list(loader)
+        assert [sorted(out) for _, out, _ in batches] == [["user"], ["item"]]
+        for inp, out, (block,) in batches:
+            assert sorted(inp) == sorted(g.ntypes)
+            assert all(torch.equal(block.dstdata[dgl.NID][t], v) for t, v in out.items())
+            assert all(block.num_dst_nodes(t) == 0 for t in g.ntypes if t not in out)
 
 
 def test_edge_loader_on_a_typed_graph(hetero: str) -> None:

@@ -20,7 +20,7 @@ from tests.support.cora import partition_cora
 import distgnn.distributed as dd
 from distgnn.distributed import rowshards
 from distgnn.distributed.context import DEFAULT
-from distgnn.errors import ConfigError, ManifestError, StorageError
+from distgnn.errors import ConfigError, DistGNNError, ManifestError, StorageError
 from distgnn.graph.io import graph_from_arrays
 from distgnn.partition.partitioner import partition_graph
 from distgnn.rpc.client import Call
@@ -109,6 +109,51 @@ def test_dgl_standalone_mode_initialize_then_part_config(
         dd.initialize(None, standalone=True)
 
 
+def test_dgl_dist_mode_standalone_does_not_read_ip_config(
+    cora_parts: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DGL_DIST_MODE=standalone`` (DGL's switch) with an ``--ip_config`` file: DGL ignores
+    the file, so does DistGNN (it used to connect to the listed servers and time out)."""
+    ip = tmp_path / "ip_config.txt"
+    ip.write_text("127.0.0.1 1\n")  # nothing listens on port 1: a connection would fail
+    monkeypatch.setenv("DGL_DIST_MODE", "standalone")
+    monkeypatch.setenv("DISTGNN_SERVERS", "127.0.0.1:1")
+    monkeypatch.delenv("DISTGNN_MANIFEST", raising=False)
+    assert dd.initialize(str(ip), connect_timeout=1.0) is None
+    with dd.DistGraph("cora", part_config=cora_parts) as g:
+        assert g.ctx.standalone and g.num_nodes() == 2708
+    monkeypatch.setenv("DGL_DIST_MODE", "distributed")  # servers are read again
+    with pytest.raises(DistGNNError):
+        dd.initialize(str(ip), connect_timeout=1.0)
+
+
+def test_dgl_error_catches_distgnn_errors(cora_parts: str) -> None:
+    """``except dgl.DGLError`` after ``import distgnn as dgl`` catches DistGNN's errors."""
+    import distgnn as dgl
+
+    assert dgl.DGLError is DistGNNError
+    with pytest.raises(dgl.DGLError, match="hold graph 'cora'"):
+        dd.DistGraph("citeseer", part_config=cora_parts)
+
+
+def test_degrees_of_one_integer_node_are_an_int(ctx: dd.DistContext) -> None:
+    """DGL documents ``g.in_degrees(v)`` / ``out_degrees(u)`` as an ``int`` when ``v`` is
+    an ``int`` (``numbers.Integral``: NumPy integers too), a tensor otherwise."""
+    g = dd.DistGraph("cora")
+    every_in, every_out = g.in_degrees(), g.out_degrees()
+    assert isinstance(every_in, torch.Tensor) and isinstance(every_out, torch.Tensor)
+    v = int(torch.argmax(every_in))
+    for x in (v, np.int64(v)):
+        d = g.in_degrees(x)
+        assert type(d) is int and d == int(every_in[v]) and d > 0
+        d = g.out_degrees(x)
+        assert type(d) is int and d == int(every_out[v])
+    as_tensor = g.in_degrees(torch.tensor([v]))
+    assert isinstance(as_tensor, torch.Tensor) and as_tensor.tolist() == [int(every_in[v])]
+    with pytest.raises(DistGNNError, match="out of range"):
+        g.in_degrees(g.num_nodes())
+
+
 def test_a_tensor_of_the_wrong_length_names_its_shape(ctx: dd.DistContext) -> None:
     g = dd.DistGraph("cora")
     policy = g.get_node_partition_policy("_N")
@@ -149,6 +194,56 @@ def test_dgl_0x_block_idioms(ctx: dd.DistContext) -> None:
     moved = [b.int().to(torch.device("cpu")) for b in blocks]
     assert [b.long().num_edges() for b in moved] == [b.num_edges() for b in blocks]
     assert moved[0].idtype == torch.int64 and moved[0].srcdata[dd.NID].dtype == torch.int64
+
+
+def test_block_ntypes_and_device_as_dgl(ctx: dd.DistContext, hetero_parts: str) -> None:
+    """A DGL block's ``ntypes`` lists the source types then the destination types
+    (``['_N', '_N']`` on a homogeneous graph) and its ``device`` is where its data is
+    (CPU unless moved)."""
+    from distgnn.dataloading import DistNodeDataLoader, NeighborSampler
+
+    g = dd.DistGraph("cora")
+    with DistNodeDataLoader(g, torch.arange(8), NeighborSampler([2]), batch_size=8) as loader:
+        _, _, (block,) = next(iter(loader))
+    assert block.ntypes == ["_N", "_N"] and block.srctypes == block.dsttypes == ["_N"]
+    assert block.device == torch.device("cpu")
+    assert block.to("cpu").device == torch.device("cpu")
+    with dd.DistGraph.standalone(hetero_parts) as hg:
+        seeds = {"paper": torch.arange(4)}
+        with DistNodeDataLoader(hg, seeds, NeighborSampler([2]), batch_size=4) as loader:
+            _, _, (tb,) = next(iter(loader))
+        types = ["author", "paper", "venue"]
+        assert tb.srctypes == tb.dsttypes == types and tb.ntypes == types + types
+        assert tb.num_dst_nodes("paper") == 4 and tb.device == torch.device("cpu")
+
+
+def test_pair_graphs_carry_their_nodes_graph_ids(ctx: dd.DistContext, hetero_parts: str) -> None:
+    """DGL's ``pair_graph.ndata[NID]`` (and the negative graph's): the graph IDs of the pair
+    graph's nodes, which are the last block's destinations (a dict by type when typed)."""
+    from distgnn.dataloading import DistEdgeDataLoader, NeighborSampler, negative_sampler
+
+    g = dd.DistGraph("cora")
+    eids = torch.arange(0, 40)
+    neg = negative_sampler.Uniform(2)
+    loader = DistEdgeDataLoader(g, eids, NeighborSampler([2]), negative_sampler=neg, batch_size=20)
+    with loader:
+        _, pos, negg, blocks = next(iter(loader))
+    nid = pos.ndata[dd.NID]
+    assert torch.equal(nid, blocks[-1].dstdata[dd.NID]) and torch.equal(negg.ndata[dd.NID], nid)
+    src, dst = pos.edges()
+    s, d = g.find_edges(pos.edata[dd.EID])
+    assert torch.equal(nid[src], s) and torch.equal(nid[dst], d)
+    with dd.DistGraph.standalone(hetero_parts) as hg:
+        cites = {("paper", "cite", "paper"): torch.arange(10)}
+        with DistEdgeDataLoader(hg, cites, NeighborSampler([2]), batch_size=10) as loader:
+            _, tpos, tblocks = next(iter(loader))
+        last = tblocks[-1].dstdata[dd.NID]
+        assert set(tpos.ndata[dd.NID]) == set(last)
+        assert all(torch.equal(tpos.ndata[dd.NID][t], last[t]) for t in last)
+        ts, td = tpos.edges(etype="cite")
+        s, d = hg.find_edges(tpos.edata[dd.EID][("paper", "cite", "paper")], etype="cite")
+        paper = tpos.ndata[dd.NID]["paper"]
+        assert torch.equal(paper[ts], s) and torch.equal(paper[td], d)
 
 
 def test_dgl_distributed_submodules_are_attributes() -> None:
@@ -322,6 +417,29 @@ def test_sample_neighbors_returns_a_graph_like_frontier(ctx: dd.DistContext) -> 
     assert ex.num_edges() == full.num_edges() - 10
     with pytest.raises(ConfigError, match="edge_dir"):
         dd.sample_neighbors(g, seeds, 3, edge_dir="out")
+
+
+def test_frontier_edges_is_callable_and_indexed_by_edge_type(
+    ctx: dd.DistContext, hetero_parts: str
+) -> None:
+    """A frontier is a DGL graph to DGL scripts: ``fr.edges()`` gives the endpoints and
+    ``fr.edges[etype].data[dgl.EID]`` the edge IDs of one type (type-wise when typed)."""
+    g = dd.DistGraph(ctx=ctx)
+    fr = dd.sample_neighbors(g, torch.arange(0, 2708, 9), 3)
+    assert torch.equal(fr.edges["_E"].data[dd.EID], fr.edata[dd.EID])
+    src, dst, eid = fr.edges(form="all")
+    assert torch.equal(eid, fr.edata[dd.EID]) and len(src) == len(dst) == fr.num_edges()
+    with dd.DistGraph.standalone(hetero_parts) as hg:
+        tf = dd.sample_neighbors(hg, {"paper": torch.arange(20)}, 2)
+        cite = ("paper", "cite", "paper")
+        eids = tf.edges[cite].data[dd.EID]
+        assert torch.equal(eids, tf.edata[dd.EID][cite]) and len(eids) == tf.num_edges(cite)
+        assert torch.equal(tf.edges["cite"].data[dd.EID], eids)
+        s, d = hg.find_edges(eids, etype=cite)
+        ts, td = tf.edges(etype=cite)
+        assert torch.equal(s, ts) and torch.equal(d, td)
+        with pytest.raises(ConfigError):
+            tf.edges["nope"]
 
 
 def test_blocks_of_a_graph_without_edge_types_carry_only_eid(

@@ -135,8 +135,9 @@ class DistNodeDataLoader(_Loader):
     shuffle=False, drop_last=False)``: yields ``(input_nodes, output_nodes, blocks)``.
 
     ``nids``: IDs, a boolean mask, or (heterogeneous graphs) a dict ``ntype -> IDs``,
-    which makes ``input_nodes``/``output_nodes`` dicts and the blocks typed.
-    ``num_samplers`` defaults to ``DISTGNN_NUM_SAMPLERS``; ``seed`` (default: from
+    which makes ``input_nodes``/``output_nodes`` dicts and the blocks typed
+    (``input_nodes``: every node type; ``output_nodes``: the types of the batch's seeds,
+    as DGL's). ``num_samplers`` defaults to ``DISTGNN_NUM_SAMPLERS``; ``seed`` (default: from
     torch's random state) fixes the shuffling.
     """
 
@@ -179,7 +180,10 @@ class DistNodeDataLoader(_Loader):
 
     def __iter__(self) -> Iterator[tuple[Any, Any, list[Block]]]:
         for inp, out, blocks in self._engine:
-            yield self._ids(inp, self._typed), self._ids(out, self._typed), self._blocks(blocks)
+            seeds = self._ids(out, self._typed)
+            if isinstance(seeds, dict):  # DGL's: only the types of this batch's seeds
+                seeds = {t: v for t, v in seeds.items() if len(v)}
+            yield self._ids(inp, self._typed), seeds, self._blocks(blocks)
 
 
 class EdgePredictionSampler:

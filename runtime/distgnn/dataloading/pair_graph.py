@@ -1,7 +1,8 @@
 """Pair graphs of a heterogeneous graph (DGL's typed ``pair_graph``/``neg_pair_graph``).
 
 Nodes are the output nodes per type (``blocks[-1].dstdata[NID][ntype]``, same order),
-edges the scored pairs per canonical edge type. ``ndata[name]`` and ``edata[name]`` are
+edges the scored pairs per canonical edge type. ``ndata[NID]`` holds the nodes' type-wise
+IDs in the graph, as DGL's. ``ndata[name]`` and ``edata[name]`` are
 dicts by node / edge type; ``apply_edges(func, etype=None)`` runs on one edge type or
 all of them.
 """
@@ -19,7 +20,7 @@ from distgnn.dataloading.types import GraphTyping
 from distgnn.errors import ConfigError
 from distgnn.function import EdgeBatch
 from distgnn.sampling.batches import PairGraph
-from distgnn.sampling.blocks import EID, Block, CanonicalEtype
+from distgnn.sampling.blocks import EID, NID, Block, CanonicalEtype
 
 
 class HeteroPairGraph:
@@ -133,4 +134,7 @@ def typed_pair_graph(
         edges[cet] = (torch.from_numpy(local[src[sel]]), torch.from_numpy(local[dst[sel]]))
         if etid is not None:
             eids[cet] = torch.from_numpy(etid[sel])
-    return HeteroPairGraph(num, edges, eids if with_eids else None)
+    out = HeteroPairGraph(num, edges, eids if with_eids else None)
+    nid = last.dstdata[NID]  # type-wise IDs of the output nodes, per type (DGL's ndata[NID])
+    out.ndata[NID] = {t: nid[t] for t in typing.ntypes if t in nid}
+    return out

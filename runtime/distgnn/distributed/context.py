@@ -385,6 +385,10 @@ def read_ip_config(path: str) -> list[tuple[str, int]]:
     return out
 
 
+DGL_DIST_MODE = "DGL_DIST_MODE"
+"""DGL's environment variable: ``standalone`` runs a script without servers."""
+
+
 def initialize(
     ip_config: str | None = None,
     max_queue_size: int | None = None,
@@ -411,6 +415,8 @@ def initialize(
     Without servers or a manifest this is DGL's standalone mode as a script run by hand
     sees it: nothing is loaded and None is returned; ``DistGraph(graph_name,
     part_config=...)`` then loads the graph (as in DGL, which returns None always).
+    ``DGL_DIST_MODE=standalone`` in the environment is DGL's switch to standalone mode:
+    ``ip_config`` and ``DISTGNN_SERVERS`` are then not read (DGL ignores the file too).
     ``max_queue_size``, ``net_type`` and ``num_worker_threads`` are accepted for DGL
     compatibility and have no effect (DistGNN has one TCP protocol, no queues to size).
     DGL 0.x's ``num_servers`` (1) and ``num_workers`` (0) are accepted at those values;
@@ -436,6 +442,8 @@ def initialize(
         )
     e = os.environ if env is None else env
     tenv = contract.TrainerEnv.from_env(e)
+    if e.get(DGL_DIST_MODE) == "standalone" and servers is None:
+        ip_config, e = None, {k: v for k, v in e.items() if k != contract.ENV_SERVERS}
     if isinstance(servers, str):
         try:
             servers = contract.parse_servers(servers)

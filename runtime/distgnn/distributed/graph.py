@@ -11,6 +11,7 @@ every partition in-process.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, MutableMapping
 from typing import Any, NamedTuple
 
@@ -322,8 +323,14 @@ class DistGraph:
         a = as_ids(ids, self.num_nodes(ntype))
         return a if ntype is None else self.book.to_homogeneous_nids(ntype, a)
 
-    def in_degrees(self, v: Any = None, ntype: str | None = None) -> torch.Tensor:
-        """In-degrees (all edge types) of nodes ``v`` (all nodes when None)."""
+    def in_degrees(self, v: Any = None, ntype: str | None = None) -> torch.Tensor | int:
+        """In-degrees (all edge types) of nodes ``v`` (all nodes when None); an ``int``
+        for an integer ``v``, as DGL documents."""
+        if isinstance(v, numbers.Integral):
+            return int(self._in_degrees(torch.tensor([int(v)]), ntype)[0])
+        return self._in_degrees(v, ntype)
+
+    def _in_degrees(self, v: Any, ntype: str | None) -> torch.Tensor:
         gid = self._homo_nids(slice(None) if v is None else v, ntype)
         parts = self.book.nid2partid(gid)
         order, b = group(parts, self.ctx.num_parts)
@@ -337,8 +344,14 @@ class DistGraph:
             out[order[b[p] : b[p + 1]]] = f.bufs[0]
         return torch.from_numpy(out)
 
-    def out_degrees(self, u: Any = None, ntype: str | None = None) -> torch.Tensor:
-        """Out-degrees: every server counts the edges it owns, the answers are summed."""
+    def out_degrees(self, u: Any = None, ntype: str | None = None) -> torch.Tensor | int:
+        """Out-degrees: every server counts the edges it owns, the answers are summed (an
+        ``int`` for an integer ``u``, as DGL documents)."""
+        if isinstance(u, numbers.Integral):
+            return int(self._out_degrees(torch.tensor([int(u)]), ntype)[0])
+        return self._out_degrees(u, ntype)
+
+    def _out_degrees(self, u: Any, ntype: str | None) -> torch.Tensor:
         gid = self._homo_nids(slice(None) if u is None else u, ntype)
         frames = self.ctx.call_many(
             {p: Call(MsgType.DEGREES, {"dir": "out"}, [gid]) for p in range(self.ctx.num_parts)}

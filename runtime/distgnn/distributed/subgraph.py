@@ -12,7 +12,7 @@ what the block builders of :mod:`distgnn.sampling` consume.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -120,7 +120,13 @@ class SubGraph:
     def _typed_nodes(self, ids: torch.Tensor) -> torch.Tensor:
         return self.book.map_to_per_ntype(ids)[1] if len(self.book.ntypes) > 1 else ids
 
-    def edges(
+    @property
+    def edges(self) -> EdgeView:
+        """``edges(form, order, etype)`` (see :meth:`_edges`) and, as on DGL's graphs,
+        ``edges[etype].data[EID]``."""
+        return EdgeView(self)
+
+    def _edges(
         self, form: str = "uv", order: str = "eid", etype: Etype | None = None
     ) -> tuple[torch.Tensor, ...]:
         """``(src, dst)`` (``form="all"``: ``(src, dst, eid)``) of one edge type.
@@ -169,6 +175,28 @@ class SubGraph:
 
     def __repr__(self) -> str:
         return f"SubGraph(num_nodes={self.num_nodes()}, num_edges={self.num_edges()})"
+
+
+class EdgeSpace(NamedTuple):
+    """``g.edges[etype]``: the edge data of one edge type (DGL's ``EdgeSpace``)."""
+
+    data: Mapping[str, Any]
+
+
+class EdgeView:
+    """``sg.edges``: called, the edges' endpoints; indexed by an edge type, its data."""
+
+    def __init__(self, sg: SubGraph) -> None:
+        self._sg = sg
+
+    def __call__(
+        self, form: str = "uv", order: str = "eid", etype: Etype | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        return self._sg._edges(form, order, etype)
+
+    def __getitem__(self, etype: Etype) -> EdgeSpace:
+        (eid,) = self._sg._edges("eid", etype=etype)
+        return EdgeSpace(_Data({EID: eid}))
 
 
 def relabel(

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from distgnn.errors import ConfigError
-from distgnn.sampling.blocks import EID, Block, blocks_from_arrays, blocks_to_arrays
+from distgnn.sampling.blocks import EID, NID, Block, blocks_from_arrays, blocks_to_arrays
 from distgnn.sampling.negative import UniformNegativeSampler
 from distgnn.sampling.neighbor import Exclusion, NeighborSampler
 from distgnn.sampling.source import GraphSource
@@ -25,8 +25,9 @@ EXCLUDE_MODES = ("none", "self", "reverse", "reverse_id")
 
 class PairGraph:
     """Node pairs to score (DGL's ``pair_graph``): edges ``src -> dst`` over the output
-    nodes (``blocks[-1].dstdata``), with ``ndata``/``edata`` (``edata[EID]``: the seed
-    edge IDs of a positive graph), ``apply_edges``, ``local_scope`` and ``to(device)``.
+    nodes (``blocks[-1].dstdata``), with ``ndata``/``edata`` (``ndata[NID]``: the nodes'
+    graph IDs, ``edata[EID]``: the seed edge IDs of a positive graph), ``apply_edges``,
+    ``local_scope`` and ``to(device)``.
     """
 
     is_block = False
@@ -276,6 +277,8 @@ class EdgeBatcher(Batcher):
         t = torch.from_numpy
         pos = PairGraph(t(arrays["pos_src"]), t(arrays["pos_dst"]), n, t(arrays["pos_eid"]))
         neg = PairGraph(t(arrays["neg_src"]), t(arrays["neg_dst"]), n)
+        out = t(arrays["output_nodes"])
+        pos.ndata[NID] = neg.ndata[NID] = out  # DGL's: the pair graphs' nodes' graph IDs
         return t(arrays["input_nodes"]), pos, neg, blocks_from_arrays(arrays)
 
 

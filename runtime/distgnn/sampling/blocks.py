@@ -65,7 +65,7 @@ class Block:
     src_type: np.ndarray | None = None
     src_tid: np.ndarray | None = None
     etid: np.ndarray | None = None
-    device: Any = None
+    device: Any = field(default_factory=lambda: torch.device("cpu"))
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _frames: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -95,11 +95,15 @@ class Block:
 
     # --- schema --------------------------------------------------------------------
     @property
-    def ntypes(self) -> list[str]:
+    def srctypes(self) -> list[str]:
         return ["_N"] if self.types is None else list(self.types.ntypes)
 
-    srctypes = ntypes
-    dsttypes = ntypes
+    dsttypes = srctypes
+
+    @property
+    def ntypes(self) -> list[str]:
+        """DGL's ``ntypes`` of a block: the source types, then the destination types."""
+        return self.srctypes + self.dsttypes
 
     @property
     def canonical_etypes(self) -> list[CanonicalEtype]:
@@ -110,12 +114,12 @@ class Block:
         return [c[1] for c in self.canonical_etypes]
 
     def _check_ntype(self, ntype: str | None) -> None:
-        if ntype is not None and ntype not in self.ntypes:
-            raise ConfigError(f"ntype: unknown node type {ntype!r} (block has {self.ntypes})")
+        if ntype is not None and ntype not in self.srctypes:
+            raise ConfigError(f"ntype: unknown node type {ntype!r} (block has {self.srctypes})")
 
     def _ntype_index(self, ntype: str) -> int:
         self._check_ntype(ntype)
-        return self.ntypes.index(ntype)
+        return self.srctypes.index(ntype)
 
     def _etype_index(self, etype: str | CanonicalEtype) -> int:
         cets = self.canonical_etypes
@@ -172,7 +176,7 @@ class Block:
         st = np.asarray(self.src_type[:count])
         return {
             t: torch.from_numpy(np.ascontiguousarray(ids[:count][st == i], dtype=np.int64))
-            for i, t in enumerate(self.ntypes)
+            for i, t in enumerate(self.srctypes)
         }
 
     def _id_frame(self, side: str) -> dict[str, Any]:
@@ -223,7 +227,7 @@ class Block:
         key = f"rel:{i}"
         if key not in self._cache:
             stype, _, dtype_ = self.canonical_etypes[i]
-            si, di = self.ntypes.index(stype), self.ntypes.index(dtype_)
+            si, di = self.srctypes.index(stype), self.srctypes.index(dtype_)
             sel = np.flatnonzero(self._etype_ids() == i)
             local = self._typed_local()
             assert self.src_type is not None and self.src_tid is not None
