@@ -25,14 +25,18 @@ def cora1(tmp_path_factory: pytest.TempPathFactory, cora_path: Path) -> str:
 
 
 def test_hung_then_killed_server_gives_clear_errors(cora1: str) -> None:
+    # short timeouts only where one must fire (a stopped worker, a dead server): every
+    # answer a live worker owes gets a generous one, as a loaded machine may be slow
+    generous = Timeouts(request=60, connect=60)
     with running_servers(cora1, num_parts=1, workers=1) as srv:
-        c = Connection(*srv.addrs[0], srv.token, Timeouts(request=1.5, connect=1.0))
+        c = Connection(*srv.addrs[0], srv.token, generous)
         c.connect()
         worker = srv.ready[0]["workers"][0]
         # the one worker the server reported ready is the one serving (none restarted)
         serving = [w.pid for w in psutil.Process(srv.procs[0].pid).children()]
         assert serving == [worker], srv.log_text(0)
         os.kill(worker, signal.SIGSTOP)
+        c.timeouts = Timeouts(request=1.5, connect=1.0)
         try:
             with pytest.raises(RequestTimeout, match=r"did not answer PULL within"):
                 c.request(MsgType.PULL, {"name": "node/_N/feat"}, [np.arange(100)])
@@ -42,8 +46,12 @@ def test_hung_then_killed_server_gives_clear_errors(cora1: str) -> None:
         finally:
             os.kill(worker, signal.SIGCONT)
         # the connection is re-opened after the timeout and works again
+        c.timeouts = generous
         assert c.request(MsgType.PING, {}).meta["part_id"] == 0
         rid = c.send(MsgType.PULL, {"name": "node/_N/feat"}, [np.arange(2000)])
+        # a dead server: its sockets close (no answer is awaited), a reconnect is refused
+        # until the connect timeout
+        c.timeouts = Timeouts(request=60, connect=1.0)
         srv.kill(0)
         with pytest.raises((ServerUnavailable, RequestTimeout), match=r"127\.0\.0\.1"):
             c.recv(rid, MsgType.PULL)
