@@ -386,6 +386,19 @@ def probe_homo(dgl: Any, side: dict[str, Any], rec: Recorder) -> None:
             dd.node_split(mask, gpb, force_even=fe).dtype,
             set(n2o[dd.node_split(mask, gpb, force_even=fe)].tolist()) == train_orig])  # fmt: skip
     rec("node_split(DistTensor mask)", lambda: len(dd.node_split(g.ndata["train_mask"], gpb)))
+    rec("node_split(DistTensor mask, no book)", lambda: len(dd.node_split(g.ndata["train_mask"])))
+
+    def book_files() -> Any:
+        cfg = side["cfg"]
+        got = dd.load_partition_book(cfg, 0)
+        part = dd.load_partition(cfg, 0)
+        return {
+            "load_partition_book: len, name, ntypes, etypes": [len(got), *got[1:]],
+            "load_partition: len, node feature keys": [len(part), sorted(part[1])],
+            "load_partition: gpb.partid": part[3].partid,
+        }
+
+    rec("load_partition_book / load_partition", book_files)
     rec("node_split(no partition_book, tensor)", lambda: len(dd.node_split(mask)))
     rec("node_split(wrong length)", lambda: dd.node_split(mask[:10], gpb))
     rec("node_split(ID list)", lambda: dd.node_split(th.tensor([0, 1, 2]), gpb))
@@ -680,6 +693,7 @@ def probe_hetero(dgl: Any, side: dict[str, Any], rec: Recorder) -> None:
         }
 
     rec("gpb typed maps", maps)
+    rec("load_partition_book(cfg, 0)[1:]", lambda: list(dd.load_partition_book(side["cfg"], 0)[1:]))
     rec("gpb.map_to_homo_nid(ids, 'nope')", lambda: gpb.map_to_homo_nid(pn, "nope"))
 
     pol = g.get_node_partition_policy("paper")

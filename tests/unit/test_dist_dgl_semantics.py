@@ -847,6 +847,17 @@ def test_load_partition_feats_keys_as_dgl(cora_parts: str, cora_path: Path) -> N
     assert dd.load_partition_feats(cora_parts, 0, load_edges=False)[1] is None
 
 
+def test_load_partition_book_keys_edge_types_by_canonical_tuple(hetero_parts: str) -> None:
+    """DGL 2.1's ``load_partition_book`` returns ``etypes`` keyed by ``(src, etype, dst)``
+    tuples (``etypes[('paper', 'cite', 'paper')]``), ``ntypes`` by name, in DGL's order."""
+    gpb, name, ntypes, etypes = dd.load_partition_book(hetero_parts, 1)
+    assert name == "het" and gpb.partid == 1
+    assert ntypes == {"author": 0, "paper": 1, "venue": 2}
+    assert etypes == {c: i for i, c in enumerate(DGL_ORDER)}
+    assert etypes[("paper", "cite", "paper")] == 1
+    assert dd.load_partition(hetero_parts, 0)[6] == etypes
+
+
 def test_unnamed_tensor_scope_is_per_job_run() -> None:
     from distgnn.distributed.context import _scope
 
