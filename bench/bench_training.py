@@ -22,7 +22,13 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
   Per-step breakdown (rank 0 medians): waiting for the batch, sampling and feature pull
   (in the prefetch thread when on), forward, backward (DDP all-reduce inside), the
   all-reduce alone, optimizer; CPU seconds per step of a trainer and of both servers
-  (psutil, approximate).
+  (psutil, approximate). ``--warmup N``: the untimed steps before the timed ones (2; -1:
+  a whole epoch).
+* Every rank's batch making and reads in the timed steps (per step): its sampling and its
+  feature + label pull, each as wall = the main thread's CPU (its kernel time and page
+  faults) + waiting for a core + blocked; the rows and bytes pulled over TCP, the requests
+  to the servers, the rows read from a co-located server's shared memory, the sampling
+  requests answered in-process.
 * ``--colocate ROUNDS``: the same training with trainers over TCP and co-located
   (``trainers.colocate``: each trainer reads its partition's rows and samples its
   partition's seeds from its server's shared memory), runs alternating; per-step
@@ -129,15 +135,17 @@ def child_train(
     floor_steps: int = 0,
     floor: bool = True,
     floor_ddp: bool = False,
+    warmup: int = 2,
 ) -> None:
-    """One DDP trainer. ``steps > 0``: time ``steps`` steps after 2 warm-up steps;
-    ``steps == 0``: time ``epochs`` full epochs after 2 warm-up steps. ``floor``: the
+    """One DDP trainer. ``steps > 0``: time ``steps`` steps after ``warmup`` warm-up
+    steps; ``steps == 0``: time ``epochs`` full epochs after them. ``floor``: the
     compute floor of the timed steps' own batches (``epoch_floor``: each made again after
     them, untimed, and its forward + backward + step timed), rank 0 alone (no DDP, the
     servers and the other trainer idle), then every trainer at once (a barrier before each
     batch); ``floor_ddp``: also through DDP. ``floor_steps`` (the earlier floor): every
     trainer trains that many more (untimed) steps and keeps their batches, and the same is
     measured on those (median step, 2 passes)."""
+    import numpy as np
     import torch
     import torch.distributed as dist
     from torch.nn import functional as F
@@ -184,6 +192,8 @@ def child_train(
     lines: list[list[float]] = []  # each timed epoch's timeline (epoch_floor.timeline_floats)
     gc_epochs: list[list[list[float]]] = []  # rank 0's collections in each timed epoch
     split: list[float] = []  # each timed step's sampling and pull seconds, in turn
+    # the timed steps' sampling and pull, summed: wall, CPU, wait for a core, kernel, faults
+    make_acct = [np.zeros(5), np.zeros(5)]
     sync = deferred_sync(ctx, model, use_prefetch)  # DISTGNN_DEFER_ALLREDUCE, as the app
 
     # all-reduce of one gradient-sized buffer (DDP does this inside backward)
@@ -200,19 +210,21 @@ def child_train(
         it = iter(loader)
         index = 0
         while True:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), thread_times()
             b = next(it, None)
             if b is None:
                 return
-            yield time.perf_counter() - t0, (epoch, index), b
+            t1, c1 = time.perf_counter(), thread_times()
+            yield t1 - t0, (epoch, index), b, (t1 - t0, c1 - c0)
             index += 1
 
     def load(item: Any) -> Any:
-        t_sample, key, (inp, out, blocks) = item
-        t1 = time.perf_counter()
+        t_sample, key, (inp, out, blocks), made = item
+        t1, c1 = time.perf_counter(), thread_times()
         x, y = tg.read("feat", inp).float(), tg.read("label", out).long()
-        t_fetch = time.perf_counter() - t1
-        return t_sample, t_fetch, x, y, blocks, (*key, *ef.fingerprint(inp))
+        t2, c2 = time.perf_counter(), thread_times()
+        made = (*made, t2 - t1, c2 - c1)  # sampling's and the pull's wall and thread times
+        return t_sample, t2 - t1, x, y, blocks, (*key, *ef.fingerprint(inp), made)
 
     gcs: list[list[float]] = []  # the garbage collector's runs: start, seconds, generation
     gc_t0: list[float] = []
@@ -285,6 +297,8 @@ def child_train(
                     trained.append(ef.StepBatch(ident[0], ident[1], w, ident[2], ident[3]))
                     line.append([t4 - t_start, t_sample + t_fetch, t2 - t1 + t_bwd - t2 + t4 - t3])
                     split.extend([t_sample, t_fetch])
+                    for i, (wall, ct) in enumerate((ident[4][:2], ident[4][2:])):
+                        make_acct[i] += [wall, ct.cpu_s, ct.runq_s, ct.sys_s, ct.faults]
                 if keep and len(kept) < floor_steps:
                     kept.append((x, y, blocks))
                 t_prev, c_prev = t4, c4
@@ -307,11 +321,13 @@ def child_train(
 
     with BatchLoader(tg.source, batcher, num) as loader:
         steps_per_epoch = agree_steps(ctx, len(loader))
-        run_steps(loader, 2, record=False)  # warm-up (epoch 0)
+        # warm-up (epoch 0; all of it with warmup < 0)
+        run_steps(loader, steps_per_epoch if warmup < 0 else warmup, record=False)
         barrier(ctx)
         cpu0 = time.process_time()
         # the timed window (every rank from the same barrier): its whole-machine account
         snap0 = snapshot(watched)
+        io0 = io_counters(tg)
         if steps > 0:
             loader.set_epoch(1)
             t0 = time.perf_counter()
@@ -328,6 +344,7 @@ def child_train(
                 epoch_times.append(time.perf_counter() - t0)
                 mark_end(t0)
         acct = account(snap0, snapshot(watched))
+        io = [b - a for a, b in zip(io0, io_counters(tg), strict=True)]
         cpu = (time.process_time() - cpu0) / max(1, len(times))
         # every rank's own figures to rank 0 (a float tensor: no pickle)
         me = acct.groups["trainer"]
@@ -338,6 +355,8 @@ def child_train(
         everyone = gather_floats(ctx, mine)
         timelines = [ef.timeline(gather_floats(ctx, line)) for line in lines]
         step_split = gather_floats(ctx, split)  # every rank's (sampling, pull) per step
+        io_ranks = gather_floats(ctx, io)  # every rank's reads in the timed window
+        make_ranks = gather_floats(ctx, [float(v) for a in make_acct for v in a])
         # the pulls and the cache up to here (warm-up and timed steps; not the floors')
         cache = getattr(getattr(tg.g, "ctx", None), "feature_cache", None)
         cache_stats = dataclasses.asdict(cache.stats) if cache else None
@@ -439,6 +458,8 @@ def child_train(
                     "prefetch": use_prefetch,
                     "deferred_allreduce": sync is not None,
                     "pulled_bytes": pulled,
+                    "io_by_rank": [dict(zip(IO_FIELDS, v, strict=True)) for v in io_ranks],
+                    "make_by_rank": [make_parts(v) for v in make_ranks],
                     "account": account_json(acct, everyone, phases, times),
                     **({"cache": cache_stats} if cache_stats else {}),
                     "timelines": timelines,
@@ -465,6 +486,97 @@ TRAINER_FIELDS = (
 )  # fmt: skip
 
 PHASE_FIELDS = ("wall_s", "cpu_s", "runq_s", "sys_s", "faults")
+
+
+IO_FIELDS = (
+    "requests", "pull_requests", "rows_pulled", "bytes_pulled",
+    "local_rows", "local_bytes", "local_sample_requests", "local_seeds",
+)  # fmt: skip
+"""A trainer's reads (:func:`io_counters`), each rank's over the timed window."""
+
+
+def io_counters(tg: Any) -> list[float]:
+    """This trainer's reads so far (:data:`IO_FIELDS`): requests to the servers (sampling
+    and pulls), the rows and bytes pulled over TCP, the rows and bytes read from a
+    co-located server's shared memory, the sampling requests answered in-process."""
+    c, loc, smp = tg.client_stats(), tg.local_stats(), tg.local_sample_stats()
+    return [
+        float(v)
+        for v in (
+            c.requests if c else 0, c.pull_requests if c else 0,
+            c.rows_pulled if c else 0, c.bytes_pulled if c else 0,
+            loc.rows if loc else 0, loc.bytes if loc else 0,
+            smp.requests if smp else 0, smp.seeds if smp else 0,
+        )
+    ]  # fmt: skip
+
+
+MAKE_FIELDS = ("wall_s", "cpu_s", "runq_s", "sys_s", "faults")
+"""A timed step's sampling and pull, each summed over the timed steps: wall, the main
+thread's CPU, its wait for a core, its kernel time and minor page faults."""
+
+
+def make_parts(vals: list[float]) -> dict[str, dict[str, float]]:
+    """One rank's gathered ``make_acct`` as ``{"sampling": {...}, "pull": {...}}``."""
+    k = len(MAKE_FIELDS)
+    return {
+        part: dict(zip(MAKE_FIELDS, vals[k * i : k * (i + 1)], strict=True))
+        for i, part in enumerate(("sampling", "pull"))
+    }
+
+
+def make_lines(runs: list[dict[str, Any]], indent: str = "  ") -> list[str]:
+    """Each rank's sampling and pull per timed step (ms): wall = CPU + waiting for a core
+    + blocked (on the servers, a lock), medians over ``runs`` (bench results)."""
+    runs = [r for r in runs if r.get("make_by_rank")]
+    if not runs:
+        return []
+    out = []
+    for rank in range(len(runs[0]["make_by_rank"])):
+        cells = []
+        for part in ("sampling", "pull"):
+
+            def med(key: str, part: str = part, rank: int = rank) -> float:
+                return statistics.median(
+                    r["make_by_rank"][rank][part][key] / max(1, r["timed_steps"]) for r in runs
+                )
+
+            blocked = statistics.median(
+                max(0.0, m["wall_s"] - m["cpu_s"] - m["runq_s"]) / max(1, r["timed_steps"])
+                for r in runs
+                for m in [r["make_by_rank"][rank][part]]
+            )
+            cells.append(
+                f"{part} {1e3 * med('wall_s'):.1f} = CPU {1e3 * med('cpu_s'):.1f} (kernel "
+                f"{1e3 * med('sys_s'):.1f}, {med('faults'):.0f} faults) + waiting for a core "
+                f"{1e3 * med('runq_s'):.1f} + blocked {1e3 * blocked:.1f}"
+            )
+        out.append(f"{indent}rank {rank} per step (ms): " + "; ".join(cells))
+    return out
+
+
+def io_lines(runs: list[dict[str, Any]], indent: str = "  ") -> list[str]:
+    """Each rank's reads per timed step, medians over ``runs`` (bench results)."""
+    runs = [r for r in runs if r.get("io_by_rank")]
+    if not runs:
+        return []
+    out = []
+    for rank in range(len(runs[0]["io_by_rank"])):
+
+        def med(key: str, scale: float = 1.0, rank: int = rank) -> float:
+            return statistics.median(
+                r["io_by_rank"][rank][key] / max(1, r["timed_steps"]) / scale for r in runs
+            )
+
+        out.append(
+            f"{indent}rank {rank} per step: pulled over TCP {med('bytes_pulled', 1e6):.1f} MB "
+            f"({med('rows_pulled', 1e3):.1f}k rows, {med('pull_requests'):.1f} pull requests); "
+            f"requests to the servers {med('requests'):.1f}; read from shared memory "
+            f"{med('local_bytes', 1e6):.1f} MB ({med('local_rows', 1e3):.1f}k rows); "
+            f"sampled in-process {med('local_sample_requests'):.1f} requests "
+            f"({med('local_seeds', 1e3):.1f}k seeds)"
+        )
+    return out
 
 
 def gather_floats(ctx: Any, values: list[float]) -> list[list[float]]:
@@ -685,6 +797,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3, help="full epochs timed (--steps 0)")
     ap.add_argument("--trainers", type=int, default=2)
     ap.add_argument("--num-samplers", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=2,
+                    help="untimed steps before the timed ones (epoch 0's; -1: all of "
+                    "epoch 0, as compare_dgl.py warms DGL up)")  # fmt: skip
     ap.add_argument("--prefetch", default="auto", choices=["auto", "on", "off"],
                     help="feature-prefetch thread (auto: the trainers' rule, on with a CPU beyond "
                     "the torch threads)")  # fmt: skip
@@ -730,7 +845,7 @@ def main() -> None:
         auto = a.prefetch == "auto" and not a.no_prefetch
         pf = use_prefetch(threads) if auto else a.prefetch == "on" and not a.no_prefetch
         child_train(a.steps, a.epochs, pf, a.precision, a.floor_steps, not a.no_floor,
-                    a.floor_ddp)  # fmt: skip
+                    a.floor_ddp, a.warmup)  # fmt: skip
         # the product trainers' exit (distgnn.train.finish): a native teardown race after
         # the results are printed must not turn a finished run into a failure
         from distgnn.train.finish import end_process
@@ -746,6 +861,7 @@ def main() -> None:
         a.prefetch = "off"
     extra += ["--prefetch", a.prefetch]
     extra += ["--precision", a.precision, "--floor-steps", str(a.floor_steps)]
+    extra += ["--warmup", str(a.warmup)]
     extra += ["--no-floor"] if a.no_floor else []
     extra += ["--floor-ddp"] if a.floor_ddp else []
     manifest = ensure_parts(ensure_graph(a.nodes), a.nodes, a.method)
@@ -812,6 +928,9 @@ def main() -> None:
     print("the timed epochs' timelines (epoch_floor.timeline, ms), medians:")
     for line in ef_lines(ep["timelines"]):
         print(line)
+    print("each rank's batch making and reads in the timed steps:")
+    for line in make_lines([ep]) + io_lines([ep]):
+        print(line)
     print("timed window's account (cpu_account: /proc, all processes):")
     for line in account_lines([account_figures(ep["account"])]):
         print(line)
@@ -863,6 +982,10 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
                     env["DISTGNN_FEATURE_CACHE_MB"] = str(a.cache_mb)
                 runs.append(bench_epoch(env, a.trainers, extra, a.num_samplers, pids, st))
 
+    def warm_steps(r: dict[str, Any]) -> int:
+        """The run's untimed warm-up steps (``--warmup -1``: a whole epoch)."""
+        return int(r["steps_per_epoch"]) if a.warmup < 0 else a.warmup
+
     def vals(topo: str, key: str) -> list[float]:
         out = []
         for r in got[topo]:
@@ -876,11 +999,11 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
             elif key == "server_cpu":  # in the timed window
                 out.append(r["account"]["servers_cpu_s"] / max(1, r["account"]["steps"]))
             elif key == "pulled_mb":  # warm-up and timed steps
-                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + warm_steps(r)
                 out.append(r["pulled_bytes"] / n / 1e6)
             elif key.startswith("cache_"):
                 c = r.get("cache", {})
-                n = (a.steps or r["steps_per_epoch"] * a.epochs) + 2
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + warm_steps(r)
                 if key == "cache_hit":
                     out.append(c.get("hits", 0) / max(1, c.get("hits", 0) + c.get("misses", 0)))
                 elif key == "cache_saved_mb":
@@ -937,6 +1060,11 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
     for m in modes:
         print(f" {TOPOLOGIES[m]}:")
         for line in ef_lines([t for r in got[m] for t in r["timelines"]]):
+            print(line)
+    print("each rank's batch making and reads in the timed steps, medians:")
+    for m in modes:
+        print(f" {TOPOLOGIES[m]}:")
+        for line in make_lines(got[m]) + io_lines(got[m]):
             print(line)
     print("timed window's account (cpu_account: /proc, all processes), medians:")
     for m in modes:

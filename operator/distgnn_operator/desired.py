@@ -25,9 +25,13 @@ from distgnn_operator.podspec import DesiredContext
 API_VERSION = f"{contract.API_GROUP}/{contract.API_VERSION}"
 ANN_RESTARTS = f"{contract.LABEL_PREFIX}/restarts"
 ANN_TOKEN_HASH = f"{contract.LABEL_PREFIX}/token-hash"
+"""On the server pod template: a new token Secret changes it, so the servers roll."""
 TRAINER_CONTAINER = "trainer"
 """The trainer container of a trainer pod (a co-located pod's others: ``trainer-1``, ...)."""
-"""On the server pod template: a new token Secret changes it, so the servers roll."""
+PARTITION_CONTAINER = "partition"
+"""The container of the partitioning Job's pod."""
+PARTITION_BACKOFF_LIMIT = 2
+"""Retries of the partitioning Job (failures other than a configuration error)."""
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -234,7 +238,7 @@ def partition_job(
     )
     env = ps.env_list({"HOME": "/tmp", **cmds.storage_env(st)}) + ps.credential_env(st)
     c = _container(
-        "partition",
+        PARTITION_CONTAINER,
         srv.image or ctx.runtime_image,
         srv.image_pull_policy or ctx.image_pull_policy,
         cmd,
@@ -249,7 +253,46 @@ def partition_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": _meta(n["partition"], meta.namespace, labels, owner),
-        "spec": {"backoffLimit": 2, "template": {"metadata": pmeta, "spec": pod}},
+        "spec": {
+            "backoffLimit": PARTITION_BACKOFF_LIMIT,
+            "podFailurePolicy": partition_failure_policy(),
+            "template": {"metadata": pmeta, "spec": pod},
+        },
+    }
+
+
+DISRUPTED = {"type": "DisruptionTarget", "status": "True"}
+"""The pod condition of a pod evicted, preempted or on a drained or lost node."""
+
+
+def trainer_failure_policy() -> dict[str, Any]:
+    """The trainer Job's ``podFailurePolicy``: a disrupted pod fails the Job at once, as
+    any failed pod does (``backoffLimit: 0``; a DDP group cannot take one replaced rank,
+    so ``Ignore`` would leave the others hanging on a collective), but the Job's
+    ``Failed`` condition then says so (reason ``PodFailurePolicy``, naming
+    ``DisruptionTarget``) even when the evicted pod is gone, and the operator restarts the
+    group without counting it against ``runPolicy.backoffLimit``."""
+    return {"rules": [{"action": "FailJob", "onPodConditions": [dict(DISRUPTED)]}]}
+
+
+def partition_failure_policy() -> dict[str, Any]:
+    """The partitioning Job's ``podFailurePolicy`` (batch/v1; its pods' ``restartPolicy``
+    is ``Never``, as the API server requires): the partitioner's configuration-error exit
+    status fails the Job at once (a wrong URL, a malformed graph: retrying cannot help),
+    and a pod disrupted by a node drain, preemption or eviction (condition
+    ``DisruptionTarget``) is replaced without counting against ``backoffLimit``."""
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": PARTITION_CONTAINER,
+                    "operator": "In",
+                    "values": [contract.EXIT_CONFIG_ERROR],
+                },
+            },
+            {"action": "Ignore", "onPodConditions": [dict(DISRUPTED)]},
+        ]
     }
 
 
@@ -495,6 +538,7 @@ def trainer_job(
             "completions": completions,
             "parallelism": completions,
             "backoffLimit": 0,
+            "podFailurePolicy": trainer_failure_policy(),
             "template": {"metadata": pmeta, "spec": pod},
         },
     }

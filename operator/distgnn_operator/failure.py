@@ -41,6 +41,8 @@ class PodFailure:
     rank: str | None = None
     finished_at: str = ""
     exit_code: int | None = None
+    disrupted: bool = False
+    """the pod has the ``DisruptionTarget`` condition (evicted, preempted, node drained)"""
 
     @property
     def config_error(self) -> bool:
@@ -146,6 +148,13 @@ def pod_rank(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def is_disrupted(pod: dict[str, Any]) -> bool:
+    """Whether the pod has the ``DisruptionTarget`` condition: evicted (a node drain, node
+    pressure), preempted, or its node lost; not its own failure."""
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conds)
+
+
 def _exit_code(term: dict[str, Any]) -> int | None:
     code = term.get("exitCode")
     return code if isinstance(code, int) and not isinstance(code, bool) else None
@@ -172,6 +181,7 @@ def first_failure(pods: list[dict[str, Any]], container: str | None = None) -> P
                 rank=pod_rank(pod),
                 finished_at=str(term.get("finishedAt") or ""),
                 exit_code=_exit_code(term),
+                disrupted=is_disrupted(pod),
             )
         )
     if not found:

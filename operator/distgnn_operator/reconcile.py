@@ -135,6 +135,46 @@ def job_state(job: dict[str, Any] | None) -> str:
     return "running"
 
 
+JOB_POD_FAILURE_POLICY = "PodFailurePolicy"
+"""Reason of a batch Job's ``Failed`` condition when a ``podFailurePolicy`` rule failed it."""
+
+
+def failed_condition(job: dict[str, Any] | None) -> dict[str, Any]:
+    """A batch Job's ``Failed`` condition (else its ``FailureTarget``, which the Job
+    controller sets first since Kubernetes 1.31) while True; {} when neither is."""
+    conds = [c for c in ((job or {}).get("status") or {}).get("conditions") or [] if c]
+    for typ in ("Failed", "FailureTarget"):
+        for c in conds:
+            if c.get("type") == typ and c.get("status") == "True":
+                return dict(c)
+    return {}
+
+
+def trainers_disrupted(tjob: dict[str, Any] | None, first: f.PodFailure | None) -> bool:
+    """Whether the trainer group failed because a pod was disrupted (evicted, preempted,
+    node drained or lost): the Job controller failed the Job by the ``DisruptionTarget``
+    rule of its ``podFailurePolicy`` (read from the Job: an evicted pod is deleted), or
+    the first failing pod still shows the condition."""
+    cond = failed_condition(tjob)
+    if cond.get("reason") == JOB_POD_FAILURE_POLICY and "DisruptionTarget" in str(
+        cond.get("message") or ""
+    ):
+        return True
+    return first is not None and first.disrupted
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    """Why a partitioning Job failed (nothing while it has not)."""
+
+    failure: f.PodFailure | None = None
+    """its first failing pod (None: not failed, or the pods are gone)"""
+    message: str = ""
+    """one line: the pod's root cause, else the Job's Failed condition's message"""
+    config_error: bool = False
+    """the partitioner exited with the configuration-error status (not retried)"""
+
+
 def _camel(k: str) -> str:
     head, *rest = re.split(r"[_\-]", k)
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
@@ -488,7 +528,8 @@ class Reconciler:
                 gs_wait_due = start + dt.timedelta(seconds=self.ctx.graphserver_wait_seconds)
         partition_needed = spec.graph.source is not None
         pstate = job_state(have.get(("Job", n["partition"])))
-        pfail = await self._failure(ns, n["partition"]) if pstate == "failed" else None
+        pout = await self._partition_outcome(ns, have.get(("Job", n["partition"])))
+        pfail = pout.failure
         partitioned = not partition_needed or pstate == "succeeded"
         if gs.info is not None:
             num_parts, servers_ready = gs.info.num_parts, gs.ready_servers
@@ -504,16 +545,21 @@ class Reconciler:
         metrics = None
         if tstate in ("succeeded", "failed"):
             tfail, metrics = await self._trainer_outcome(ns, n["trainers"])
-        config_error = tfail is not None and tfail.config_error
-        if tstate == "failed" and restarts < rp.backoff_limit and not config_error:
+        disrupted = tstate == "failed" and trainers_disrupted(tjob, tfail)
+        config_error = tfail is not None and tfail.config_error and not disrupted
+        if tstate == "failed" and (disrupted or (restarts < rp.backoff_limit and not config_error)):
             restarting = True
-            restarts += 1
             cause = tfail.headline() if tfail else "no message"
-            emit(
-                "Warning",
-                s.Reason.RESTARTING,
-                f"trainer group failed ({cause}); restart {restarts}/{rp.backoff_limit}",
-            )
+            if disrupted:  # as a Job's podFailurePolicy Ignore: not counted
+                why = failed_condition(tjob).get("message") or cause
+                msg = (
+                    f"trainer group disrupted ({f.one_line(str(why))}); restarting, "
+                    f"not counted against backoffLimit ({restarts}/{rp.backoff_limit})"
+                )
+            else:
+                restarts += 1
+                msg = f"trainer group failed ({cause}); restart {restarts}/{rp.backoff_limit}"
+            emit("Warning", s.Reason.RESTARTING, msg)
             self._emit_detail(emit, tfail)
             have.pop(("Job", n["trainers"]), None)
             await self._delete("Job", ns, n["trainers"])
@@ -530,7 +576,8 @@ class Reconciler:
             generation=meta.generation,
             partition_needed=partition_needed,
             partition=pstate,
-            partition_message=pfail.headline() if pfail else "",
+            partition_message=pout.message,
+            partition_config_error=pout.config_error,
             waiting_for_graphserver=gs_name if (not gs.ready and tjob is None) else None,
             num_parts=num_parts,
             servers_ready=servers_ready,
@@ -718,8 +765,23 @@ class Reconciler:
         ready = info is not None and st.get("phase") == "Ready"
         return _GraphServerView(info, int(st.get("partitionsReady") or 0), ready, False)
 
-    async def _failure(self, ns: str, job_name: str) -> f.PodFailure | None:
-        return f.first_failure(await self.api.list("Pod", ns, {"job-name": job_name}))
+    async def _partition_outcome(self, ns: str, pjob: dict[str, Any] | None) -> PartitionOutcome:
+        """Why the partitioning Job failed: its first failing pod's root cause (the
+        ``partition`` container's termination message) or, with the pods gone, the Job's
+        ``Failed`` condition; a configuration error when that pod exited with 2 or the Job
+        controller failed the Job by its ``podFailurePolicy`` (reason ``PodFailurePolicy``:
+        its only FailJob rule is exit status 2)."""
+        if pjob is None or job_state(pjob) != "failed":
+            return PartitionOutcome()
+        name = pjob["metadata"]["name"]
+        pods = await self.api.list("Pod", ns, {"job-name": name})
+        pfail = f.first_failure(pods, d.PARTITION_CONTAINER)
+        cond = failed_condition(pjob)
+        by_policy = cond.get("reason") == JOB_POD_FAILURE_POLICY
+        message = pfail.headline() if pfail else f.one_line(str(cond.get("message") or ""))
+        return PartitionOutcome(
+            pfail, message, by_policy or (pfail is not None and pfail.config_error)
+        )
 
     async def _trainer_outcome(
         self, ns: str, job_name: str
@@ -794,7 +856,8 @@ class Reconciler:
         n = d.names(meta.name)
         have = await self.observe(meta.namespace, contract.LABEL_GRAPHSERVER, meta.name, meta.uid)
         pstate = job_state(have.get(("Job", n["partition"])))
-        pfail = await self._failure(meta.namespace, n["partition"]) if pstate == "failed" else None
+        pout = await self._partition_outcome(meta.namespace, have.get(("Job", n["partition"])))
+        pfail = pout.failure
         needed = gs.spec.graph.source is not None
         ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         parts = gs.spec.partitioning.num_parts
@@ -806,7 +869,8 @@ class Reconciler:
             generation=meta.generation,
             partition_needed=needed,
             partition=pstate,
-            partition_message=pfail.headline() if pfail else "",
+            partition_message=pout.message,
+            partition_config_error=pout.config_error,
             num_parts=parts,
             servers_ready=ready,
             manifest_url=manifest,

@@ -19,6 +19,7 @@ class Reason:
     PARTITIONING = "Partitioning"
     PARTITIONED = "PartitionsReady"
     PARTITION_FAILED = "PartitioningFailed"
+    PARTITION_CONFIG_ERROR = "PartitionConfigError"
     PROVIDED = "PartitionsProvided"
     WAITING_GS = "GraphServerNotReady"
     SERVERS_STARTING = "ServersStarting"
@@ -68,6 +69,8 @@ class JobObservation:
     partition: str = "absent"
     """absent | running | succeeded | failed"""
     partition_message: str = ""
+    partition_config_error: bool = False
+    """the partitioner exited with the configuration-error status (2): not retried"""
     waiting_for_graphserver: str | None = None
     num_parts: int = 0
     servers_ready: int = 0
@@ -111,6 +114,7 @@ class GraphServerObservation:
     partition_needed: bool = True
     partition: str = "absent"
     partition_message: str = ""
+    partition_config_error: bool = False
     num_parts: int = 0
     servers_ready: int = 0
     manifest_url: str | None = None
@@ -156,15 +160,7 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
             ),
         )
     if o.partition == "failed":
-        return (
-            "Failed",
-            Reason.PARTITION_FAILED,
-            (
-                f"partitioning failed: {o.partition_message}"
-                if o.partition_message
-                else "partitioning failed"
-            ),
-        )
+        return ("Failed", *partition_failed(o.partition_config_error, o.partition_message))
     gs = o.waiting_for_graphserver
     if o.graphserver_wait_expired:
         return (
@@ -208,6 +204,21 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
     return running
 
 
+def partition_failed(config_error: bool, message: str) -> tuple[str, str]:
+    """(reason, message) of a failed partitioning Job: ``PartitionConfigError`` when the
+    partitioner exited with the configuration-error status (not retried), else
+    ``PartitioningFailed`` (its ``backoffLimit`` used up)."""
+    if config_error:
+        head = (
+            f"partitioning failed with a configuration error (exit code "
+            f"{contract.EXIT_CONFIG_ERROR}), not retried"
+        )
+        return Reason.PARTITION_CONFIG_ERROR, f"{head}: {message}" if message else head
+    return Reason.PARTITION_FAILED, (
+        f"partitioning failed: {message}" if message else "partitioning failed"
+    )
+
+
 def _trainers_phase(o: JobObservation) -> tuple[str, str, str]:
     """Running only when every active trainer pod runs; Starting while some are Pending."""
     if o.trainer_job != "running" or o.trainers_active <= 0:
@@ -234,7 +245,8 @@ def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> 
         elif o.partition == "succeeded":
             conds.append(("Partitioned", "True", Reason.PARTITIONED, "partitions written"))
         elif o.partition == "failed":
-            conds.append(("Partitioned", "False", Reason.PARTITION_FAILED, o.partition_message))
+            why = partition_failed(o.partition_config_error, o.partition_message)[0]
+            conds.append(("Partitioned", "False", why, o.partition_message))
         else:
             conds.append(("Partitioned", "False", Reason.PARTITIONING, "partitioning"))
         ready = o.num_parts > 0 and o.servers_ready >= o.num_parts
@@ -364,7 +376,8 @@ def graphserver_status(
     if o.invalid is not None:
         phase, reason, msg = "Failed", Reason.INVALID, o.invalid
     elif o.partition == "failed":
-        phase, reason, msg = "Failed", Reason.PARTITION_FAILED, o.partition_message
+        phase = "Failed"
+        reason, msg = partition_failed(o.partition_config_error, o.partition_message)
     elif o.conflict:
         phase, reason, msg = "Pending", Reason.RESOURCE_EXISTS, o.conflict
     elif o.credentials_missing and o.servers_ready < o.num_parts:

@@ -9,7 +9,9 @@ option: one line with the closest valid name, not argparse's usage block). A mod
 that sets ``END_PROCESS = True`` (``train``) ends the process itself when it is the
 process's entry (``main()`` reading ``sys.argv``: the ``distgnn`` command,
 ``python -m distgnn.cli``): see :mod:`distgnn.train.finish`. A module with
-``error_status(error) -> int`` (``train``) picks the exit status of its errors.
+``error_status(error) -> int`` (``train``, ``partition``) picks the exit status of its
+errors (an object-store failure that no DistGNN error names comes to it as a
+:class:`~distgnn.errors.StorageError`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import NoReturn
 
 from distgnn import __version__, contract
 from distgnn import log as dlog
-from distgnn.errors import DistGNNError
+from distgnn.errors import DistGNNError, StorageError
 
 # subcommand -> module implementing it
 COMMANDS: dict[str, str] = {
@@ -169,7 +171,10 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("distgnn").debug("error", exc_info=True)
         msg = storage.describe_error(e, "object storage")
         print(f"distgnn {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+        status = getattr(args._module, "error_status", None)
+        err = StorageError(str(msg))
+        err.__cause__ = e
+        return int(status(err)) if status is not None else contract.EXIT_CONFIG_ERROR
 
 
 if __name__ == "__main__":

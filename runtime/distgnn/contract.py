@@ -174,13 +174,16 @@ EXIT_CONFIG_ERROR = 2
 """A user's mistake: the CLI printed one ``distgnn CMD: error: ...`` line. From a trainer
 (``distgnn train``) it means a mistake in the job's configuration only (see
 :func:`distgnn.train.cli.error_status`): the operator and ``distgnn run`` fail the job at
-once instead of restarting the trainer group, as retrying cannot help."""
+once instead of restarting the trainer group, as retrying cannot help. From the
+partitioner (``distgnn partition``) likewise: the operator's partitioning Job fails at once
+on it (a ``podFailurePolicy`` rule) instead of using up its ``backoffLimit``."""
 EXIT_FAILURE = 1
 """Any other failure; a trainer's is retried up to ``runPolicy.backoffLimit`` times."""
 
 
 def is_config_error_exit(code: object) -> bool:
-    """Whether a trainer's exit status means a configuration mistake (never retried)."""
+    """Whether a trainer's or the partitioner's exit status means a configuration mistake
+    (never retried)."""
     return isinstance(code, int) and not isinstance(code, bool) and code == EXIT_CONFIG_ERROR
 
 

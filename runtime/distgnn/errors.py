@@ -32,6 +32,11 @@ class StorageError(DistGNNError, OSError):
     """Object storage could not be read or written (unreachable, denied, not found)."""
 
 
+class StorageNotFound(StorageError, FileNotFoundError):
+    """The object, folder or bucket named does not exist (a wrong URL: trying again does
+    not help, unlike an unreachable endpoint or refused credentials)."""
+
+
 class ConfigError(DistGNNError, ValueError):
     """A job manifest, option or environment variable is invalid."""
 

@@ -21,7 +21,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from distgnn import contract
-from distgnn.errors import StorageError
+from distgnn.errors import StorageError, StorageNotFound
 
 
 def default_options(url: str) -> dict[str, Any]:
@@ -48,7 +48,8 @@ def get_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[
         raise StorageError(f"cannot open {redact(url)}: {e}") from e
 
 
-_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+_NOT_CONFIGURED = ("NoCredentialsError", "PartialCredentialsError")
+_NO_CREDENTIALS = (*_NOT_CONFIGURED, "CredentialRetrievalError")
 _UNREACHABLE = (
     "EndpointConnectionError",
     "ConnectTimeoutError",
@@ -102,6 +103,31 @@ def describe_error(e: BaseException, url: str) -> str | None:
     return None
 
 
+def is_missing(e: BaseException) -> bool:
+    """Whether ``e`` (or its cause) says the object, folder or bucket does not exist:
+    a wrong URL, which trying again does not fix (unlike an unreachable endpoint,
+    refused credentials or a timeout)."""
+    for x in _chain(e):
+        if isinstance(x, FileNotFoundError):
+            return True
+        if type(x).__name__ == "ClientError":
+            resp = getattr(x, "response", None) or {}
+            code = str(resp.get("Error", {}).get("Code", ""))
+            status = str(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            return code in _MISSING or status == "404"
+    return False
+
+
+def is_permanent(e: BaseException) -> bool:
+    """Whether trying again cannot cure the failure ``e``: the object, folder or bucket
+    does not exist (:func:`is_missing`), or no credentials are configured at all. Not: an
+    endpoint that does not answer, credentials refused (a policy being applied), a
+    credential provider that failed (instance metadata, web identity), a timeout."""
+    if is_missing(e):
+        return True
+    return any(type(x).__name__ in _NOT_CONFIGURED for x in _chain(e))
+
+
 def is_remote_failure(e: BaseException) -> bool:
     """Whether ``e`` (or its cause) is an object-store client failure (botocore, aiohttp)."""
     names = (*_NO_CREDENTIALS, *_UNREACHABLE, "ClientError")
@@ -119,7 +145,7 @@ def errors_for(url: str) -> Iterator[None]:
         msg = describe_error(e, url)
         if msg is None:
             raise
-        raise StorageError(msg) from e
+        raise (StorageNotFound if is_missing(e) else StorageError)(msg) from e
 
 
 def join(base: str, *parts: str) -> str:
@@ -233,6 +259,8 @@ __all__ = [
     "fsspec",
     "get_fs",
     "is_local",
+    "is_missing",
+    "is_permanent",
     "is_remote_failure",
     "join",
     "local_path",

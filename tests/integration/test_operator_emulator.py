@@ -264,14 +264,15 @@ async def _succeed_partition(c: Cluster, name: str) -> None:
     )
 
 
-async def _fail_job(c: Cluster, name: str) -> None:
-    """Job ``name`` as the Job controller marks it after a pod failed (backoffLimit 0)."""
-    await c.patch(
-        "Job",
-        name,
-        {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}},
-        "status",
-    )
+async def _fail_job(c: Cluster, name: str, reason: str = "", message: str = "") -> None:
+    """Job ``name`` as the Job controller marks it after a pod failed (backoffLimit 0);
+    with ``reason`` ``PodFailurePolicy``, as a ``podFailurePolicy`` FailJob rule fails it
+    (``FailureTarget`` first, since Kubernetes 1.31)."""
+    why = {"reason": reason, "message": message} if reason else {}
+    conds = [{"type": "Failed", "status": "True", **why}]
+    if reason == "PodFailurePolicy":
+        conds.insert(0, {"type": "FailureTarget", "status": "True", **why})
+    await c.patch("Job", name, {"status": {"failed": 1, "conditions": conds}}, "status")
 
 
 async def _servers_ready(c: Cluster, sts: str, n: int) -> None:
@@ -283,7 +284,9 @@ async def _servers_ready(c: Cluster, sts: str, n: int) -> None:
     await c.patch("StatefulSet", sts, {"status": {"readyReplicas": n}}, "status")
 
 
-def _pod(name: str, job: str, index: int, exit_code: int, message: str) -> dict[str, Any]:
+def _pod(
+    name: str, job: str, index: int, exit_code: int, message: str, container: str = "trainer"
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -291,11 +294,11 @@ def _pod(name: str, job: str, index: int, exit_code: int, message: str) -> dict[
             "name": name,
             "labels": {"job-name": job, "batch.kubernetes.io/job-completion-index": str(index)},
         },
-        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        "spec": {"containers": [{"name": container, "image": "x"}]},
         "status": {
             "containerStatuses": [
                 {
-                    "name": "trainer",
+                    "name": container,
                     "state": {"terminated": {"exitCode": exit_code, "message": message}},
                 }
             ]
@@ -677,7 +680,7 @@ async def test_failed_partitioning_settles_and_reports_root_cause(
     async with Operator(operator_args):
         await c.create(job_manifest("pf", runPolicy={"cleanPodPolicy": policy}))
         await c.child("Job", "pf-partition")
-        pod = _pod("pf-partition-abc", "pf-partition", 0, 1, log_tail)
+        pod = _pod("pf-partition-abc", "pf-partition", 0, 1, log_tail, "partition")
         del pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
         await c.create(pod)
         await _fail_job(c, "pf-partition")
@@ -692,6 +695,98 @@ async def test_failed_partitioning_settles_and_reports_root_cause(
         assert ev["type"] == "Warning" and "Traceback" in ev["message"]
         await assert_settled(c)
         assert await c.get("Job", "pf-trainers") is None
+
+
+@pytest.mark.parametrize("pod_kept", [True, False])
+async def test_a_partitioning_configuration_error_fails_the_job_at_once(
+    cluster: Cluster, operator_args: argparse.Namespace, pod_kept: bool
+) -> None:
+    """The partitioning Job fails at once on the partitioner's exit status 2 (its
+    podFailurePolicy; on a real cluster the Job controller fails it with reason
+    PodFailurePolicy): the job fails with reason PartitionConfigError and the pod's
+    termination message, or the Job's condition message when the pod is gone."""
+    c = cluster
+    line = "distgnn partition: error: s3://graphs/cora.npz: not found (NoSuchKey)"
+    policy_msg = (
+        "Container partition for pod ml/pce-partition-abc failed with exit code 2 "
+        "matching FailJob rule at index 0"
+    )
+    async with Operator(operator_args):
+        await c.create(job_manifest("pce"))
+        pjob = await c.child("Job", "pce-partition")
+        rules = pjob["spec"]["podFailurePolicy"]["rules"]
+        assert rules[0]["onExitCodes"] == {
+            "containerName": "partition",
+            "operator": "In",
+            "values": [2],
+        }
+        assert rules[0]["action"] == "FailJob" and rules[1]["action"] == "Ignore"
+        if pod_kept:
+            pod = _pod("pce-partition-abc", "pce-partition", 0, 2, line, "partition")
+            del pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+            await c.create(pod)
+        await _fail_job(c, "pce-partition", "PodFailurePolicy", policy_msg)
+        st = await c.phase("DistGNNJob", "pce", "Failed")
+        failed = cond(st, "Failed")
+        assert failed["reason"] == "PartitionConfigError"
+        head = "partitioning failed with a configuration error (exit code 2), not retried: "
+        tail = f"{line} (pod pce-partition-abc)" if pod_kept else policy_msg
+        assert failed["message"] == head + tail
+        assert cond(st, "Partitioned")["reason"] == "PartitionConfigError"
+        ev = await c.event("pce", "PartitionConfigError")
+        assert ev["type"] == "Warning" and "not retried" in ev["message"]
+        if pod_kept:
+            assert (await c.event("pce", "PodFailed"))["message"].endswith(line)
+        await assert_settled(c)
+        assert await c.get("Job", "pce-trainers") is None
+
+
+async def test_a_disrupted_trainer_group_restarts_without_using_the_backoff_limit(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """A trainer pod evicted, preempted or on a drained node (the Job controller fails the
+    trainer Job by its DisruptionTarget rule; the pod is gone) restarts the group even with
+    backoffLimit 0, and the restart is not counted; a later real failure still is."""
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "dis",
+                graph={"partitions": {"manifestURL": "s3://p/dis.json"}},
+                runPolicy={"backoffLimit": 0},
+            )
+        )
+        await _running(c, "dis")
+        first = await c.get("Job", "dis-trainers")
+        assert first is not None
+        assert first["spec"]["podFailurePolicy"]["rules"] == [
+            {
+                "action": "FailJob",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            }
+        ]
+        await _fail_job(
+            c,
+            "dis-trainers",
+            "PodFailurePolicy",
+            "Pod ml/dis-trainers-1-x has condition DisruptionTarget matching FailJob rule "
+            "at index 0",
+        )
+
+        async def recreated() -> dict[str, Any] | None:
+            j = await c.get("Job", "dis-trainers")
+            return j if j and j["metadata"]["uid"] != first["metadata"]["uid"] else None
+
+        await c.until("a new trainer Job", recreated)
+        ev = await c.event("dis", "TrainerGroupRestarting")
+        assert "not counted against backoffLimit" in ev["message"]
+        assert "DisruptionTarget" in ev["message"]
+        st = await c.status("DistGNNJob", "dis")
+        assert st.get("restarts", 0) == 0 and st["phase"] != "Failed"
+        await c.create(_pod("dis-trainers-0-y", "dis-trainers", 0, 1, "RuntimeError: NaN"))
+        await _fail_job(c, "dis-trainers")
+        st = await c.phase("DistGNNJob", "dis", "Failed")
+        assert cond(st, "Failed")["reason"] == "BackoffLimitExceeded"
 
 
 async def test_trainer_failure_message_is_the_root_cause(

@@ -161,7 +161,13 @@ def _job(spec: Obj) -> None:
     spec.setdefault("backoffLimit", 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
-    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    # SetDefaults_Job: Failed with a podFailurePolicy (pods are replaced only once
+    # terminal), whose onPodConditions patterns get status True
+    policy = spec.get("podFailurePolicy")
+    spec.setdefault("podReplacementPolicy", "Failed" if policy else "TerminatingOrFailed")
+    for rule in (policy or {}).get("rules") or []:
+        for pattern in rule.get("onPodConditions") or []:
+            pattern.setdefault("status", "True")
     spec.setdefault("manualSelector", False)
     _template(spec["template"])
 

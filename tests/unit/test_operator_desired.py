@@ -384,3 +384,68 @@ def test_trainer_pods_admit_only_their_job_the_operator_and_scrapers(
     assert not any(admits(pol, p, contract.TRAINER_PROGRESS_PORT) for p in others)
     assert all(admits(pol, p, contract.TRAINER_METRICS_PORT) is metrics for p in others)
     assert not admits(pol, others[-1], contract.TRAINER_METRICS_PORT + 1)  # one container
+
+
+def _jobs() -> Iterator[tuple[str, dict[str, Any]]]:
+    for case, objs in cases().items():
+        for o in objs:
+            if o["kind"] == "Job":
+                yield f"{case}/{o['metadata']['name']}", o
+
+
+@pytest.mark.parametrize(("where", "job"), list(_jobs()), ids=[w for w, _ in _jobs()])
+def test_pod_failure_policies_pass_the_api_servers_rules(where: str, job: dict[str, Any]) -> None:
+    """What the API server's Job validation asks of a ``podFailurePolicy`` (checked there,
+    not in its OpenAPI schema): pods with ``restartPolicy: Never``; each rule with exactly
+    one of ``onExitCodes`` / ``onPodConditions``; exit codes sorted, unique, no 0 with
+    ``In``; a ``containerName`` that names a container of the template; known actions."""
+    spec = job["spec"]
+    policy = spec.get("podFailurePolicy")
+    assert policy is not None, f"{where}: no podFailurePolicy"
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    names = {c["name"] for c in pod["containers"] + pod.get("initContainers", [])}
+    assert 0 < len(policy["rules"]) <= 20
+    for rule in policy["rules"]:
+        assert rule["action"] in ("FailJob", "Ignore", "Count")
+        assert ("onExitCodes" in rule) != ("onPodConditions" in rule), rule
+        codes = rule.get("onExitCodes")
+        if codes is not None:
+            values = codes["values"]
+            assert values == sorted(set(values)) and 0 < len(values) <= 255
+            assert codes["operator"] in ("In", "NotIn")
+            assert not (codes["operator"] == "In" and 0 in values)
+            assert codes.get("containerName", next(iter(names))) in names
+        for pattern in rule.get("onPodConditions") or []:
+            assert pattern["status"] in ("True", "False", "Unknown") and pattern["type"]
+
+
+def test_partitioning_fails_at_once_on_a_configuration_error_and_ignores_disruptions() -> None:
+    """The partitioning Job: the partitioner's exit status 2 fails it (no retry), a
+    disrupted pod does not count against ``backoffLimit``; the trainer Job fails at once
+    on a disruption too (the operator restarts the group without counting it)."""
+    jobs = dict(_jobs())
+    for where in ("job-full/cora-partition", "graphserver/papers-partition"):
+        pj = jobs[where]
+        assert pj["spec"]["backoffLimit"] == 2
+        exit_rule, disrupt_rule = pj["spec"]["podFailurePolicy"]["rules"]
+        assert exit_rule == {
+            "action": "FailJob",
+            "onExitCodes": {
+                "containerName": "partition",
+                "operator": "In",
+                "values": [contract.EXIT_CONFIG_ERROR],
+            },
+        }
+        assert disrupt_rule == {
+            "action": "Ignore",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        }
+        assert pj["spec"]["template"]["spec"]["containers"][0]["name"] == "partition"
+    for where in ("job-full/cora-trainers", "job-colocated/cora-trainers"):
+        assert jobs[where]["spec"]["podFailurePolicy"]["rules"] == [
+            {
+                "action": "FailJob",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            }
+        ]

@@ -154,3 +154,32 @@ def test_exit_code_without_a_container_name_and_of_a_malformed_status() -> None:
     pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = "2"
     fail = first_failure([pod])
     assert fail is not None and fail.exit_code is None and not fail.config_error
+
+
+def test_a_disrupted_group_is_told_from_the_job_or_the_first_pod() -> None:
+    """Disrupted: the Job failed by its DisruptionTarget rule (the evicted pod may be gone),
+    or the first failing pod has the condition; an exit-code FailJob rule is not one."""
+    from distgnn_operator.reconcile import trainers_disrupted
+
+    def job(reason: str, message: str) -> dict[str, Any]:
+        cond = {"type": "Failed", "status": "True", "reason": reason, "message": message}
+        return {"status": {"conditions": [cond]}}
+
+    by_rule = job("PodFailurePolicy", "Pod ml/t-1 has condition DisruptionTarget matching ...")
+    assert trainers_disrupted(by_rule, None)
+    by_exit = job("PodFailurePolicy", "Container trainer ... exit code 2")
+    assert not trainers_disrupted(by_exit, None)
+    assert not trainers_disrupted(job("BackoffLimitExceeded", "Job has reached ..."), None)
+    pod = {
+        "metadata": {"name": "t-1"},
+        "status": {
+            "conditions": [{"type": "DisruptionTarget", "status": "True"}],
+            "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 143}}}],
+        },
+    }
+    first = first_failure([pod], "trainer")
+    assert first is not None and first.disrupted
+    assert trainers_disrupted(job("BackoffLimitExceeded", ""), first)
+    pod["status"]["conditions"][0]["status"] = "False"
+    plain = first_failure([pod], "trainer")
+    assert plain is not None and not plain.disrupted

@@ -40,6 +40,11 @@ TABLE = [
     (obs(partition="absent", trainer_job="absent"), "Partitioning", Reason.PARTITIONING),
     (obs(partition="failed", partition_message="no such file"), "Failed", Reason.PARTITION_FAILED),
     (
+        obs(partition="failed", partition_config_error=True, trainer_job="absent"),
+        "Failed",
+        Reason.PARTITION_CONFIG_ERROR,
+    ),
+    (
         obs(partition_needed=False, partition="absent", servers_ready=1, trainer_job="absent"),
         "Starting",
         Reason.SERVERS_STARTING,
@@ -203,3 +208,24 @@ def test_a_configuration_error_says_it_was_not_retried() -> None:
         "trainer group failed with a configuration error (exit code 2), not retried: "
         "ConfigError: --feat (pod t-0)"
     )
+
+
+@pytest.mark.parametrize("kind", ["DistGNNJob", "GraphServer"])
+def test_a_partitioning_configuration_error_says_it_was_not_retried(kind: str) -> None:
+    line = "distgnn partition: error: s3://g/cora.npz: not found (pod x-partition-a)"
+    if kind == "DistGNNJob":
+        o = obs(partition="failed", partition_config_error=True, partition_message=line)
+        st = job_status(o, None, "t")
+    else:
+        gso = GraphServerObservation(
+            num_parts=2, partition="failed", partition_config_error=True, partition_message=line
+        )
+        st = graphserver_status(gso, None, "t")
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert st["phase"] == "Failed"
+    assert conds["Failed"]["reason"] == conds["Partitioned"]["reason"] == "PartitionConfigError"
+    assert conds["Failed"]["message"] == (
+        f"partitioning failed with a configuration error (exit code 2), not retried: {line}"
+    )
+    ev = transition_event({}, st)
+    assert ev is not None and ev[:2] == ("Warning", "PartitionConfigError")

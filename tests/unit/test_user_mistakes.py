@@ -13,10 +13,16 @@ import numpy as np
 import pytest
 import yaml
 
-from distgnn import cli
+from distgnn import cli, storage
 from distgnn.api import parse_job
 from distgnn.contract import TrainerEnv
-from distgnn.errors import ConfigError, RequestTimeout, ServerUnavailable
+from distgnn.errors import (
+    ConfigError,
+    GraphFormatError,
+    RequestTimeout,
+    ServerUnavailable,
+    StorageError,
+)
 from distgnn.local.runner import root_cause
 from distgnn.sampling import LocalGraph
 from distgnn.sampling.source import LocalSource
@@ -263,3 +269,73 @@ def test_a_trainer_exits_2_only_for_a_configuration_error(
     monkeypatch.delenv("DISTGNN_TERMINATION_LOG", raising=False)
     assert cli.main(["train", "node-classification"]) == status
     assert capsys.readouterr().err == f"distgnn train: error: {error}\n"
+
+
+class EndpointConnectionError(Exception):
+    """Named as botocore's: what the object-store client raises for an unreachable endpoint."""
+
+
+class NoCredentialsError(Exception):
+    """Named as botocore's: no credential provider found any credentials."""
+
+
+class CredentialRetrievalError(Exception):
+    """Named as botocore's: a credential provider (instance metadata, web identity) failed."""
+
+
+def _storage_error(cause: BaseException) -> StorageError:
+    """A StorageError as :func:`distgnn.storage.errors_for` raises it, from ``cause``."""
+    try:
+        with storage.errors_for("s3://graphs/cora.npz"):
+            raise cause
+    except StorageError as e:
+        return e
+    raise AssertionError("errors_for raised nothing")
+
+
+@pytest.mark.parametrize(
+    ("make_error", "status"),
+    [
+        (lambda: ConfigError("--num-parts: must be >= 1"), 2),
+        (lambda: GraphFormatError("cora.npz: no 'src' array"), 2),
+        (lambda: _storage_error(FileNotFoundError(2, "No such file or directory")), 2),
+        (lambda: _storage_error(EndpointConnectionError("http://minio:9000")), 1),
+        (lambda: _storage_error(PermissionError(13, "Permission denied")), 1),
+        (lambda: _storage_error(NoCredentialsError("Unable to locate credentials")), 2),
+        (lambda: _storage_error(CredentialRetrievalError("web identity")), 1),
+        (lambda: EndpointConnectionError("no DistGNN error names it"), 1),
+    ],
+)
+def test_the_partitioner_exits_2_only_for_what_a_retry_cannot_fix(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    make_error: Any,
+    status: int,
+) -> None:
+    """``distgnn partition`` exits 2 for a mistake (an option, an input graph that does not
+    exist or is malformed), which the operator's partitioning Job does not retry (its
+    podFailurePolicy), and 1 for object storage unreachable or refusing the credentials,
+    which a retry can cure; both are one line."""
+    from distgnn.partition import cli_partition
+
+    error = make_error()
+
+    def fail(args: Any) -> int:
+        raise error
+
+    monkeypatch.setattr(cli_partition, "main", fail)
+    argv = ["partition", "s3://graphs/cora.npz", "--num-parts", "2", "--out", "x", "--name", "g"]
+    assert cli.main(argv) == status
+    err = capsys.readouterr().err
+    assert err.startswith("distgnn partition: error: ") and err.count("\n") == 1, err
+
+
+def test_a_missing_input_graph_exits_2(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "distgnn.cli", "partition", str(tmp_path / "nope.npz"),
+         "--num-parts", "2", "--out", str(tmp_path / "out"), "--name", "g"],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].startswith("distgnn partition: error: ")
+    assert "Traceback" not in out.stderr

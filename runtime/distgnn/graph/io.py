@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from distgnn import storage
-from distgnn.errors import GraphFormatError, StorageError
+from distgnn.errors import GraphFormatError, StorageError, StorageNotFound
 from distgnn.graph.data import (
     DEFAULT_ETYPE,
     DEFAULT_NTYPE,
@@ -43,15 +43,15 @@ def read_arrays(
     where = storage.redact(url)
     try:
         if not fs.exists(path):
-            raise StorageError(f"{where}: not found")
+            raise StorageNotFound(f"{where}: not found")
         if fs.isdir(path):
             return _read_dir(fs, path, where, storage.is_local(url))
         return _read_npz(fs, path, where, storage.is_local(url))
+    except StorageError:
+        raise
     except (PermissionError, FileNotFoundError, ConnectionError) as e:
         raise StorageError(f"{where}: {type(e).__name__}: {e}") from e
     except OSError as e:
-        if isinstance(e, StorageError):
-            raise
         raise StorageError(f"{where}: {e}") from e
 
 

@@ -8,6 +8,21 @@ from dataclasses import asdict
 HELP = "partition a graph (.npz or folder of .npy, any fsspec URL) into N parts"
 
 
+def error_status(e: BaseException) -> int:
+    """The exit status of a DistGNN error: :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2)
+    for what trying again cannot fix (an option, an input graph that does not exist or is
+    malformed, an output location that cannot be written, no storage credentials at all),
+    which the operator's partitioning Job does not retry (its ``podFailurePolicy``);
+    :data:`~distgnn.contract.EXIT_FAILURE` (1) for object storage unreachable, refusing
+    the credentials or failing otherwise, which a retry can cure."""
+    from distgnn import contract, storage
+    from distgnn.errors import StorageError
+
+    if isinstance(e, StorageError) and not storage.is_permanent(e):
+        return contract.EXIT_FAILURE
+    return contract.EXIT_CONFIG_ERROR
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("graph", metavar="GRAPH", help="input graph: .npz file or folder of .npy")
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
