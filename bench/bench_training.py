@@ -22,7 +22,8 @@ parts (METIS, cached) and served by 2 real ``distgnn serve`` processes on loopba
   Per-step breakdown (rank 0 medians): waiting for the batch, sampling and feature pull
   (in the prefetch thread when on), forward, backward (DDP all-reduce inside), the
   all-reduce alone, optimizer; CPU seconds per step of a trainer and of both servers
-  (psutil, approximate). ``--warmup N``: the untimed steps before the timed ones (2).
+  (psutil, approximate). ``--warmup N``: the untimed steps before the timed ones (2; -1:
+  a whole epoch).
 * Every rank's batch making and reads in the timed steps (per step): its sampling and its
   feature + label pull, each as wall = the main thread's CPU (its kernel time and page
   faults) + waiting for a core + blocked; the rows and bytes pulled over TCP, the requests
@@ -320,7 +321,8 @@ def child_train(
 
     with BatchLoader(tg.source, batcher, num) as loader:
         steps_per_epoch = agree_steps(ctx, len(loader))
-        run_steps(loader, warmup, record=False)  # warm-up (epoch 0)
+        # warm-up (epoch 0; all of it with warmup < 0)
+        run_steps(loader, steps_per_epoch if warmup < 0 else warmup, record=False)
         barrier(ctx)
         cpu0 = time.process_time()
         # the timed window (every rank from the same barrier): its whole-machine account
@@ -796,7 +798,8 @@ def main() -> None:
     ap.add_argument("--trainers", type=int, default=2)
     ap.add_argument("--num-samplers", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=2,
-                    help="untimed steps before the timed ones (epoch 0's)")  # fmt: skip
+                    help="untimed steps before the timed ones (epoch 0's; -1: all of "
+                    "epoch 0, as compare_dgl.py warms DGL up)")  # fmt: skip
     ap.add_argument("--prefetch", default="auto", choices=["auto", "on", "off"],
                     help="feature-prefetch thread (auto: the trainers' rule, on with a CPU beyond "
                     "the torch threads)")  # fmt: skip
@@ -979,6 +982,10 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
                     env["DISTGNN_FEATURE_CACHE_MB"] = str(a.cache_mb)
                 runs.append(bench_epoch(env, a.trainers, extra, a.num_samplers, pids, st))
 
+    def warm_steps(r: dict[str, Any]) -> int:
+        """The run's untimed warm-up steps (``--warmup -1``: a whole epoch)."""
+        return int(r["steps_per_epoch"]) if a.warmup < 0 else a.warmup
+
     def vals(topo: str, key: str) -> list[float]:
         out = []
         for r in got[topo]:
@@ -992,11 +999,11 @@ def compare_topologies(manifest: str, a: argparse.Namespace, extra: list[str]) -
             elif key == "server_cpu":  # in the timed window
                 out.append(r["account"]["servers_cpu_s"] / max(1, r["account"]["steps"]))
             elif key == "pulled_mb":  # warm-up and timed steps
-                n = (a.steps or r["steps_per_epoch"] * a.epochs) + a.warmup
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + warm_steps(r)
                 out.append(r["pulled_bytes"] / n / 1e6)
             elif key.startswith("cache_"):
                 c = r.get("cache", {})
-                n = (a.steps or r["steps_per_epoch"] * a.epochs) + a.warmup
+                n = (a.steps or r["steps_per_epoch"] * a.epochs) + warm_steps(r)
                 if key == "cache_hit":
                     out.append(c.get("hits", 0) / max(1, c.get("hits", 0) + c.get("misses", 0)))
                 elif key == "cache_saved_mb":

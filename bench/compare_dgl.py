@@ -1,8 +1,8 @@
 """DistGNN and DGL 2.1 side by side on exactly the same work (one command; not part of CI).
 
 Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [--rounds 3]
-[--train-nodes 50000] [--epochs 1] [--parts-only [--num-parts K] | --train-only] [--quick]
-[--cache-mb MB] [--systems distgnn,distgnn_tcp_cache,...]``.
+[--train-nodes 50000] [--epochs 1] [--warmup-steps -1] [--parts-only [--num-parts K] |
+--train-only] [--quick] [--cache-mb MB] [--systems distgnn,distgnn_tcp_cache,...]``.
 
 * **DGL's environment** is created once and cached in ``.tools/dgl-venv`` (DGL 2.1.0 and
   the torch it supports, 2.2.1, with NumPy 1.x; about 5 GB, from the package registry).
@@ -20,15 +20,19 @@ Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [
   in different partitions, computed here the same way from both assignments).
 * **Training**: 2 servers + 2 DDP trainers, 3-layer GraphSAGE (mean) hidden 256, fanouts
   15,10,5, batch 1000, Adam 0.003, dropout 0.5, 1 torch thread per trainer, ``--epochs``
-  timed epochs after a warm-up (DGL: one epoch; DistGNN: 2 steps, ``bench_training``'s
-  trainer); each system on its own partitions of the same graph.
+  timed epochs after a warm-up of one epoch on both sides (``--warmup-steps N``: DistGNN
+  warms up N steps instead, 2 until round 12; DGL's script always runs one epoch), which
+  also grows each trainer's heap to its size before the timed epoch (its first touches cost
+  a trainer ~3-6 ms a step, bench/README.md round 13); each system on its own partitions
+  of the same graph.
   DistGNN runs twice: every row over TCP (its default topology), and co-located
   (``trainers.colocate``: the local partition's rows from the server's shared memory, which
   is what DGL's trainers always do with their machine's server). With ``--cache-mb MB``
   also a third time, over TCP with a feature cache of MB per trainer
   (``trainers.featureCacheMB``), reported in a table of its own: DGL has no such cache
   (the same graph, training set and settings; the cache's 8 warm-up reads and its first
-  fill fall in the first timed epoch). ``--systems`` runs only some of the training runs.
+  fill fall in the warm-up epoch, in the first timed epoch with ``--warmup-steps 2``).
+  ``--systems`` runs only some of the training runs.
   DGL runs twice: as shipped, and with the same glibc allocator settings DistGNN's trainers
   apply (``distgnn.train.proc``: ``M_MMAP_THRESHOLD``/``M_TRIM_THRESHOLD`` 1 GiB, top pad
   256 MiB, given to DGL as ``MALLOC_*_`` tunables). DGL's distributed mode needs one private
@@ -231,13 +235,19 @@ def _free_port() -> int:
 
 
 def distgnn_epoch(
-    parts: Path, epochs: int, floor_steps: int, colocate: bool = False, cache_mb: float = 0
+    parts: Path,
+    epochs: int,
+    floor_steps: int,
+    colocate: bool = False,
+    cache_mb: float = 0,
+    warmup: int = -1,
 ) -> dict[str, Any]:
     """DistGNN: 2 real servers, 2 trainers (bench_training's trainer), then the micro figures.
     ``colocate``: each trainer reads its partition's rows from its server's shared memory
     (``trainers.colocate``), as DGL's trainers do with their machine's server.
     ``cache_mb``: each trainer keeps a feature cache of that many MB
-    (``trainers.featureCacheMB``; DGL has none)."""
+    (``trainers.featureCacheMB``; DGL has none). ``warmup``: untimed steps first (-1: a
+    whole epoch, as DGL's)."""
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     sys.path.insert(0, str(BENCH))
     from servers import running_servers
@@ -245,7 +255,8 @@ def distgnn_epoch(
     import bench_training
 
     manifest = str(parts / "bench.json")
-    extra = ["--steps", "0", "--epochs", str(epochs), "--floor-steps", str(floor_steps)]
+    extra = ["--steps", "0", "--epochs", str(epochs), "--floor-steps", str(floor_steps),
+             "--warmup", str(warmup)]  # fmt: skip
     senv = bench_training.server_env(2)  # the row gather as `distgnn run` sets it
     with running_servers(manifest, 2, workers=1, env=senv, timeout=600) as srv:
         stores = [r["shm_dir"] for r in srv.ready] if colocate else None
@@ -389,7 +400,8 @@ def compare_graph(kind: str, a: argparse.Namespace, dgl_py: Path) -> None:
                 if system.startswith("distgnn"):
                     colocated = system == "distgnn_colocated"
                     cache = a.cache_mb if system == "distgnn_tcp_cache" else 0
-                    res = distgnn_epoch(dparts, a.epochs, a.floor_steps, colocated, cache)
+                    res = distgnn_epoch(dparts, a.epochs, a.floor_steps, colocated, cache,
+                                        a.warmup_steps)  # fmt: skip
                 else:
                     res = dgl_epoch(gparts, dgl_py, a.epochs, system == "dgl_tuned", work)
                 runs[system].append(res)
@@ -523,6 +535,9 @@ def main() -> None:
     ap.add_argument("--train-nodes", type=int, default=50_000,
                     help="training set size (50000: 25 steps per trainer)")  # fmt: skip
     ap.add_argument("--epochs", type=int, default=1, help="timed epochs per training run")
+    ap.add_argument("--warmup-steps", type=int, default=-1,
+                    help="DistGNN's untimed steps before the timed epochs (-1, the default: "
+                    "a whole epoch, as DGL's script; 2 until round 12)")  # fmt: skip
     ap.add_argument("--floor-steps", type=int, default=0,
                     help="also the earlier floor: N extra batches after the epoch")  # fmt: skip
     ap.add_argument("--parts-only", action="store_true", help="partitioning only")
