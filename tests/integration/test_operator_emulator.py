@@ -862,6 +862,53 @@ async def test_pods_a_child_cannot_create_are_reported(
         assert sum(e["reason"] == "PodCreateFailed" for e in await c.events("pcf")) == 1
 
 
+async def test_image_pull_secrets_reach_every_pod_and_follow_the_spec(
+    cluster: Cluster,
+) -> None:
+    """The operator's default (``--image-pull-secret``, the chart's
+    runtimeImage.pullSecrets) goes on every pod template; a pod template's own list
+    replaces it; taking the servers' pull secrets out of the spec takes them off the
+    StatefulSet (the Jobs keep theirs until recreated: their templates are immutable)."""
+    c = cluster
+    args = make_args(1, "--image-pull-secret", "regcred")
+    async with Operator(args):
+        await c.create(
+            job_manifest(
+                "ips",
+                servers={"podTemplate": {"imagePullSecrets": [{"name": "team"}]}},
+                trainers={
+                    "replicas": 2,
+                    "app": {"name": "node-classification", "epochs": 1},
+                },
+            )
+        )
+        part = await c.child("Job", "ips-partition")
+        assert part["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "team"}]
+        sts = await c.child("StatefulSet", "ips-server")
+        assert sts["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "team"}]
+        await _succeed_partition(c, "ips")
+        await _servers_ready(c, "ips-server", 2)
+        tj = await c.child("Job", "ips-trainers")
+        assert tj["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+        await c.patch("DistGNNJob", "ips", {"spec": {"servers": {"podTemplate": None}}})
+
+        async def defaulted() -> bool:
+            obj = await c.get("StatefulSet", "ips-server")
+            pod = (obj or {})["spec"]["template"]["spec"]
+            return pod.get("imagePullSecrets") == [{"name": "regcred"}]
+
+        await c.until("the servers back on the default", defaulted)
+        await c.patch(
+            "DistGNNJob", "ips", {"spec": {"servers": {"podTemplate": {"imagePullSecrets": []}}}}
+        )
+
+        async def none() -> bool:
+            obj = await c.get("StatefulSet", "ips-server")
+            return "imagePullSecrets" not in (obj or {})["spec"]["template"]["spec"]
+
+        await c.until("no pull secrets on the servers", none)
+
+
 async def test_trainer_failure_message_is_the_root_cause(
     cluster: Cluster, operator_args: argparse.Namespace
 ) -> None:
