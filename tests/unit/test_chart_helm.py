@@ -367,7 +367,8 @@ NAMESPACED_RULES = {
     # the token Secret, read by name: no list/watch of the namespaces' Secrets
     ("", "secrets"): {"get", "create", "delete"},
     ("batch", "jobs"): CREATED_ONCE | {"watch"},
-    ("", "events"): {"create"},  # kopf only POSTs events
+    # kopf and the operator POST events; the operator lists a child's FailedCreate events
+    ("", "events"): {"create", "list"},
 }
 KOPF_CLUSTER_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CREATED_ONCE}
