@@ -345,6 +345,13 @@ def probe_homo(dgl: Any, side: dict[str, Any], rec: Recorder) -> None:
     )
     rec("DistTensor part_policy.policy_str", lambda: t.part_policy.policy_str)
 
+    def slice_write() -> Any:
+        t[0:2] = th.full((2, 3), 7.0)
+        return t[0:3]
+
+    rec("DistTensor[slice] = values", slice_write)
+    rec("gpb.partid2nids(0, '_N') len", lambda: len(gpb.partid2nids(0, "_N")))
+
     # --- DistEmbedding + sparse optimizers
     for opt_name in ("SparseAdam", "SparseAdagrad"):
 
@@ -476,6 +483,22 @@ def probe_homo(dgl: Any, side: dict[str, Any], rec: Recorder) -> None:
     rec("sample_neighbors(g, seeds, 3)", lambda: frontier(dd.sample_neighbors(g, seeds, 3), 3))
     rec("sample_neighbors(g, seeds, -1)", lambda: frontier(dd.sample_neighbors(g, seeds, -1), None))
     rec("in_subgraph(g, seeds)", lambda: frontier(dd.in_subgraph(g, seeds), None))
+
+    def edge_sub() -> Any:
+        eo = th.tensor([0, 7, 300])
+        sg = g.edge_subgraph(o2e[eo])
+        s, d = sg.edges()
+        nid = sg.ndata[dgl.NID]
+        return {
+            "type/num_edges/num_nodes": [type(sg).__name__, sg.num_edges(), sg.num_nodes()],
+            "edata[EID] == eids": sg.edata[dgl.EID].tolist() == o2e[eo].tolist(),
+            "endpoints (original IDs)": [
+                n2o[nid[s]].tolist() == a["src"][eo.numpy()].tolist(),
+                n2o[nid[d]].tolist() == a["dst"][eo.numpy()].tolist(),
+            ],
+        }
+
+    rec("DistGraph.edge_subgraph(eids)", edge_sub)
     rec(
         "sample_neighbors(edge_dir='out')",
         lambda: type(dd.sample_neighbors(g, seeds, 3, edge_dir="out")).__name__,
@@ -768,6 +791,42 @@ def probe_hetero(dgl: Any, side: dict[str, Any], rec: Recorder) -> None:
 
     rec("sample_neighbors(g, {'paper': ids}, 2)", typed_sample)
 
+    def typed_fanout() -> Any:
+        fan = {c: (1 if c == W else 0) for c in HET_ETYPES}
+        sg = dd.sample_neighbors(g, seeds, fan)
+        s, d = sg.edges(etype=W)
+        return {
+            "writes edges <= 1 per seed": int(sg.num_edges(W)) <= 3,
+            "cite edges": int(sg.num_edges(("paper", "cite", "paper"))),
+            "writes endpoints typed": [
+                bool((d.unsqueeze(1) == pn).any(1).all()),
+                bool((s < 60).all()),
+            ],
+        }
+
+    rec("sample_neighbors(g, seeds, {etype: fanout})", typed_fanout)
+
+    def etype_fanout() -> Any:
+        fan = {c: (1 if c == W else 0) for c in HET_ETYPES}
+        sg = dd.sample_etype_neighbors(g, seeds, fan)
+        return {
+            "type": type(sg).__name__,
+            "writes edges <= 1 per seed": int(sg.num_edges(W)) <= 3,
+            "writes edges > 0": int(sg.num_edges(W)) > 0,
+            "EID matches find_edges": bool(
+                (g.find_edges(sg.edges[W].data[dgl.EID], etype=W)[1] == sg.edges(etype=W)[1]).all()
+            ),
+        }
+
+    rec("sample_etype_neighbors(g, seeds, {etype: fanout})", etype_fanout)
+
+    def typed_in_subgraph() -> Any:
+        sg = dd.in_subgraph(g, seeds)
+        indeg = {c: int(np.isin(a[c][1], po.numpy()).sum()) for c in HET_ETYPES if c[2] == "paper"}
+        return {str(c): int(sg.num_edges(c)) == n for c, n in indeg.items()}
+
+    rec("in_subgraph(g, {'paper': ids}) per-etype counts", typed_in_subgraph)
+
     def typed_loader() -> Any:
         train = {"paper": dd.node_split(tm, gpb, ntype="paper")}
         sampler = dgl.dataloading.MultiLayerNeighborSampler([3, 3])
@@ -889,6 +948,12 @@ INTENDED: dict[str, str] = {
     "in_subgraph(g, seeds)": _FRONTIER,
     "sample_neighbors(g, {'paper': ids}, 2)": _FRONTIER,
     "DistNodeDataLoader typed seeds": "blocks keep every edge type (DGL: those sampled)",
+    "DistGraph.edge_subgraph(eids)": _FRONTIER,
+    "sample_neighbors(g, seeds, {etype: fanout})": "DGL 2.1 takes a per-type fanout in "
+    "sample_etype_neighbors only; DistGNN in both",
+    "in_subgraph(g, {'paper': ids}) per-etype counts": "DGL 2.1's in_subgraph on a typed "
+    "graph: one node type, its IDs taken as homogeneous, an untyped result",
+    "sample_etype_neighbors(g, seeds, {etype: fanout})": _FRONTIER,
     "sample_neighbors(edge_dir='out')": "servers keep in-edges only (documented)",
     "len(DistDataLoader)": "DistGNN's loaders also have len()",
     "dgl.distributed.DistNodeDataLoader": "DGL 0.x's name kept (DGL 2.1: dgl.dataloading)",
