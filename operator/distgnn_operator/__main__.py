@@ -2,7 +2,8 @@
 
 Namespaces: ``--namespace`` (repeatable) or ``DISTGNN_WATCH_NAMESPACES`` (comma-separated);
 all namespaces when neither is given. ``DISTGNN_RUNTIME_IMAGE`` sets the default image of
-the pods, ``DISTGNN_PARTITIONS_URL`` the default partition output URL. ``--metrics-port``
+the pods, ``DISTGNN_IMAGE_PULL_SECRETS`` (``--image-pull-secret``) the Secrets they pull
+images with, ``DISTGNN_PARTITIONS_URL`` the default partition output URL. ``--metrics-port``
 (``DISTGNN_METRICS_PORT``) serves Prometheus metrics (default off).
 
 HA (``--peering NAME``): replicas peer through kopf, and kopf pauses a replica that sees a
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -31,6 +33,7 @@ import kopf
 
 from distgnn import contract
 from distgnn import log as dlog
+from distgnn.api.fields import DNS_SUBDOMAIN
 from distgnn.metrics_http import serve
 from distgnn_operator.desired import DesiredContext
 from distgnn_operator.handlers import HandlerSettings, make_settings, register
@@ -48,6 +51,7 @@ ENV_PEERING_PRIORITY = "DISTGNN_PEERING_PRIORITY"
 ENV_PEERING_LIFETIME = "DISTGNN_PEERING_LIFETIME"
 ENV_EXIT_TIMEOUT = "DISTGNN_EXIT_TIMEOUT"
 ENV_GRAPHSERVER_WAIT = "DISTGNN_GRAPHSERVER_WAIT_SECONDS"
+ENV_IMAGE_PULL_SECRETS = "DISTGNN_IMAGE_PULL_SECRETS"
 EXIT_TIMEOUT_SECONDS = 20.0
 """Default ``--exit-timeout``: under Kubernetes' default 30 s grace period."""
 
@@ -123,6 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--partitions-url", default=os.environ.get(ENV_PARTITIONS_URL) or None)
     p.add_argument(
+        "--image-pull-secret",
+        dest="image_pull_secrets",
+        action="append",
+        type=_secret_name,
+        default=None,
+        metavar="NAME",
+        help="Secret every pod the operator creates pulls its images with, unless its "
+        "podTemplate.imagePullSecrets says otherwise (repeatable; env "
+        f"{ENV_IMAGE_PULL_SECRETS}, comma-separated; the chart's runtimeImage.pullSecrets)",
+    )
+    p.add_argument(
         "--progress-seconds",
         type=float,
         default=float(os.environ.get(ENV_PROGRESS, "5")),
@@ -151,6 +166,23 @@ def build_parser() -> argparse.ArgumentParser:
         f"default off; the chart uses {contract.OPERATOR_METRICS_PORT})",
     )
     return p
+
+
+def _secret_name(v: str) -> str:
+    if not re.fullmatch(DNS_SUBDOMAIN, v) or len(v) > 253:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a Secret name (a DNS subdomain)")
+    return v
+
+
+def image_pull_secrets(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--image-pull-secret`` names, else those of ``DISTGNN_IMAGE_PULL_SECRETS``."""
+    if args.image_pull_secrets is not None:
+        return tuple(args.image_pull_secrets)
+    names = [n.strip() for n in os.environ.get(ENV_IMAGE_PULL_SECRETS, "").split(",")]
+    try:
+        return tuple(_secret_name(n) for n in names if n)
+    except argparse.ArgumentTypeError as e:
+        raise SystemExit(f"distgnn-operator: {ENV_IMAGE_PULL_SECRETS}: {e}") from None
 
 
 def _metrics_port() -> int | None:
@@ -183,7 +215,9 @@ def setup(
     octx = OperatorContext(
         api=api,
         desired=DesiredContext(
-            runtime_image=args.runtime_image, partitions_url=args.partitions_url
+            runtime_image=args.runtime_image,
+            partitions_url=args.partitions_url,
+            image_pull_secrets=image_pull_secrets(args),
         ),
         metrics=metrics,
         graphserver_wait_seconds=args.graphserver_wait_seconds,
@@ -214,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 namespaces=",".join(ns) or "*",
                 resync_s=args.resync_seconds,
                 runtime_image=args.runtime_image,
+                image_pull_secrets=",".join(image_pull_secrets(args)),
                 partitions_url=args.partitions_url,
                 metrics_port=args.metrics_port,
                 graphserver_wait_s=args.graphserver_wait_seconds,

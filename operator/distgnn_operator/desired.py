@@ -115,7 +115,7 @@ def _pod(
     restart: str,
     ctx: DesiredContext,
 ) -> dict[str, Any]:
-    return {
+    pod: dict[str, Any] = {
         "securityContext": ps.pod_security_context(),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -123,6 +123,9 @@ def _pod(
         "containers": containers,
         "volumes": ps.scratch_volumes(ctx) + volumes,
     }
+    if ctx.image_pull_secrets:  # a pod template's own list replaces them (apply_template)
+        pod["imagePullSecrets"] = ps.image_pull_secrets(ctx.image_pull_secrets)
+    return pod
 
 
 def server_container(srv: Any, env: list[dict[str, Any]], ctx: DesiredContext) -> dict[str, Any]:

@@ -29,6 +29,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Secret": ("api/v1", "secrets"),
     "Service": ("api/v1", "services"),
     "Pod": ("api/v1", "pods"),
+    "Event": ("api/v1", "events"),
     "Job": ("apis/batch/v1", "jobs"),
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "NetworkPolicy": ("apis/networking.k8s.io/v1", "networkpolicies"),
@@ -287,15 +288,22 @@ class KubeApi:
             raise
 
     async def list(
-        self, kind: str, ns: str, labels: Mapping[str, str] | None = None
+        self,
+        kind: str,
+        ns: str,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Objects of a kind in a namespace matching ``labels`` (also filtered here).
+        """Objects of a kind in a namespace matching ``labels`` (also filtered here) and
+        ``fields`` (a field selector: filtered by the server only, so callers filter too).
 
         A kind the cluster does not serve (e.g. PodGroup without its CRD) lists as empty.
         """
-        params = (
-            {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
-        )
+        params: dict[str, str] = {}
+        if labels:
+            params["labelSelector"] = ",".join(f"{k}={v}" for k, v in labels.items())
+        if fields:
+            params["fieldSelector"] = ",".join(f"{k}={v}" for k, v in fields.items())
         try:
             res = await self._call("GET", self._url(kind, ns), params=params)
         except ApiError as e:

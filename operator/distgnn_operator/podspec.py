@@ -26,6 +26,14 @@ class DesiredContext:
     gang_scheduler: str = "scheduler-plugins-scheduler"
     shm_size_limit: str = "1Gi"
     extra_labels: dict[str, str] = field(default_factory=dict)
+    image_pull_secrets: tuple[str, ...] = ()
+    """Names of the Secrets every pod pulls its images with (the chart's
+    ``runtimeImage.pullSecrets``), unless the pod template gives its own."""
+
+
+def image_pull_secrets(names: tuple[str, ...] | list[str]) -> list[dict[str, str]]:
+    """A pod's ``imagePullSecrets`` (LocalObjectReferences), in the order given, each once."""
+    return [{"name": n} for n in dict.fromkeys(names)]
 
 
 def pod_security_context() -> dict[str, Any]:
@@ -164,6 +172,11 @@ def apply_template(pod: dict[str, Any], meta: dict[str, Any], tpl: t.PodTemplate
         spec["priorityClassName"] = tpl.priority_class_name
     if tpl.service_account_name:
         spec["serviceAccountName"] = tpl.service_account_name
+    if tpl.image_pull_secrets is not None:  # replaces the operator's default; [] for none
+        secrets = image_pull_secrets([x.name for x in tpl.image_pull_secrets])
+        spec.pop("imagePullSecrets", None)
+        if secrets:
+            spec["imagePullSecrets"] = secrets
     if tpl.env:
         for c in spec["containers"]:
             c["env"] = c["env"] + [env_var(e.name, e.value) for e in tpl.env]

@@ -28,6 +28,7 @@ from distgnn.errors import ConfigError
 from distgnn_operator import desired as d
 from distgnn_operator import drift
 from distgnn_operator import failure as f
+from distgnn_operator import podcreate as pc
 from distgnn_operator import status as s
 from distgnn_operator.kube import ApiError, KubeApi
 from distgnn_operator.metrics import OperatorMetrics
@@ -68,6 +69,8 @@ class OperatorContext:
     desired: d.DesiredContext = field(default_factory=d.DesiredContext)
     clock: Callable[[], dt.datetime] = _now
     graphserver_wait_seconds: float = GRAPHSERVER_WAIT_SECONDS
+    pod_create_grace_seconds: float = pc.GRACE_SECONDS
+    """How long a child may be short of pods before its FailedCreate events are read."""
     metrics: OperatorMetrics | None = None
     """Prometheus metrics (``--metrics-port``); None: off."""
 
@@ -572,6 +575,8 @@ class Reconciler:
         creds = None
         if old.get("phase") != "Running" and tstate != "succeeded":
             creds = await self._credentials_missing(ns, spec.storage)
+        own = [have.get(("Job", n["partition"])), have.get(("StatefulSet", n["server"])), tjob]
+        not_created = await self._pods_not_created(ns, own, now, res)
         obs = s.JobObservation(
             generation=meta.generation,
             partition_needed=partition_needed,
@@ -600,6 +605,7 @@ class Reconciler:
             graphserver_wait_seconds=self.ctx.graphserver_wait_seconds,
             graphserver_wait_expired=gs_wait_due is not None and now >= gs_wait_due,
             credentials_missing=creds,
+            pods_not_created=not_created,
             output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
@@ -765,6 +771,40 @@ class Reconciler:
         ready = info is not None and st.get("phase") == "Ready"
         return _GraphServerView(info, int(st.get("partitionsReady") or 0), ready, False)
 
+    async def _pods_not_created(
+        self,
+        ns: str,
+        children: list[dict[str, Any] | None],
+        now: dt.datetime,
+        res: PassResult,
+    ) -> str | None:
+        """Why children short of pods do not get them: the newest ``FailedCreate`` event of
+        each child that has been short of pods for the grace period (one read of its
+        events; none for a child with its pods). While one is short, a pass is due again
+        (the events are not watched). None: nothing refused, or events not readable."""
+        out = []
+        for obj in children:
+            if obj is None or not pc.short_of_pods(obj):
+                continue
+            md = obj.get("metadata") or {}
+            born = pc.parse_time(md.get("creationTimestamp")) or now
+            wait = self.ctx.pod_create_grace_seconds - (now - born).total_seconds()
+            if wait > 0:
+                res.due(wait)
+                continue
+            res.due(pc.RECHECK_SECONDS)
+            uid = str(md.get("uid") or "")
+            try:
+                events = await self.api.list("Event", ns, fields=pc.field_selector(uid))
+            except ApiError as e:
+                if e.status == 403:  # RBAC of an older chart: cannot tell
+                    return None
+                raise
+            ev = pc.newest_failed_create(events, uid)
+            if ev is not None:
+                out.append(pc.describe(str(obj.get("kind")), str(md.get("name")), ev))
+        return "; ".join(out) or None
+
     async def _partition_outcome(self, ns: str, pjob: dict[str, Any] | None) -> PartitionOutcome:
         """Why the partitioning Job failed: its first failing pod's root cause (the
         ``partition`` container's termination message) or, with the pods gone, the Job's
@@ -865,6 +905,9 @@ class Reconciler:
         creds = None
         if old.get("phase") != "Ready":
             creds = await self._credentials_missing(meta.namespace, gs.spec.storage)
+        res = PassResult(old)
+        own = [have.get(("Job", n["partition"])), have.get(("StatefulSet", n["server"]))]
+        not_created = await self._pods_not_created(meta.namespace, own, self.ctx.clock(), res)
         obs = s.GraphServerObservation(
             generation=meta.generation,
             partition_needed=needed,
@@ -882,6 +925,7 @@ class Reconciler:
             attached_jobs=attached,
             token_secret=n["token"],
             credentials_missing=creds,
+            pods_not_created=not_created,
         )
         token, thash = self._token(have, n["token"])
         want = d.desired_graphserver_children(
@@ -894,7 +938,7 @@ class Reconciler:
         if done.conflicts:
             obs = dataclasses.replace(obs, conflict="; ".join(done.conflicts))
         new = s.graphserver_status(obs, old, now)
-        res = PassResult(new)
+        res.status = new
         if await self._patch_status("GraphServer", body, new):
             if new["phase"] != old.get("phase"):
                 warn = new["phase"] in ("Failed", "Pending")

@@ -42,6 +42,7 @@ class Reason:
     TERMINATING = "AttachedJobs"
     SIDECARS_UNSUPPORTED = "SidecarsUnsupported"
     RESOURCE_EXISTS = "ResourceExists"
+    POD_CREATE_FAILED = "PodCreateFailed"
 
 
 WARNING_REASONS = frozenset(
@@ -50,6 +51,7 @@ WARNING_REASONS = frozenset(
         Reason.PODGROUP_UNAVAILABLE,
         Reason.CREDENTIALS_MISSING,
         Reason.RESOURCE_EXISTS,
+        Reason.POD_CREATE_FAILED,
         Reason.RESTARTING,
         Reason.TERMINATING,
     }
@@ -103,6 +105,8 @@ class JobObservation:
     output_url: str | None = None
     conflict: str | None = None
     """children somebody else's objects keep from being created; the job is held"""
+    pods_not_created: str | None = None
+    """why children cannot create their pods (their newest FailedCreate event)"""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ class GraphServerObservation:
     """name of a ``storage.credentialsSecret`` that does not exist"""
     conflict: str | None = None
     """children somebody else's objects keep from being created"""
+    pods_not_created: str | None = None
+    """why children cannot create their pods (their newest FailedCreate event)"""
 
 
 Cond = tuple[str, str, str, str]
@@ -195,6 +201,8 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
                 "pods cannot start until it exists"
             ),
         )
+    if o.pods_not_created and running[0] != "Running":
+        return "Pending", Reason.POD_CREATE_FAILED, o.pods_not_created
     if o.partition_needed and o.partition != "succeeded":
         return "Partitioning", Reason.PARTITIONING, "partitioning the graph"
     if o.restarting:
@@ -387,6 +395,8 @@ def graphserver_status(
             f"Secret {o.credentials_missing} (spec.storage.credentialsSecret.name) not found; "
             "pods cannot start until it exists",
         )
+    elif o.pods_not_created and o.servers_ready < o.num_parts:
+        phase, reason, msg = "Pending", Reason.POD_CREATE_FAILED, o.pods_not_created
     elif o.partition_needed and o.partition != "succeeded":
         phase, reason, msg = "Partitioning", Reason.PARTITIONING, "partitioning the graph"
     elif o.servers_ready < o.num_parts:

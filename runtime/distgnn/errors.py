@@ -41,6 +41,19 @@ class ConfigError(DistGNNError, ValueError):
     """A job manifest, option or environment variable is invalid."""
 
 
+class IDOutOfRange(ConfigError, GraphFormatError, IndexError):
+    """Node or edge IDs outside ``[0, n)``; also an ``IndexError``, as DGL's
+    ``DistTensor`` indexing raises."""
+
+
+class UnknownType(ConfigError, GraphFormatError, KeyError):
+    """A node or edge type name the graph does not have; also a ``KeyError``, as DGL's
+    ``num_nodes(ntype)`` and partition book raise."""
+
+    def __str__(self) -> str:  # the message, not KeyError's quoted repr
+        return str(self.args[0]) if self.args else ""
+
+
 class ProtocolError(DistGNNError, ConnectionError):
     """A network frame is malformed, truncated, oversized or of an unknown type."""
 

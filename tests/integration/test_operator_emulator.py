@@ -792,6 +792,126 @@ async def test_a_disrupted_trainer_group_restarts_without_using_the_backoff_limi
         assert cond(st, "Failed")["reason"] == "BackoffLimitExceeded"
 
 
+def _failed_create(name: str, child: dict[str, Any], message: str, at: str) -> dict[str, Any]:
+    """The Warning event a StatefulSet or Job controller records for a pod the API server
+    refused (core/v1, as client-go's recorder writes it)."""
+    md = child["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name},
+        "involvedObject": {
+            "apiVersion": child["apiVersion"],
+            "kind": child["kind"],
+            "name": md["name"],
+            "namespace": NS,
+            "uid": md["uid"],
+        },
+        "reason": "FailedCreate",
+        "type": "Warning",
+        "message": message,
+        "count": 1,
+        "firstTimestamp": at,
+        "lastTimestamp": at,
+        "source": {"component": "statefulset-controller"},
+    }
+
+
+async def test_pods_a_child_cannot_create_are_reported(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """The API server refuses the servers' pods (here a serviceAccountName that does not
+    exist): the StatefulSet controller only records Warning events FailedCreate on the
+    StatefulSet. The job shows the newest one's message (Pending, PodCreateFailed), writes
+    again only when the message changes, ignores other objects' events, and goes on once
+    the pods exist."""
+    c = cluster
+    async with Operator(operator_args, pod_create_grace_seconds=0.0):
+        await c.create(
+            job_manifest(
+                "pcf",
+                graph={"partitions": {"manifestURL": "s3://p/pcf.json"}},
+                servers={"podTemplate": {"serviceAccountName": "nope"}},
+            )
+        )
+        sts = await c.child("StatefulSet", "pcf-server")
+        decoy = {**sts, "metadata": {**sts["metadata"], "uid": "another-object"}}
+        await c.create(_failed_create("decoy", decoy, "not ours", "2026-01-01T00:00:30Z"))
+        refused = (
+            'create Pod pcf-server-0 in StatefulSet pcf-server failed error: pods "pcf-server-0" '
+            "is forbidden: error looking up service account ml/nope: serviceaccount "
+            '"nope" not found'
+        )
+        await c.create(_failed_create("e1", sts, refused, "2026-01-01T00:00:01Z"))
+        st = await c.reason("DistGNNJob", "pcf", "PodCreateFailed")
+        assert st["phase"] == "Pending"
+        assert st_msg(st) == f"StatefulSet pcf-server cannot create its pods: {refused}"
+        ev = await c.event("pcf", "PodCreateFailed")
+        assert ev["type"] == "Warning" and "serviceaccount" in ev["message"]
+        await assert_settled(c)  # the same newest event: nothing written
+        quota = (
+            'create Pod pcf-server-1 in StatefulSet pcf-server failed error: pods "pcf-server-1" '
+            "is forbidden: exceeded quota: team, requested: cpu=1, used: cpu=8, limited: cpu=8"
+        )
+        await c.create(_failed_create("e2", sts, quota, "2026-01-01T00:00:09Z"))
+
+        async def updated() -> bool:
+            return st_msg(await c.status("DistGNNJob", "pcf")).endswith(quota)
+
+        await c.until("the newest message in the status", updated)
+        await _servers_ready(c, "pcf-server", 2)  # the pods exist now
+        st = await c.reason("DistGNNJob", "pcf", "TrainersStarting")
+        assert st["phase"] == "Starting"
+        assert sum(e["reason"] == "PodCreateFailed" for e in await c.events("pcf")) == 1
+
+
+async def test_image_pull_secrets_reach_every_pod_and_follow_the_spec(
+    cluster: Cluster,
+) -> None:
+    """The operator's default (``--image-pull-secret``, the chart's
+    runtimeImage.pullSecrets) goes on every pod template; a pod template's own list
+    replaces it; taking the servers' pull secrets out of the spec takes them off the
+    StatefulSet (the Jobs keep theirs until recreated: their templates are immutable)."""
+    c = cluster
+    args = make_args(1, "--image-pull-secret", "regcred")
+    async with Operator(args):
+        await c.create(
+            job_manifest(
+                "ips",
+                servers={"podTemplate": {"imagePullSecrets": [{"name": "team"}]}},
+                trainers={
+                    "replicas": 2,
+                    "app": {"name": "node-classification", "epochs": 1},
+                },
+            )
+        )
+        part = await c.child("Job", "ips-partition")
+        assert part["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "team"}]
+        sts = await c.child("StatefulSet", "ips-server")
+        assert sts["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "team"}]
+        await _succeed_partition(c, "ips")
+        await _servers_ready(c, "ips-server", 2)
+        tj = await c.child("Job", "ips-trainers")
+        assert tj["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+        await c.patch("DistGNNJob", "ips", {"spec": {"servers": {"podTemplate": None}}})
+
+        async def defaulted() -> bool:
+            obj = await c.get("StatefulSet", "ips-server")
+            pod = (obj or {})["spec"]["template"]["spec"]
+            return pod.get("imagePullSecrets") == [{"name": "regcred"}]
+
+        await c.until("the servers back on the default", defaulted)
+        await c.patch(
+            "DistGNNJob", "ips", {"spec": {"servers": {"podTemplate": {"imagePullSecrets": []}}}}
+        )
+
+        async def none() -> bool:
+            obj = await c.get("StatefulSet", "ips-server")
+            return "imagePullSecrets" not in (obj or {})["spec"]["template"]["spec"]
+
+        await c.until("no pull secrets on the servers", none)
+
+
 async def test_trainer_failure_message_is_the_root_cause(
     cluster: Cluster, operator_args: argparse.Namespace
 ) -> None:

@@ -69,7 +69,11 @@ NON_DEFAULT: Obj = {
     "podLabels": {"team": "ml-platform"},
     "podAnnotations": {"prometheus.io/scrape": "false"},
     "image": {"tag": "9.9.9", "pullSecrets": ["regcred"], "pullPolicy": "Always"},
-    "runtimeImage": {"repository": "registry.example.com/distgnn-runtime", "tag": "cuda-1"},
+    "runtimeImage": {
+        "repository": "registry.example.com/distgnn-runtime",
+        "tag": "cuda-1",
+        "pullSecrets": ["regcred", "mirror.creds"],
+    },
     "logFormat": "text",
     "logLevel": "DEBUG",
     "partitionsURL": "s3://distgnn-data/partitions",
@@ -261,6 +265,7 @@ def test_default_deployment() -> None:
     assert env["DISTGNN_LOG_LEVEL"] == "INFO"
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "DISTGNN_PARTITIONS_URL" not in env
+    assert "DISTGNN_IMAGE_PULL_SECRETS" not in env  # the job pods pull without a Secret
     assert "DISTGNN_PEERING_LIFETIME" not in env  # standalone
     assert c["args"] == [  # no --peering: standalone
         "--liveness=http://0.0.0.0:8080/healthz",
@@ -322,6 +327,7 @@ def test_non_default_values_reach_the_deployment() -> None:
     assert env["DISTGNN_LOG_FORMAT"] == "text"
     assert env["DISTGNN_LOG_LEVEL"] == "DEBUG"
     assert env["DISTGNN_PARTITIONS_URL"] == "s3://distgnn-data/partitions"
+    assert env["DISTGNN_IMAGE_PULL_SECRETS"] == "regcred,mirror.creds"
     assert c["args"][:2] == [
         "--liveness=http://0.0.0.0:9090/healthz",
         f"--peering={RELEASE}-distgnn",
@@ -367,7 +373,8 @@ NAMESPACED_RULES = {
     # the token Secret, read by name: no list/watch of the namespaces' Secrets
     ("", "secrets"): {"get", "create", "delete"},
     ("batch", "jobs"): CREATED_ONCE | {"watch"},
-    ("", "events"): {"create"},  # kopf only POSTs events
+    # kopf and the operator POST events; the operator lists a child's FailedCreate events
+    ("", "events"): {"create", "list"},
 }
 KOPF_CLUSTER_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CREATED_ONCE}
@@ -717,6 +724,13 @@ def test_operator_accepts_the_rendered_command_line_and_env(scenario: str) -> No
     assert args.liveness == f"http://0.0.0.0:{port}/healthz"
     assert args.runtime_image == env["DISTGNN_RUNTIME_IMAGE"]
     assert args.partitions_url == env.get("DISTGNN_PARTITIONS_URL")
+    pull = SCENARIOS[scenario].get("runtimeImage", {}).get("pullSecrets", [])
+    os.environ.update({k: v for k, v in env.items() if isinstance(v, str)})
+    try:
+        assert main.image_pull_secrets(args) == tuple(pull)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
     ha = SCENARIOS[scenario].get("ha", {}).get("enabled", False)
     assert (args.peering is not None) is ha
     assert args.peering_lifetime == SCENARIOS[scenario].get("ha", {}).get("lifetimeSeconds", 60)

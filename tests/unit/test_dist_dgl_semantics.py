@@ -154,6 +154,44 @@ def test_degrees_of_one_integer_node_are_an_int(ctx: dd.DistContext) -> None:
         g.in_degrees(g.num_nodes())
 
 
+def test_out_of_range_ids_and_unknown_types_are_dgls_exception_types(
+    ctx: dd.DistContext, hetero_parts: str
+) -> None:
+    """IDs out of range are an ``IndexError`` (DGL's ``DistTensor[ids]`` raises one) and an
+    unknown type name a ``KeyError`` (DGL's ``num_nodes`` and partition book raise one);
+    both stay ``DistGNNError`` (``dgl.DGLError``) and ``ValueError``, and say what is wrong."""
+    g = dd.DistGraph("cora")
+    n = g.num_nodes()
+    book = g.get_partition_book()
+    too_far = torch.tensor([0, n])
+    for call in (
+        lambda: g.ndata["feat"][too_far],
+        lambda: g.in_degrees(too_far),
+        lambda: g.find_edges(torch.tensor([g.num_edges()])),
+        lambda: book.nid2partid(too_far),
+        lambda: dd.sample_neighbors(g, too_far, 2),
+    ):
+        with pytest.raises(IndexError, match="out of range") as ei:
+            call()
+        assert isinstance(ei.value, DistGNNError | ValueError)
+    with pytest.raises(KeyError) as ki:
+        g.num_nodes("nope")
+    assert isinstance(ki.value, DistGNNError) and "'nope'" in str(ki.value)
+    assert not str(ki.value).startswith('"')  # the message itself, not KeyError's repr
+    with dd.DistGraph.standalone(hetero_parts) as hg:
+        hbook = hg.get_partition_book()
+        for call in (
+            lambda: hg.num_nodes("nope"),
+            lambda: hg.num_edges("nope"),
+            lambda: hg.nodes["nope"],
+            lambda: hbook.map_to_homo_nid(torch.tensor([0]), "nope"),
+            lambda: hg.to_canonical_etype("nope"),
+        ):
+            with pytest.raises(KeyError, match="nope") as ki:
+                call()
+            assert isinstance(ki.value, ConfigError)
+
+
 def test_a_tensor_of_the_wrong_length_names_its_shape(ctx: dd.DistContext) -> None:
     g = dd.DistGraph("cora")
     policy = g.get_node_partition_policy("_N")
@@ -807,6 +845,17 @@ def test_load_partition_feats_keys_as_dgl(cora_parts: str, cora_path: Path) -> N
     gpb, _, _, _ = dd.load_partition_book(cora_parts, 1)
     assert len(nfeat["_N/feat"]) == len(gpb.partid2nids(1))
     assert dd.load_partition_feats(cora_parts, 0, load_edges=False)[1] is None
+
+
+def test_load_partition_book_keys_edge_types_by_canonical_tuple(hetero_parts: str) -> None:
+    """DGL 2.1's ``load_partition_book`` returns ``etypes`` keyed by ``(src, etype, dst)``
+    tuples (``etypes[('paper', 'cite', 'paper')]``), ``ntypes`` by name, in DGL's order."""
+    gpb, name, ntypes, etypes = dd.load_partition_book(hetero_parts, 1)
+    assert name == "het" and gpb.partid == 1
+    assert ntypes == {"author": 0, "paper": 1, "venue": 2}
+    assert etypes == {c: i for i, c in enumerate(DGL_ORDER)}
+    assert etypes[("paper", "cite", "paper")] == 1
+    assert dd.load_partition(hetero_parts, 0)[6] == etypes
 
 
 def test_unnamed_tensor_scope_is_per_job_run() -> None:

@@ -449,3 +449,39 @@ def test_partitioning_fails_at_once_on_a_configuration_error_and_ignores_disrupt
                 "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
             }
         ]
+
+
+def _pods(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        f"{o['kind']}/{o['metadata']['name']}": o["spec"]["template"]["spec"]
+        for o in objs
+        if o["kind"] in ("Job", "StatefulSet")
+    }
+
+
+def test_image_pull_secrets_on_every_pod_unless_the_pod_template_replaces_them() -> None:
+    """The operator's default (the chart's runtimeImage.pullSecrets) goes on every pod it
+    creates; a pod template's list replaces it for its pods ([] for none); names once."""
+    ctx = DesiredContext(
+        runtime_image="registry.example.com/distgnn:1.0",
+        partitions_url="s3://parts",
+        image_pull_secrets=("regcred", "mirror", "regcred"),
+    )
+    default = [{"name": "regcred"}, {"name": "mirror"}]
+    for objs in (
+        desired_job_children(parse_job(FULL_JOB), ctx, token="t"),
+        desired_job_children(parse_job(colocated_job()), ctx, token="t"),
+        desired_graphserver_children(parse_graphserver(GS), ctx, token="t"),
+        desired_job_children(parse_job(ATTACHED), ctx, graphserver=GS_INFO),
+    ):
+        pods = _pods(objs)
+        assert pods and all(p["imagePullSecrets"] == default for p in pods.values()), pods
+    job = copy.deepcopy(FULL_JOB)
+    job["spec"]["servers"]["podTemplate"]["imagePullSecrets"] = []
+    job["spec"]["trainers"]["podTemplate"]["imagePullSecrets"] = [{"name": "team-registry"}]
+    pods = _pods(desired_job_children(parse_job(job), ctx, token="t"))
+    assert "imagePullSecrets" not in pods["StatefulSet/cora-server"]
+    assert "imagePullSecrets" not in pods["Job/cora-partition"]  # the servers' template
+    assert pods["Job/cora-trainers"]["imagePullSecrets"] == [{"name": "team-registry"}]
+    plain = _pods(desired_job_children(parse_job(FULL_JOB), CTX, token="t"))
+    assert all("imagePullSecrets" not in p for p in plain.values())  # no default: none

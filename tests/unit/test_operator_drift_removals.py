@@ -79,6 +79,11 @@ CASES = {
     ),
     "the service account and its deprecated twin": ({"serviceAccountName": "reader"}, {}, {}),
     "the priority class": ({"priorityClassName": "high"}, {}, {}),
+    "image pull secrets (a list: nulled when gone)": (
+        {"imagePullSecrets": [{"name": "regcred"}]},
+        {},
+        {},
+    ),
     "the affinity (a structure: nulled whole)": (
         {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}},
         {},
@@ -86,7 +91,7 @@ CASES = {
     ),
 }
 USER_KEYS = ("nodeSelector", "tolerations", "serviceAccountName", "serviceAccount")
-USER_KEYS += ("priorityClassName", "affinity")
+USER_KEYS += ("priorityClassName", "affinity", "imagePullSecrets")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

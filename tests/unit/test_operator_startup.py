@@ -131,3 +131,25 @@ def test_exit_timeout_and_graphserver_wait(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("DISTGNN_EXIT_TIMEOUT")
     with pytest.raises(SystemExit):  # argparse: one line on stderr, exit 2
         build_parser().parse_args(["--graphserver-wait-seconds", "0"])
+
+
+def test_image_pull_secrets_from_the_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every pod's default imagePullSecrets: ``--image-pull-secret`` (repeatable), else
+    ``DISTGNN_IMAGE_PULL_SECRETS`` (the chart's runtimeImage.pullSecrets, comma-separated);
+    a name that is no Secret name stops the operator at start with one line."""
+    monkeypatch.delenv("DISTGNN_IMAGE_PULL_SECRETS", raising=False)
+    _, _, octx = setup(build_parser().parse_args([]))
+    assert octx.desired.image_pull_secrets == ()
+    monkeypatch.setenv("DISTGNN_IMAGE_PULL_SECRETS", "regcred, mirror.creds,")
+    _, _, octx = setup(build_parser().parse_args([]))
+    assert octx.desired.image_pull_secrets == ("regcred", "mirror.creds")
+    args = build_parser().parse_args(["--image-pull-secret", "a", "--image-pull-secret", "b"])
+    _, _, octx = setup(args)
+    assert octx.desired.image_pull_secrets == ("a", "b")
+    monkeypatch.setenv("DISTGNN_IMAGE_PULL_SECRETS", "Reg_Cred")
+    with pytest.raises(SystemExit, match="DISTGNN_IMAGE_PULL_SECRETS: 'Reg_Cred' is not"):
+        setup(build_parser().parse_args([]))
+    with pytest.raises(SystemExit):  # argparse: one line on stderr, exit 2
+        build_parser().parse_args(["--image-pull-secret", "UPPER"])

@@ -80,6 +80,13 @@ TABLE = [
     (obs(credentials_missing="s3", trainer_job="absent"), "Pending", Reason.CREDENTIALS_MISSING),
     # a missing Secret does not stop trainers that already run
     (obs(credentials_missing="s3"), "Running", Reason.TRAINERS_RUNNING),
+    (obs(pods_not_created="quota", trainer_job="absent"), "Pending", Reason.POD_CREATE_FAILED),
+    (
+        obs(pods_not_created="quota", partition="running", trainer_job="absent"),
+        "Pending",
+        Reason.POD_CREATE_FAILED,
+    ),
+    (obs(pods_not_created="quota"), "Running", Reason.TRAINERS_RUNNING),
 ]
 
 
@@ -139,6 +146,13 @@ GS_TABLE = [
     (GraphServerObservation(num_parts=2, partition_needed=False, servers_ready=2), "Ready"),
     (GraphServerObservation(invalid="spec.graph: bad"), "Failed"),
     (GraphServerObservation(num_parts=2, partition="running", credentials_missing="s3"), "Pending"),
+    (GraphServerObservation(num_parts=2, partition="running", pods_not_created="x"), "Pending"),
+    (
+        GraphServerObservation(
+            num_parts=1, servers_ready=1, partition="succeeded", pods_not_created="x"
+        ),
+        "Ready",
+    ),
     # servers already up: a Secret deleted later does not take the GraphServer down
     (
         GraphServerObservation(
@@ -229,3 +243,15 @@ def test_a_partitioning_configuration_error_says_it_was_not_retried(kind: str) -
     )
     ev = transition_event({}, st)
     assert ev is not None and ev[:2] == ("Warning", "PartitionConfigError")
+
+
+def test_pods_not_created_named_and_written_only_when_the_message_changes() -> None:
+    msg = 'StatefulSet j-server cannot create its pods: serviceaccount "nope" not found'
+    a = job_status(obs(pods_not_created=msg, trainer_job="absent"), None, "t0")
+    running = {c["type"]: c for c in a["conditions"]}["Running"]
+    assert (running["reason"], running["message"]) == (Reason.POD_CREATE_FAILED, msg)
+    assert transition_event({}, a) == ("Warning", Reason.POD_CREATE_FAILED, msg)
+    same = job_status(obs(pods_not_created=msg, trainer_job="absent"), a, "t1")
+    assert same == a  # nothing to write
+    other = job_status(obs(pods_not_created=msg + "!", trainer_job="absent"), a, "t2")
+    assert other != a and transition_event(a, other) is None  # a write, no new event

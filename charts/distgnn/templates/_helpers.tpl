@@ -151,10 +151,12 @@ all namespaces, in a Role per namespace otherwise).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
-# kopf posts Kubernetes events (core/v1, POST only) about handler progress and errors.
+# kopf and the operator post Kubernetes events (core/v1); the operator lists the
+# FailedCreate events of a StatefulSet or Job that has been short of pods (field selector
+# involvedObject.uid): read-only, no watch, no update.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- if .Values.gangScheduling.enabled }}
 # Gang scheduling: one PodGroup per job (scheduler-plugins coscheduling), created once.
 - apiGroups: ["scheduling.x-k8s.io"]

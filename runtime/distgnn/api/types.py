@@ -324,6 +324,13 @@ class EnvVar:
 
 
 @dataclass
+class ImagePullSecret:
+    """A Secret of type kubernetes.io/dockerconfigjson, by name (a LocalObjectReference)."""
+
+    name: str = fld(doc="Secret name in the resource's namespace.", pattern=DNS_SUBDOMAIN)
+
+
+@dataclass
 class PodTemplate:
     """Bounded overrides for the generated pods."""
 
@@ -359,6 +366,12 @@ class PodTemplate:
         None, doc="Pod serviceAccountName.", pattern=DNS_SUBDOMAIN
     )
     env: list[EnvVar] | None = fld(None, doc="Extra literal environment variables.")
+    image_pull_secrets: list[ImagePullSecret] | None = fld(
+        None,
+        doc="Pod imagePullSecrets (private registries); replaces the operator's default "
+        "(the chart's runtimeImage.pullSecrets); [] for none.",
+        max_items=16,
+    )
 
 
 @dataclass

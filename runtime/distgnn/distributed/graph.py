@@ -27,7 +27,7 @@ from distgnn.distributed.partition_book import (
 )
 from distgnn.distributed.subgraph import SubGraph, relabel
 from distgnn.distributed.tensor import DistTensor, as_ids, group, resolve_policy
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, UnknownType
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import MsgType
 
@@ -120,7 +120,7 @@ class _TypeViews:
         book = self.g.get_partition_book()
         if self.kind == "node":
             if not isinstance(key, str) or key not in book.ntypes:
-                raise ConfigError(f"node type {key!r} does not exist (node types: {book.ntypes})")
+                raise UnknownType(f"node type {key!r} does not exist (node types: {book.ntypes})")
             return _Space(DataView(self.g, NodePartitionPolicy(book, key)))
         return _Space(DataView(self.g, EdgePartitionPolicy(book, book.to_canonical_etype(key))))
 
@@ -230,7 +230,7 @@ class DistGraph:
                 raise ConfigError("ntype must be given: the graph has several node types")
             return 0
         if ntype not in self.ntypes:
-            raise ConfigError(f"node type {ntype!r} does not exist")
+            raise UnknownType(f"node type {ntype!r} does not exist")
         return self.ntypes.index(ntype)
 
     def get_etype_id(self, etype: Etype | None) -> int:

@@ -98,12 +98,13 @@ def _typed_mapping(man: Any, nid: np.ndarray, eid: np.ndarray) -> tuple[dict, di
 
 def load_partition_book(
     part_config: str, part_id: int
-) -> tuple[RangePartitionBook, str, dict[str, int], dict[str, int]]:
-    """``(gpb, graph_name, ntypes, etypes)``: type name -> type ID (canonical etype strings)."""
+) -> tuple[RangePartitionBook, str, dict[str, int], dict[tuple[str, str, str], int]]:
+    """``(gpb, graph_name, ntypes, etypes)``: type -> type ID, edge types as canonical
+    ``(src, etype, dst)`` tuples (DGL 2.1's keys)."""
     man = load_manifest(part_config)
     gpb = RangePartitionBook(PartitionBook(man), part_id)
     ntypes = {t: i for i, t in enumerate(man.node_types)}
-    etypes = {":".join(c): i for i, c in enumerate(man.edge_types)}
+    etypes = {(c[0], c[1], c[2]): i for i, c in enumerate(man.edge_types)}
     return gpb, man.graph_name, ntypes, etypes
 
 
@@ -124,7 +125,7 @@ def load_partition(
     RangePartitionBook,
     str,
     dict[str, int],
-    dict[str, int],
+    dict[tuple[str, str, str], int],
 ]:
     """DGL's ``(graph, node_feats, edge_feats, gpb, graph_name, ntypes, etypes)``.
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distgnn.errors import ConfigError, GraphFormatError
+from distgnn.errors import ConfigError, GraphFormatError, IDOutOfRange, UnknownType
 from distgnn.partition.book import PartitionBook
 
 DEFAULT_NTYPE = "_N"
@@ -81,7 +81,7 @@ class RangePartitionBook:
         known = self.canonical_etypes
         if isinstance(etype, tuple):
             if etype not in known:
-                raise ConfigError(f"edge type {etype!r} does not exist")
+                raise UnknownType(f"edge type {etype!r} does not exist")
             return known[known.index(etype)]
         if ":" in etype:
             named = [c for c in known if ":".join(c) == etype]
@@ -90,7 +90,7 @@ class RangePartitionBook:
         found = [c for c in self.canonical_etypes if c[1] == etype]
         if len(found) != 1:
             why = "does not exist" if not found else f"is ambiguous ({found})"
-            raise ConfigError(f"edge type {etype!r} {why}")
+            raise UnknownType(f"edge type {etype!r} {why}")
         return found[0]
 
     @property
@@ -123,6 +123,8 @@ class RangePartitionBook:
             return self.book.node_offsets
         try:
             return self.book.ntype_offsets(ntype)
+        except ConfigError:
+            raise  # IDOutOfRange, UnknownType: the trainer's errors already
         except GraphFormatError as e:
             raise ConfigError(str(e)) from None
 
@@ -142,7 +144,7 @@ class RangePartitionBook:
     def _owner_of(offsets: np.ndarray, ids: Any, what: str) -> torch.Tensor:
         a = to_numpy_ids(ids)
         if a.size and (int(a.min()) < 0 or int(a.max()) >= int(offsets[-1])):
-            raise ConfigError(f"{what} IDs out of range [0, {int(offsets[-1])})")
+            raise IDOutOfRange(f"{what} IDs out of range [0, {int(offsets[-1])})")
         return _t(np.searchsorted(offsets, a, side="right") - 1)
 
     def nid2partid(self, nids: Any, ntype: str = DEFAULT_NTYPE) -> torch.Tensor:
@@ -169,6 +171,8 @@ class RangePartitionBook:
         """Homogeneous node IDs -> (node type IDs, type-wise IDs)."""
         try:
             t, i = self.book.map_nids(to_numpy_ids(ids))
+        except ConfigError:
+            raise  # IDOutOfRange, UnknownType: the trainer's errors already
         except GraphFormatError as e:
             raise ConfigError(str(e)) from None
         return _t(t), _t(i)
@@ -177,6 +181,8 @@ class RangePartitionBook:
         """Homogeneous edge IDs -> (edge type IDs, type-wise IDs)."""
         try:
             t, i = self.book.map_eids(to_numpy_ids(ids))
+        except ConfigError:
+            raise  # IDOutOfRange, UnknownType: the trainer's errors already
         except GraphFormatError as e:
             raise ConfigError(str(e)) from None
         return _t(t), _t(i)
@@ -187,6 +193,8 @@ class RangePartitionBook:
             return _t(to_numpy_ids(ids))
         try:
             return _t(self.book.to_homogeneous_nids(ntype, to_numpy_ids(ids)))
+        except ConfigError:
+            raise  # IDOutOfRange, UnknownType: the trainer's errors already
         except GraphFormatError as e:
             raise ConfigError(str(e)) from None
 
@@ -195,6 +203,8 @@ class RangePartitionBook:
         c = self.to_canonical_etype(etype)
         try:
             return _t(self.book.to_homogeneous_eids(c, to_numpy_ids(ids)))
+        except ConfigError:
+            raise  # IDOutOfRange, UnknownType: the trainer's errors already
         except GraphFormatError as e:
             raise ConfigError(str(e)) from None
 
@@ -306,7 +316,7 @@ class PartitionPolicy:
             return np.empty(0, dtype), ids
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= self.size:
-            raise ConfigError(f"{self.kind} IDs out of range [0, {self.size}) for {self.type_str}")
+            raise IDOutOfRange(f"{self.kind} IDs out of range [0, {self.size}) for {self.type_str}")
         p_lo, p_hi = np.searchsorted(self.offsets, [lo, hi], side="right") - 1
         if p_lo == p_hi:  # all in one partition (always so with one): no per-ID search
             return np.full(len(ids), p_lo, dtype), ids - self.offsets[p_lo]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from distgnn.errors import ConfigError
+from distgnn.errors import IDOutOfRange
 
 MIN_DIRECT_RUN = 64
 """Rows of one partition in a row at least this long land in place."""
@@ -65,7 +65,7 @@ def owners(ids: np.ndarray, offsets: np.ndarray, kind: str, type_str: str) -> np
     and type for IDs outside ``[0, offsets[-1])``."""
     n = int(offsets[-1])
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
-        raise ConfigError(f"{kind} IDs out of range [0, {n}) for {type_str}")
+        raise IDOutOfRange(f"{kind} IDs out of range [0, {n}) for {type_str}")
     nparts = len(offsets) - 1
     if nparts <= SCAN_PARTS:
         parts = np.zeros(ids.shape, np.int8)

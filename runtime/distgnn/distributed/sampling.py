@@ -21,7 +21,7 @@ import torch
 
 from distgnn.distributed.subgraph import SubGraph
 from distgnn.distributed.tensor import as_ids, group
-from distgnn.errors import ConfigError, ProtocolError
+from distgnn.errors import ConfigError, IDOutOfRange, ProtocolError, UnknownType
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import Frame, Into, MsgType
 
@@ -73,15 +73,15 @@ def seed_ids(g: Any, nodes: Any) -> np.ndarray:
         parts = []
         for ntype, ids in nodes.items():
             if ntype not in book.ntypes:
-                raise ConfigError(f"nodes: unknown node type {ntype!r} (known: {book.ntypes})")
+                raise UnknownType(f"nodes: unknown node type {ntype!r} (known: {book.ntypes})")
             typed = as_ids(ids, g.num_nodes(ntype))
             if typed.size and (int(typed.min()) < 0 or int(typed.max()) >= g.num_nodes(ntype)):
-                raise ConfigError(f"nodes[{ntype!r}] out of range [0, {g.num_nodes(ntype)})")
+                raise IDOutOfRange(f"nodes[{ntype!r}] out of range [0, {g.num_nodes(ntype)})")
             parts.append(g.book.to_homogeneous_nids(ntype, typed))
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
     gid = as_ids(nodes, g.num_nodes())
     if gid.size and (int(gid.min()) < 0 or int(gid.max()) >= g.num_nodes()):
-        raise ConfigError(f"seed IDs out of range [0, {g.num_nodes()})")
+        raise IDOutOfRange(f"seed IDs out of range [0, {g.num_nodes()})")
     return gid
 
 

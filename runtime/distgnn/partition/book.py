@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distgnn.errors import GraphFormatError
+from distgnn.errors import GraphFormatError, IDOutOfRange, UnknownType
 from distgnn.partition.manifest import Manifest
 
 
@@ -44,7 +44,7 @@ class _Space:
             raise GraphFormatError(f"{self.what} IDs must be integers, got {a.dtype}")
         a = a.astype(np.int64, copy=False)
         if a.size and (int(a.min()) < 0 or int(a.max()) >= self.total):
-            raise GraphFormatError(f"{self.what} IDs out of range [0, {self.total})")
+            raise IDOutOfRange(f"{self.what} IDs out of range [0, {self.total})")
         return a
 
     def partid(self, ids: np.ndarray) -> np.ndarray:
@@ -127,7 +127,7 @@ class PartitionBook:
         try:
             return self.ntypes.index(ntype)
         except ValueError:
-            raise GraphFormatError(f"unknown node type {ntype!r}") from None
+            raise UnknownType(f"unknown node type {ntype!r}") from None
 
     def etype_id(self, etype: str | tuple[str, str, str]) -> int:
         name = ":".join(etype) if isinstance(etype, tuple) else etype
@@ -136,7 +136,7 @@ class PartitionBook:
         matches = [i for i, c in enumerate(self.canonical_etypes) if c[1] == name]
         if len(matches) == 1:
             return matches[0]
-        raise GraphFormatError(f"unknown or ambiguous edge type {name!r}")
+        raise UnknownType(f"unknown or ambiguous edge type {name!r}")
 
     # --- lookups --------------------------------------------------------------
     def nid2partid(self, nids: np.ndarray) -> np.ndarray:
