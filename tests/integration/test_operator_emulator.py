@@ -14,7 +14,14 @@ import kmock
 import pytest
 from kopf.testing import KopfRunner
 from tests.support.chart_rbac import operator_grants
-from tests.support.emulator import GV, StampingEmulator, declare_resources, write_kubeconfig
+from tests.support.emulator import (
+    GV,
+    StampingEmulator,
+    declare_resources,
+    kopf_diffbase,
+    kopf_finalizer_attempt,
+    write_kubeconfig,
+)
 
 from distgnn import contract
 from distgnn_operator.__main__ import build_parser, setup
@@ -254,7 +261,14 @@ async def assert_settled(c: Cluster, seconds: float = 3.5) -> None:
     await asyncio.sleep(0.5)  # in-flight events of the last change
     n = len(c.k.writes)
     await asyncio.sleep(seconds)
-    assert c.k.writes_since(n) == [], c.k.writes_since(n)
+    # kopf handles every event in turn: on a loaded machine, one older than its finalizer
+    # or diff-base write may still be handled in the window; what it sends again then
+    # changes nothing (a real API server refuses or ignores it), and is never repeated
+    window = c.k.writes_since(n)
+    writes = [w for w in window if not (kopf_diffbase(w) or kopf_finalizer_attempt(w))]
+    assert writes == [], writes
+    once = [w.name for w in window if kopf_diffbase(w)]
+    assert len(once) == len(set(once)), once  # kopf's diff-base: once, never each pass
 
 
 async def _succeed_partition(c: Cluster, name: str) -> None:

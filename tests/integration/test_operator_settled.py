@@ -26,7 +26,7 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     make_args,
     operator_args,
 )
-from tests.support.emulator import Write
+from tests.support.emulator import kopf_diffbase, kopf_finalizer_attempt
 
 from distgnn_operator.finalizer import FINALIZER
 
@@ -34,36 +34,6 @@ pytestmark = pytest.mark.timeout(300)
 
 PARTS = {"partitions": {"manifestURL": "s3://p/x.json"}}
 QUANTITIES = {"requests": {"cpu": "1000m", "memory": "1024Mi"}, "limits": {"cpu": 2}}
-
-
-KOPF_PREFIX = "distgnn.dev"
-
-
-def kopf_finalizer_attempt(w: Write) -> bool:
-    """kopf's JSON patch adding its finalizer (resources are created without it, as users
-    do; a pass adds it: test_operator_finalizer_emulator.py), sent for an event older than the pass
-    that added it (kopf handles every event in turn): tested against that event's
-    resourceVersion, it fails (422) and changes nothing. Counted only after the
-    finalizer is in place (see :func:`passes_in_quiet`)."""
-    if not (w.method == "PATCH" and isinstance(w.body, list) and w.agent.startswith("kopf/")):
-        return False
-    paths = {op.get("path") for op in w.body if op.get("op") != "test"}
-    return paths <= {"/metadata/finalizers", "/metadata/resourceVersion"}
-
-
-def kopf_diffbase(w: Write) -> bool:
-    """kopf's one-time merge patch of a GraphServer's diff-base annotation and marker (it
-    has a delete handler); under load it can land after the first passes."""
-    md = w.body.get("metadata") if isinstance(w.body, dict) else None
-    keys = set((md or {}).get("annotations") or {})
-    return (
-        w.method == "PATCH"
-        and isinstance(w.body, dict)
-        and set(w.body) == {"metadata"}
-        and set(md or {}) <= {"annotations", "resourceVersion"}
-        and bool(keys)
-        and keys <= {f"{KOPF_PREFIX}/last-handled-configuration", f"{KOPF_PREFIX}/kopf-managed"}
-    )
 
 
 async def passes_in_quiet(c: Cluster, names: list[tuple[str, str]], passes: int = 2) -> None:

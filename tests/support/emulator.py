@@ -152,6 +152,37 @@ class Write:
     """the client's User-Agent (``kopf/...``, ``distgnn-operator/...``, the tests' own)"""
 
 
+KOPF_PREFIX = contract.LABEL_PREFIX
+"""kopf's annotations of our resources (its progress storage prefix)."""
+
+
+def kopf_finalizer_attempt(w: Write) -> bool:
+    """kopf's JSON patch adding its finalizer (resources are created without it, as users
+    do; a pass adds it: test_operator_finalizer_emulator.py), sent for an event older than the pass
+    that added it (kopf handles every event in turn): tested against that event's
+    resourceVersion, it fails (422) and changes nothing. Counted only after the
+    finalizer is in place (see ``passes_in_quiet`` in test_operator_settled.py)."""
+    if not (w.method == "PATCH" and isinstance(w.body, list) and w.agent.startswith("kopf/")):
+        return False
+    paths = {op.get("path") for op in w.body if op.get("op") != "test"}
+    return paths <= {"/metadata/finalizers", "/metadata/resourceVersion"}
+
+
+def kopf_diffbase(w: Write) -> bool:
+    """kopf's one-time merge patch of a GraphServer's diff-base annotation and marker (it
+    has a delete handler); under load it can land after the first passes."""
+    md = w.body.get("metadata") if isinstance(w.body, dict) else None
+    keys = set((md or {}).get("annotations") or {})
+    return (
+        w.method == "PATCH"
+        and isinstance(w.body, dict)
+        and set(w.body) == {"metadata"}
+        and set(md or {}) <= {"annotations", "resourceVersion"}
+        and bool(keys)
+        and keys <= {f"{KOPF_PREFIX}/last-handled-configuration", f"{KOPF_PREFIX}/kopf-managed"}
+    )
+
+
 class StampingEmulator(kmock.KubernetesEmulator):
     """Adds what a real API server stamps (uid, resourceVersion, generation, timestamps) and
     rewrites (:func:`server_rewrites`); answers ``/version`` with :attr:`server_version`;
