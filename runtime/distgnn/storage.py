@@ -12,6 +12,7 @@ import contextlib
 import os
 import posixpath
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
@@ -21,7 +22,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from distgnn import contract
-from distgnn.errors import StorageError, StorageNotFound
+from distgnn.errors import ConfigError, StorageError, StorageNotFound
 
 
 def default_options(url: str) -> dict[str, Any]:
@@ -241,6 +242,56 @@ def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
         return bool(fs.exists(path))
 
 
+def check_writable_folder(url: str) -> None:
+    """Fail early, in one line, when the local folder ``url`` cannot be written: it is
+    created (with its parents), a file is created in it, and both are removed again, so
+    nothing is left behind. A remote URL is not checked (that would cost a write; its
+    first write names the failure).
+
+    Raises :class:`~distgnn.errors.ConfigError`: trying again does not help."""
+    if not is_local(url):
+        return
+    path = os.path.abspath(local_path(url) or ".")
+    where = redact(url)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{where}: the output location cannot be written (not a folder)")
+    created: list[str] = []  # the folders missing now, outermost first
+    up = path
+    while not os.path.exists(up) and os.path.dirname(up) != up:
+        created.insert(0, up)
+        up = os.path.dirname(up)
+    made: list[str] = []
+    try:
+        try:
+            for d in created:
+                try:
+                    os.mkdir(d)
+                    made.append(d)
+                except FileExistsError:  # another writer made it meanwhile: not ours
+                    if not os.path.isdir(d):
+                        raise
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise ConfigError(
+                f"{where}: the output location cannot be written (cannot create the folder: {why})"
+            ) from e
+        try:
+            fd, probe = tempfile.mkstemp(dir=path, prefix=".distgnn-write-check-")
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise ConfigError(
+                f"{where}: the output location cannot be written "
+                f"(cannot create a file there: {why})"
+            ) from e
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    finally:
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+
+
 def is_local(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
 
@@ -251,6 +302,7 @@ def local_path(url: str) -> str:
 
 
 __all__ = [
+    "check_writable_folder",
     "default_options",
     "describe_error",
     "dirname",

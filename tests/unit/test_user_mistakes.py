@@ -339,3 +339,49 @@ def test_a_missing_input_graph_exits_2(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1].startswith("distgnn partition: error: ")
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("out", "why"),
+    [
+        ("/proc/x", "cannot create the folder: No such file or directory"),
+        ("file:///proc/x", "cannot create the folder: No such file or directory"),
+        ("{tmp}/a-file/out", "cannot create the folder: Not a directory"),
+        ("{tmp}/a-file", "not a folder"),
+        ("/proc", "cannot create a file there: "),
+    ],
+)
+def test_an_output_location_that_cannot_be_written_is_named_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, why: str
+) -> None:
+    """``--out`` that cannot be written ends in one line saying so (exit 2), before the
+    graph is read (the graph here does not even exist), not in a write of some partition
+    file reported as ``indptr.npy: not found``."""
+    (tmp_path / "a-file").write_text("x")
+    out = out.format(tmp=tmp_path)
+    argv = ["partition", str(tmp_path / "nope.npz"), "--num-parts", "2", "--out", out]
+    assert cli.main([*argv, "--name", "g"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    line = err.strip()
+    assert line.startswith(f"distgnn partition: error: {out}: the output location cannot be ")
+    assert why in line and "indptr" not in line
+
+
+def test_the_write_check_leaves_nothing_behind(tmp_path: Path) -> None:
+    storage.check_writable_folder(str(tmp_path / "new" / "parts"))
+    assert list(tmp_path.iterdir()) == []  # the folders it made are gone again
+    (tmp_path / "there").mkdir()
+    storage.check_writable_folder(str(tmp_path / "there"))
+    assert list((tmp_path / "there").iterdir()) == []
+    storage.check_writable_folder("s3://bucket/parts")  # remote: not checked (no write)
+
+
+def test_a_failed_partition_write_says_it_was_a_write(tmp_path: Path) -> None:
+    from distgnn.partition.writer import PartWriter
+
+    (tmp_path / "f").write_text("x")
+    w = PartWriter(str(tmp_path / "f"), "part-00000")
+    with pytest.raises(StorageError) as ei:
+        w.write("graph/indptr.npy", np.arange(3))
+    assert str(ei.value).startswith(f"cannot write {tmp_path}/f/part-00000/graph/indptr.npy: ")

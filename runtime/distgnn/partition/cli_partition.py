@@ -58,11 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from distgnn import storage
     from distgnn.graph.io import load_graph
     from distgnn.partition.manifest import PartitionOptions
     from distgnn.partition.partitioner import partition_graph
     from distgnn.partition.reuse import find_reusable
 
+    storage.check_writable_folder(args.out)  # before reading a graph that may be large
     graph = load_graph(args.graph)
     opts = PartitionOptions(
         args.method,

@@ -219,6 +219,7 @@ def partition_graph(
     """Partition a graph into ``num_parts`` parts under ``out_url``; returns the manifest."""
     opts = PartitionOptions(method, seed, halo_hops, balance_train, balance_edges, train_mask)
     check_options(num_parts, name, opts)
+    storage.check_writable_folder(out_url)  # before any work, in one line
     if method != "random":
         find_metis()  # a bad DISTGNN_METIS_LIBRARY fails before any work
     if isinstance(graph_or_url, GraphData):

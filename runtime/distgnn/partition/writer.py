@@ -16,15 +16,26 @@ import math
 import os
 import posixpath
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from distgnn import storage
+from distgnn.errors import StorageError
 from distgnn.graph.data import release_rows
 from distgnn.partition.manifest import FileInfo
+
+
+@contextlib.contextmanager
+def _writing(url: str) -> Iterator[None]:
+    """Name a storage failure inside the block as a failed write of ``url`` (``cannot write
+    URL: not found (NoSuchBucket)``, not ``URL: not found``, which reads as a missing input)."""
+    try:
+        yield
+    except StorageError as e:
+        raise type(e)(f"cannot write {e}") from e
 
 
 class _HashingFile:
@@ -135,7 +146,7 @@ class PartWriter:
         url = storage.redact(storage.join(self.base_url, self.rel_dir, rel_name))
         local = isinstance(self.fs, LocalFileSystem)
         target = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp" if local else path
-        with storage.errors_for(url):
+        with _writing(url), storage.errors_for(url):
             try:
                 if local:
                     self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
