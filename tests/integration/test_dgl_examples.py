@@ -85,10 +85,14 @@ def test_graphsage_link_prediction_example(examples: Path, data_dir: Path, tmp_p
 
 
 def test_rgcn_node_classification_example(examples: Path, data_dir: Path, tmp_path: Path) -> None:
-    err = run_example(examples, "rgcn_node_classification", data_dir, tmp_path)
+    # 10 epochs, not the manifest's 40: test accuracy levels off after 2-3 (measured: 0.79,
+    # 0.81, 0.79 after 10; 0.84 after 40, 0.80-0.85 from epoch 2 on in that run)
+    err = run_example(
+        examples, "rgcn_node_classification", data_dir, tmp_path, {"--n-epochs": "10"}
+    )
     m = re.findall(r"Val Acc (\d\.\d+), Test Acc (\d\.\d+)", err)
-    assert len(m) == 40, err[-3000:]  # rank 0 evaluates after every epoch
-    # measured: 0.65-0.69 after epoch 1, 0.77-0.84 after 40; an MLP on the paper features
-    # alone gets ~0.55-0.6, so relations that feed wrong rows fail this
+    assert len(m) == 10, err[-3000:]  # rank 0 evaluates after every epoch
+    # measured: 0.55-0.69 after epoch 1, 0.77-0.84 after 10 or 40; an MLP on the paper
+    # features alone gets ~0.55-0.6, so relations that feed wrong rows fail this
     assert float(m[-1][1]) >= 0.72, m[-5:]
     assert float(m[-1][1]) > float(m[0][1])
