@@ -80,8 +80,9 @@ def test_graphsage_link_prediction_example(examples: Path, data_dir: Path, tmp_p
     )
     m = re.findall(r"eval acc (\d\.\d+); test acc (\d\.\d+)", err)
     assert len(m) == 1, err[-3000:]
-    # logistic regression on the embeddings: untrained ones give ~0.41, trained ~0.6
-    assert float(m[0][1]) >= 0.55, m
+    # logistic regression on the embeddings: untrained ones give ~0.41; trained (6 epochs,
+    # unseeded) 0.57-0.68 over 8 runs (median 0.63), and one CI run 0.533: 0.55 failed it
+    assert float(m[0][1]) >= 0.50, m
 
 
 def test_rgcn_node_classification_example(examples: Path, data_dir: Path, tmp_path: Path) -> None:
