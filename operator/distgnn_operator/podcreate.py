@@ -49,6 +49,8 @@ def short_of_pods(obj: dict[str, Any]) -> bool:
 
 
 def parse_time(v: Any) -> dt.datetime | None:
+    """An API timestamp (``2026-11-25T14:00:00Z``) as an aware datetime (UTC when it
+    names no zone); None when ``v`` is not one."""
     if not isinstance(v, str) or not v:
         return None
     try:

@@ -95,15 +95,6 @@ def iso(t_: dt.datetime) -> str:
     return t_.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(v: Any) -> dt.datetime | None:
-    if not isinstance(v, str):
-        return None
-    try:
-        return dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _fields(obj: dict[str, Any]) -> dict[str, Any]:
     """What the operator sets on a child it patches: everything but the identity and the
     status, and of the metadata only the labels."""
@@ -517,7 +508,7 @@ class Reconciler:
         have = await self.observe(ns, contract.LABEL_JOB, meta.name, meta.uid)
         n = d.names(meta.name)
         restarts = int(old.get("restarts") or 0)
-        start = parse_time(old.get("startTime")) or now
+        start = pc.parse_time(old.get("startTime")) or now
         res = PassResult(old)
 
         tjob = have.get(("Job", n["trainers"]))
@@ -742,7 +733,7 @@ class Reconciler:
     ) -> float | None:
         """Delete the job when its TTL is over; else seconds until it is (None: no TTL)."""
         ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
-        done = parse_time(st.get("completionTime"))
+        done = pc.parse_time(st.get("completionTime"))
         if not isinstance(ttl, int) or isinstance(ttl, bool) or done is None:
             return None
         left = (done + dt.timedelta(seconds=ttl) - now).total_seconds()

@@ -72,6 +72,13 @@ def _chain(e: BaseException) -> Iterator[BaseException]:
         cur = cur.__cause__ or cur.__context__
 
 
+def _client_error_code(x: BaseException) -> tuple[str, str]:
+    """A botocore ``ClientError``'s error code and HTTP status (either may be empty)."""
+    resp = getattr(x, "response", None) or {}
+    code = str(resp.get("Error", {}).get("Code", ""))
+    return code, str(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
 def describe_error(e: BaseException, url: str) -> str | None:
     """One line for a storage failure of ``url`` (botocore/aiohttp/OS errors), or None
     when ``e`` is not one. Never includes credentials."""
@@ -87,9 +94,7 @@ def describe_error(e: BaseException, url: str) -> str | None:
             endpoint = default_options(url).get("endpoint_url") or "the default AWS endpoint"
             return f"{where}: cannot reach the S3 endpoint {redact(endpoint)} ({name})"
         if name == "ClientError":
-            resp = getattr(x, "response", None) or {}
-            code = str(resp.get("Error", {}).get("Code", ""))
-            status = str(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            code, status = _client_error_code(x)
             if code in _DENIED or status == "403":
                 return f"{where}: access denied ({code or status}; check the S3 credentials)"
             if code in _MISSING or status == "404":
@@ -112,9 +117,7 @@ def is_missing(e: BaseException) -> bool:
         if isinstance(x, FileNotFoundError):
             return True
         if type(x).__name__ == "ClientError":
-            resp = getattr(x, "response", None) or {}
-            code = str(resp.get("Error", {}).get("Code", ""))
-            status = str(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            code, status = _client_error_code(x)
             return code in _MISSING or status == "404"
     return False
 
