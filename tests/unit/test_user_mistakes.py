@@ -447,3 +447,25 @@ def test_a_failed_partition_write_says_it_was_a_write(tmp_path: Path) -> None:
     with pytest.raises(StorageError) as ei:
         w.write("graph/indptr.npy", np.arange(3))
     assert str(ei.value).startswith(f"cannot write {tmp_path}/f/part-00000/graph/indptr.npy: ")
+
+
+@pytest.mark.parametrize("name", ["cora.json", "cora.npz"])
+def test_a_manifest_variable_naming_nothing_is_named(tmp_path: Path, name: str) -> None:
+    from distgnn.errors import StorageNotFound
+    from distgnn.train.graph import open_train_graph
+
+    missing = str(tmp_path / "nope" / name)
+    with pytest.raises(StorageNotFound) as ei:
+        open_train_graph({"DISTGNN_MANIFEST": missing})
+    assert str(ei.value) == f"DISTGNN_MANIFEST: {missing}: not found"
+
+
+def test_scoring_a_folder_without_inference_output_says_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    from distgnn.errors import StorageNotFound
+    from distgnn.train.infer_output import read_index
+
+    with pytest.raises(StorageNotFound, match="holds no complete inference output") as ei:
+        read_index(str(tmp_path))
+    assert "index.json: not found" in str(ei.value)
