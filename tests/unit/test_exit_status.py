@@ -5,6 +5,10 @@ wraps them."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import botocore.exceptions as bx
 import pytest
 
@@ -19,6 +23,7 @@ from distgnn.errors import (
     ServerUnavailable,
     StorageError,
 )
+from distgnn.partition import cli_partition as partition_cli
 from distgnn.server import cli as serve_cli
 from distgnn.server.server import PortUnavailable, ServerStartError
 from distgnn.train import cli as train_cli
@@ -39,11 +44,29 @@ def _client_error(code: str, status: int) -> bx.ClientError:
     )
 
 
+def _read_error(what: str) -> StorageError:
+    """The StorageError ``storage.read_bytes`` raises on a real local path: a folder
+    (``Is a directory``), a FIFO (``not a regular file``, refused before it blocks) or a
+    file over its ``max_bytes``."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d, "cora.json")
+        if what == "fifo":
+            os.mkfifo(path)
+        elif what == "big":
+            path.write_bytes(b"x" * 10)
+        with pytest.raises(StorageError) as info:
+            storage.read_bytes(d if what == "folder" else str(path), max_bytes=4)
+    return info.value
+
+
 PERMANENT_STORAGE = [
     pytest.param(lambda: _wrapped(bx.NoCredentialsError()), id="no-credentials"),
     pytest.param(lambda: _wrapped(_client_error("NoSuchBucket", 404)), id="no-bucket"),
     pytest.param(lambda: _wrapped(_client_error("NoSuchKey", 404)), id="no-key"),
     pytest.param(lambda: _wrapped(FileNotFoundError(2, "No such file")), id="local-missing"),
+    pytest.param(lambda: _read_error("folder"), id="a-folder"),
+    pytest.param(lambda: _read_error("fifo"), id="not-a-regular-file"),
+    pytest.param(lambda: _read_error("big"), id="larger-than-max-bytes"),
 ]
 RETRYABLE_STORAGE = [
     pytest.param(lambda: _wrapped(_client_error("AccessDenied", 403)), id="denied"),
@@ -56,7 +79,9 @@ RETRYABLE_STORAGE = [
 
 
 @pytest.mark.parametrize("make", PERMANENT_STORAGE)
-@pytest.mark.parametrize("module", [train_cli, serve_cli], ids=["train", "serve"])
+@pytest.mark.parametrize(
+    "module", [train_cli, serve_cli, partition_cli], ids=["train", "serve", "partition"]
+)
 def test_permanent_storage_errors_exit_2(module: object, make: object) -> None:
     e = make()  # type: ignore[operator]
     assert storage.is_permanent(e)
@@ -64,7 +89,9 @@ def test_permanent_storage_errors_exit_2(module: object, make: object) -> None:
 
 
 @pytest.mark.parametrize("make", RETRYABLE_STORAGE)
-@pytest.mark.parametrize("module", [train_cli, serve_cli], ids=["train", "serve"])
+@pytest.mark.parametrize(
+    "module", [train_cli, serve_cli, partition_cli], ids=["train", "serve", "partition"]
+)
 def test_other_storage_errors_exit_1(module: object, make: object) -> None:
     e = make()  # type: ignore[operator]
     assert module.error_status(e) == contract.EXIT_FAILURE  # type: ignore[attr-defined]
@@ -79,7 +106,7 @@ def test_other_storage_errors_exit_1(module: object, make: object) -> None:
         (GraphFormatError("indptr is not monotone"), 2),
         (PortUnavailable("cannot bind 0.0.0.0:30050: Address already in use"), 2),
         (ServerStartError("server worker pid 7 failed to start"), 1),
-        (StorageError("s3://b/g.json: larger than 67108864 bytes"), 1),
+        (StorageError("s3://b/g.json: read failed"), 1),
     ],
 )
 def test_serve_error_status(error: BaseException, status: int) -> None:

@@ -19,8 +19,9 @@ def error_status(e: BaseException) -> int:
     """The exit status of a DistGNN error: :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2)
     for what a restart cannot cure: an option or variable, a partition manifest or file
     that is malformed or missing, object storage with no credentials at all or without the
-    bucket or object named, a port held by another process (the operator fails a job whose
-    server exits 2 at once); :data:`~distgnn.contract.EXIT_FAILURE` (1) for the rest
+    bucket or object named or with one too large or not a regular file, a port held by
+    another process (the operator fails a job whose server exits 2 at once);
+    :data:`~distgnn.contract.EXIT_FAILURE` (1) for the rest
     (object storage unreachable or refusing the credentials, a worker that cannot start),
     which the kubelet's restart of the container can cure."""
     from distgnn import storage

@@ -22,7 +22,8 @@ def error_status(e: BaseException) -> int:
     """The exit status of a DistGNN error: :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2)
     for a mistake in the job's configuration (an option, the manifest, the graph, an output
     location that cannot be written) or a storage failure that trying again cannot cure (an
-    object, folder or bucket that does not exist, no storage credentials at all), which the
+    object, folder or bucket that does not exist, a file that is not a regular file or
+    is larger than the limit, no storage credentials at all), which the
     operator and ``distgnn run`` do not retry; :data:`~distgnn.contract.EXIT_FAILURE` (1)
     for the rest (a server lost, a timeout, a rotated token, storage unreachable or
     refusing the credentials), which a restart of the trainer group can cure."""
