@@ -29,8 +29,8 @@ from distgnn_operator import desired as d
 from distgnn_operator import drift
 from distgnn_operator import failure as f
 from distgnn_operator import podcreate as pc
-from distgnn_operator import serverpods as sp
 from distgnn_operator import status as s
+from distgnn_operator import stuckpods as sp
 from distgnn_operator.kube import ApiError, KubeApi
 from distgnn_operator.metrics import OperatorMetrics
 
@@ -233,6 +233,8 @@ class _GraphServerView:
     ready_servers: int
     ready: bool
     missing: bool
+    failure: str | None = None
+    """its phase, reason and message while Failed or Pending (:func:`s.graphserver_failure`)"""
 
 
 @dataclass(frozen=True)
@@ -572,7 +574,12 @@ class Reconciler:
         stuck = await self._stuck_servers(
             ns, contract.LABEL_JOB, meta.name, have.get(("StatefulSet", n["server"])), res
         )
+        colocated = spec.trainers.colocate and gs.info is None
+        tstuck = await self._stuck_trainers(ns, tjob, colocated, res)
+        if colocated:  # the servers are sidecars of the trainer pods
+            stuck = tstuck
         first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
+        first_tstuck = sp.first_stuck(tstuck)
         obs = s.JobObservation(
             generation=meta.generation,
             partition_needed=partition_needed,
@@ -604,6 +611,8 @@ class Reconciler:
             pods_not_created=not_created,
             servers_stuck=first_stuck.describe() if first_stuck else None,
             server_config_error=server_error.failure().headline() if server_error else None,
+            trainers_stuck=first_tstuck.describe() if first_tstuck else None,
+            graphserver_failed=gs.failure,
             output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
@@ -769,7 +778,8 @@ class Reconciler:
             else None
         )
         ready = info is not None and st.get("phase") == "Ready"
-        return _GraphServerView(info, int(st.get("partitionsReady") or 0), ready, False)
+        ready_servers = int(st.get("partitionsReady") or 0)
+        return _GraphServerView(info, ready_servers, ready, False, s.graphserver_failure(st))
 
     async def _pods_not_created(
         self,
@@ -812,7 +822,7 @@ class Reconciler:
         name: str,
         sts: dict[str, Any] | None,
         res: PassResult,
-    ) -> list[sp.StuckServer]:
+    ) -> list[sp.StuckPod]:
         """The server pods that cannot start (crash loop, image pull, ...), lowest ordinal
         first; read (one list) only while the StatefulSet has pods that are not ready. Pods
         are not watched and a crash loop changes nothing the StatefulSet reports, so while
@@ -826,6 +836,24 @@ class Reconciler:
         selector = {owner_label: name, contract.LABEL_ROLE: contract.ROLE_SERVER}
         pods = await self.api.list("Pod", ns, selector)
         return sp.all_stuck(pods, str((sts.get("metadata") or {}).get("uid") or ""))
+
+    async def _stuck_trainers(
+        self, ns: str, tjob: dict[str, Any] | None, colocated: bool, res: PassResult
+    ) -> list[sp.StuckPod]:
+        """The trainer pods that cannot start (image pull, a missing Secret or key, no node;
+        a co-located pod's server sidecar crash-looping), lowest completion index first;
+        read (one list) only while the running trainer Job has active pods that are not
+        ready, a pass due again meanwhile (as :meth:`_stuck_servers`)."""
+        if tjob is None or job_state(tjob) != "running":
+            return []
+        st = tjob.get("status") or {}
+        if st.get("ready") is None or int(st["ready"]) >= int(st.get("active") or 0):
+            return []
+        res.due(pc.RECHECK_SECONDS)
+        md = tjob.get("metadata") or {}
+        pods = await self.api.list("Pod", ns, {"job-name": str(md.get("name"))})
+        sidecars = (sp.SERVER_CONTAINER,) if colocated else ()
+        return sp.all_stuck(pods, str(md.get("uid") or ""), d.TRAINER_CONTAINER, sidecars)
 
     async def _partition_outcome(self, ns: str, pjob: dict[str, Any] | None) -> PartitionOutcome:
         """Why the partitioning Job failed: its first failing pod's root cause (the

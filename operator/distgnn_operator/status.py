@@ -112,6 +112,10 @@ class JobObservation:
     """the first server pod that cannot start and why (``pod NAME: REASON: WHY``)"""
     server_config_error: str | None = None
     """a server exited with the configuration-error status (2): its root cause and pod"""
+    trainers_stuck: str | None = None
+    """the first trainer pod that cannot start and why (``pod NAME: REASON: WHY``)"""
+    graphserver_failed: str | None = None
+    """the attached GraphServer's failure, one line (``Failed: REASON: MESSAGE``)"""
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,12 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
             ),
         )
     if gs:
-        return "Pending", Reason.WAITING_GS, f"waiting for GraphServer {gs} to be Ready"
+        msg = f"waiting for GraphServer {gs} to be Ready"
+        return (
+            "Pending",
+            Reason.WAITING_GS,
+            f"{msg}; it is {o.graphserver_failed}" if o.graphserver_failed else msg,
+        )
     running = _trainers_phase(o)
     if o.credentials_missing and running[0] != "Running":
         return (
@@ -267,12 +276,11 @@ def _trainers_phase(o: JobObservation) -> tuple[str, str, str]:
     ready = o.trainers_active if o.trainers_ready is None else o.trainers_ready
     if ready >= o.trainers_active:
         return "Running", Reason.TRAINERS_RUNNING, f"{o.trainers_active} trainer(s) running"
-    return (
-        "Starting",
-        Reason.TRAINERS_PENDING,
-        f"{ready}/{o.trainers_active} trainer pod(s) running, "
-        f"{o.trainers_active - ready} pending (see the pods' events)",
+    head = (
+        f"{ready}/{o.trainers_active} trainer pod(s) running, {o.trainers_active - ready} pending"
     )
+    why = f"; {o.trainers_stuck}" if o.trainers_stuck else " (see the pods' events)"
+    return "Starting", Reason.TRAINERS_PENDING, head + why
 
 
 def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> list[Cond]:
@@ -498,6 +506,24 @@ def phase_reason(st: dict[str, Any]) -> tuple[str, str]:
     key = "Failed" if st.get("phase") == "Failed" else "Running"
     c = conds.get(key) or conds.get("ServersReady") or {}
     return str(c.get("reason") or ""), str(c.get("message") or "")
+
+
+GS_CAUSE_MAX = 600
+"""Characters of a GraphServer's message quoted in an attached job's status."""
+
+
+def graphserver_failure(st: dict[str, Any]) -> str | None:
+    """``PHASE: REASON: MESSAGE`` of a GraphServer that users must act on (``Failed``: a
+    server or the partitioner exited with a configuration error; ``Pending``: a missing
+    credentials Secret, a name taken), one line; None in any other phase."""
+    phase = st.get("phase")
+    if phase not in ("Failed", "Pending"):
+        return None
+    reason, message = phase_reason(st)
+    line = " ".join(message.split())
+    if len(line) > GS_CAUSE_MAX:
+        line = line[: GS_CAUSE_MAX - 1] + "…"
+    return ": ".join(x for x in (str(phase), reason, line) if x)
 
 
 def transition_event(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, str] | None:

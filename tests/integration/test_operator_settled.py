@@ -31,6 +31,7 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     server_pod,
     st_msg,
 )
+from test_operator_stuck_pods import sidecar_crash_status, trainer_pod, waiting_status
 from tests.support.emulator import kopf_diffbase, kopf_finalizer_attempt
 
 from distgnn import contract
@@ -79,8 +80,9 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
     resync2: argparse.Namespace,
 ) -> None:
     """Jobs partitioning, starting (one with a crash-looping server pod named in its
-    status), running (own servers, co-located), suspended, and pending on a missing
-    credentials Secret and on PodGroups (succeeded and failed jobs:
+    status, one with a trainer pod that cannot pull its image, a co-located one with a
+    crash-looping server sidecar), running (own servers, co-located), suspended, and
+    pending on a missing credentials Secret and on PodGroups (succeeded and failed jobs:
     test_operator_emulator.py's lifecycle tests)."""
     c = cluster
     async with Operator(resync2):
@@ -108,6 +110,24 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
             return "CrashLoopBackOff" in st_msg(await c.status("DistGNNJob", "crashing"))
 
         await c.until("the crash-looping pod named", named)
+        # a trainer pod that cannot start; a co-located pod whose server sidecar crash-loops
+        await c.create(job_manifest("tpend", graph=PARTS))
+        await _servers_ready(c, "tpend-server", 2)
+        await c.child("Job", "tpend-trainers")
+        await trainer_pod(c, "tpend-trainers", 1, waiting_status("ImagePullBackOff", "x"))
+        await c.patch("Job", "tpend-trainers", {"status": {"active": 2, "ready": 1}}, "status")
+        await c.create(job_manifest("colocrash", graph=PARTS, trainers=colo))
+        await c.child("Job", "colocrash-trainers")
+        sidecar = sidecar_crash_status(1, SERVE_UNREACHABLE, 3)
+        await trainer_pod(c, "colocrash-trainers", 0, sidecar, colocated=True)
+        await c.patch("Job", "colocrash-trainers", {"status": {"active": 2, "ready": 0}}, "status")
+
+        async def pods_named() -> bool:
+            a = st_msg(await c.status("DistGNNJob", "tpend"))
+            b = st_msg(await c.status("DistGNNJob", "colocrash"))
+            return "ImagePullBackOff" in a and "(container server): CrashLoopBackOff" in b
+
+        await c.until("the stuck trainer pods named", pods_named)
 
         await c.phase("DistGNNJob", "parting", "Partitioning")
         await c.phase("DistGNNJob", "starting", "Starting")
@@ -119,6 +139,7 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 2}}, "status")
         await c.phase("DistGNNJob", "colo", "Running")
         names = ["parting", "starting", "running", "sus", "colo", "nocreds", "gang", "crashing"]
+        names += ["tpend", "colocrash"]
         await passes_in_quiet(c, [("DistGNNJob", n) for n in names])
 
 
@@ -127,9 +148,10 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
     resync2: argparse.Namespace,
 ) -> None:
     """GraphServers partitioning, starting (a job waiting for it), failed on a server's
-    configuration error (its pods kept) and ready (a job running on it), a job waiting for
-    a GraphServer that does not exist, then a deletion held by the attached job (phase
-    Terminating): nothing is written while nothing changes."""
+    configuration error (its pods kept; a job waiting for it names the failure) and ready
+    (a job running on it), a job waiting for a GraphServer that does not exist, then a
+    deletion held by the attached job (phase Terminating): nothing is written while
+    nothing changes."""
     c = cluster
     async with Operator(resync2):
         parting = _graphserver("gsp", 2)
@@ -144,6 +166,7 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         crash = crash_looping_status(2, SERVE_NO_OBJECT, 2)
         await c.patch("Pod", "gsx-server-1", {"status": crash})
         await c.create(job_manifest("waits", graph={"graphServer": {"name": "gss"}}))
+        await c.create(job_manifest("onfailed", graph={"graphServer": {"name": "gsx"}}))
         await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
         await _servers_ready(c, "gsr-server", 2)
         await c.phase("GraphServer", "gsr", "Ready")
@@ -153,6 +176,13 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         await c.phase("GraphServer", "gss", "Starting")
         await c.phase("GraphServer", "gsx", "Failed")
         await c.reason("DistGNNJob", "waits", "GraphServerNotReady")
+
+        async def names_failure() -> bool:
+            return "it is Failed: ServerConfigError" in st_msg(
+                await c.status("DistGNNJob", "onfailed")
+            )
+
+        await c.until("the Failed GraphServer named", names_failure)
         await c.reason("DistGNNJob", "orphan", "GraphServerNotFound")
 
         async def attached() -> Any:
@@ -160,7 +190,7 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
 
         await c.until("attachedJobs current", attached)
         names = [("GraphServer", n) for n in ("gsp", "gss", "gsr", "gsx")]
-        names += [("DistGNNJob", n) for n in ("waits", "orphan", "att")]
+        names += [("DistGNNJob", n) for n in ("waits", "orphan", "att", "onfailed")]
         await passes_in_quiet(c, names)
 
         await c.delete("GraphServer", "gsr")  # held by "att"

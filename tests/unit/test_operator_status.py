@@ -10,6 +10,7 @@ from distgnn_operator.status import (
     GraphServerObservation,
     JobObservation,
     Reason,
+    graphserver_failure,
     graphserver_status,
     graphserver_terminating,
     job_phase,
@@ -307,3 +308,58 @@ def test_a_servers_configuration_error_is_named_in_its_own_reason(kind: str) -> 
         assert (conds[typ]["reason"], conds[typ]["message"]) == (Reason.SERVER_CONFIG_ERROR, msg)
     assert conds["ServersReady"]["status"] == "False"
     assert transition_event({}, st) == ("Warning", Reason.SERVER_CONFIG_ERROR, msg)
+
+
+def _gs(obs_: GraphServerObservation) -> dict[str, object]:
+    return graphserver_status(obs_, None, "t0")
+
+
+GS_SERVED = GraphServerObservation(partition_needed=False, num_parts=2, servers_ready=0)
+SERVE_NO_KEY = "distgnn serve: error: s3://p/gs.json: not found (NoSuchKey) (pod gs-server-0)"
+
+
+@pytest.mark.parametrize(
+    ("gs_obs", "want"),
+    [
+        pytest.param(
+            dataclasses.replace(GS_SERVED, server_config_error=SERVE_NO_KEY),
+            "Failed: ServerConfigError: graph server exited with a configuration error (exit "
+            "code 2), fix the spec or the partitions; its pods are kept: " + SERVE_NO_KEY,
+            id="server-config-error",
+        ),
+        pytest.param(
+            GraphServerObservation(
+                partition_needed=True,
+                partition="failed",
+                partition_config_error=True,
+                partition_message="distgnn partition: error: s3://g.npz: not found (pod p-0)",
+                num_parts=2,
+            ),
+            "Failed: PartitionConfigError: partitioning failed with a configuration error "
+            "(exit code 2), not retried: distgnn partition: error: s3://g.npz: not found "
+            "(pod p-0)",
+            id="partition-config-error",
+        ),
+        pytest.param(
+            dataclasses.replace(GS_SERVED, credentials_missing="s3-creds"),
+            "Pending: CredentialsSecretNotFound: Secret s3-creds "
+            "(spec.storage.credentialsSecret.name) not found; pods cannot start until it exists",
+            id="pending-credentials",
+        ),
+        pytest.param(GS_SERVED, None, id="starting"),
+        pytest.param(dataclasses.replace(GS_SERVED, servers_ready=2), None, id="ready"),
+    ],
+)
+def test_an_attached_job_names_its_graphservers_failure(
+    gs_obs: GraphServerObservation, want: str | None
+) -> None:
+    """A job waiting for a Failed (or Pending) GraphServer keeps waiting (the GraphServer can
+    recover; activeDeadlineSeconds still applies) and says why in one line."""
+    cause = graphserver_failure(_gs(gs_obs))
+    assert cause == want
+    o = obs(waiting_for_graphserver="gs", trainer_job="absent", graphserver_failed=cause)
+    phase, reason, message = job_phase(o)
+    assert (phase, reason) == ("Pending", Reason.WAITING_GS)
+    assert message == (f"waiting for GraphServer gs to be Ready; it is {want}" if want else
+                       "waiting for GraphServer gs to be Ready")  # fmt: skip
+    assert job_phase(dataclasses.replace(o, deadline_exceeded=True))[1] == Reason.DEADLINE

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from distgnn_operator import serverpods as sp
+from distgnn_operator import stuckpods as sp
 from distgnn_operator.status import (
     GraphServerObservation,
     JobObservation,
@@ -219,10 +219,15 @@ def test_a_crash_loop_reads_the_same_at_every_restart() -> None:
     lines = set()
     for restarts in (1, 2, 5, 9):
         lines.add(sp.stuck(crash_looping(1, 1, UNREACHABLE, restarts)).describe())  # type: ignore[union-attr]
-    just_died = server_pod(1, state={"terminated": terminated(1, UNREACHABLE)},
-                           last=terminated(1, UNREACHABLE), restarts=6)  # fmt: skip
-    again = server_pod(1, state={"running": {"startedAt": "t"}}, last=terminated(1, UNREACHABLE),
-                       restarts=7)  # fmt: skip
+    just_died = server_pod(
+        1,
+        state={"terminated": terminated(1, UNREACHABLE)},
+        last=terminated(1, UNREACHABLE),
+        restarts=6,
+    )
+    again = server_pod(
+        1, state={"running": {"startedAt": "t"}}, last=terminated(1, UNREACHABLE), restarts=7
+    )
     lines |= {sp.stuck(just_died).describe(), sp.stuck(again).describe()}  # type: ignore[union-attr]
     assert lines == {f"pod cora-server-1: CrashLoopBackOff: {UNREACHABLE} (exit code 1)"}
 
@@ -279,3 +284,269 @@ def test_the_status_names_the_stuck_pod_and_stays_put(kind: str) -> None:
     assert status(a, "t1", line) == a  # unchanged pod: nothing to write
     b = status(a, "t2", None)  # the pod recovered
     assert {c["type"]: c for c in b["conditions"]}["ServersReady"]["message"] == "1/2 servers ready"
+
+
+# --- trainer pods (an Indexed Job's, restartPolicy Never) and co-located pods, whose
+# graph server is a native sidecar (an init container with restartPolicy Always) ----------
+
+JOB_UID = "job-uid-1"
+TRAINER_IMAGE = "registry.example.com/distgnn-train:1.0"
+
+
+def trainer_pod(
+    index: int,
+    trainers: list[dict[str, Any]],
+    *,
+    sidecar: dict[str, Any] | None = None,
+    phase: str = "Pending",
+    conditions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A trainer pod of the Indexed Job ``cora-trainers`` as the kubelet reports it:
+    ``trainers`` are its trainer containers' statuses (``trainer``, ``trainer-1``, ...);
+    ``sidecar``, a co-located pod's server sidecar status (``initContainerStatuses``)."""
+    name = f"cora-trainers-{index}-x{index}k9z"
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {"name": "trainer" if i == 0 else f"trainer-{i}", "image": TRAINER_IMAGE}
+            for i in range(len(trainers))
+        ],
+    }
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": conditions or [],
+        "containerStatuses": [
+            {
+                "name": "trainer" if i == 0 else f"trainer-{i}",
+                "image": TRAINER_IMAGE,
+                "imageID": "",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                **cs,
+            }
+            for i, cs in enumerate(trainers)
+        ],
+    }
+    if sidecar is not None:
+        spec["initContainers"] = [{"name": "server", "image": IMAGE, "restartPolicy": "Always"}]
+        status["initContainerStatuses"] = [
+            {
+                "name": "server",
+                "image": IMAGE,
+                "imageID": "",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                **sidecar,
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "job-name": "cora-trainers",
+                "batch.kubernetes.io/job-completion-index": str(index),
+            },
+            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+            "ownerReferences": [
+                {"kind": "Job", "name": "cora-trainers", "uid": JOB_UID, "controller": True}
+            ],
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def wait(reason: str, message: str = "") -> dict[str, Any]:
+    return {"state": {"waiting": {"reason": reason, **({"message": message} if message else {})}}}
+
+
+INITIALIZING = wait("PodInitializing")
+SIDECAR_CRASH = {
+    "restartCount": 4,
+    "state": {
+        "waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": "back-off 1m20s restarting failed container=server",
+        }
+    },
+    "lastState": {"terminated": terminated(2, SERVE_LOG_TAIL)},
+}
+NO_KEY = "couldn't find key token in Secret default/cora-token"
+NO_NODE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+TRAINER_CASES = [
+    pytest.param(
+        trainer_pod(1, [wait("ImagePullBackOff", f'Back-off pulling image "{TRAINER_IMAGE}"')]),
+        (),
+        "pod cora-trainers-1-x1k9z: ImagePullBackOff: cannot pull image "
+        f'"{TRAINER_IMAGE}" (kubectl describe pod cora-trainers-1-x1k9z)',
+        False,
+        id="image-pull",
+    ),
+    pytest.param(
+        trainer_pod(0, [wait("CreateContainerConfigError", NO_KEY)]),
+        (),
+        f"pod cora-trainers-0-x0k9z: CreateContainerConfigError: {NO_KEY}",
+        False,
+        id="missing-secret-key",
+    ),
+    pytest.param(
+        trainer_pod(
+            0,
+            [wait("ContainerCreating")],
+            conditions=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": NO_NODE,
+                }
+            ],
+        ),
+        (),
+        f"pod cora-trainers-0-x0k9z: Unschedulable: {NO_NODE}",
+        False,
+        id="unschedulable",
+    ),
+    pytest.param(
+        trainer_pod(0, [INITIALIZING], sidecar=SIDECAR_CRASH),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z (container server): CrashLoopBackOff: {NO_CREDS} (exit code 2)",
+        True,
+        id="colocated-server-sidecar-exits-2",
+    ),
+    pytest.param(
+        trainer_pod(
+            0,
+            [INITIALIZING],
+            sidecar={**SIDECAR_CRASH, "lastState": {"terminated": terminated(1, UNREACHABLE)}},
+        ),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z (container server): CrashLoopBackOff: {UNREACHABLE} "
+        "(exit code 1)",
+        False,
+        id="colocated-server-sidecar-exits-1",
+    ),
+    pytest.param(
+        trainer_pod(
+            0,
+            [wait("ImagePullBackOff", "x"), wait("ImagePullBackOff", "x")],
+            sidecar={"ready": True, "started": True, "state": {"running": {"startedAt": "t"}}},
+            phase="Running",
+        ),
+        ("server",),
+        "pod cora-trainers-0-x0k9z: ImagePullBackOff: cannot pull image "
+        f'"{TRAINER_IMAGE}" (kubectl describe pod cora-trainers-0-x0k9z)',
+        False,
+        id="colocated-trainers-cannot-pull",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pod", "sidecars", "line", "config_error"), TRAINER_CASES)
+def test_why_a_trainer_pod_cannot_start(
+    pod: dict[str, Any], sidecars: tuple[str, ...], line: str, config_error: bool
+) -> None:
+    got = sp.stuck(pod, "trainer", sidecars)
+    assert got is not None and got.describe() == line
+    assert got.config_error == config_error
+    if config_error:
+        assert got.failure().headline() == f"{NO_CREDS} (pod cora-trainers-0-x0k9z)"
+
+
+TRAINERS_NOT_STUCK = [
+    pytest.param(trainer_pod(0, [wait("ContainerCreating")]), (), id="creating"),
+    pytest.param(
+        trainer_pod(0, [INITIALIZING], sidecar={"state": {"running": {"startedAt": "t"}}}),
+        ("server",),
+        id="colocated-server-loading",
+    ),
+    pytest.param(
+        # a trainer container is never restarted (restartPolicy Never): it failed, and
+        # its Job says so; the pod's other trainer still runs
+        trainer_pod(
+            0,
+            [
+                {"state": {"running": {"startedAt": "t"}}},
+                {"state": {"terminated": terminated(1, "RuntimeError: boom")}},
+            ],
+            phase="Running",
+        ),
+        (),
+        id="trainer-exited-not-restarted",
+    ),
+    pytest.param(
+        trainer_pod(0, [{"state": {"terminated": terminated(2, NO_CREDS)}}], phase="Failed"),
+        (),
+        id="pod-failed",
+    ),
+    pytest.param(
+        # without the sidecar named, its crash loop is not read (a non-co-located job
+        # has no server in its trainer pods)
+        trainer_pod(0, [INITIALIZING], sidecar=SIDECAR_CRASH),
+        (),
+        id="sidecar-not-named",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pod", "sidecars"), TRAINERS_NOT_STUCK)
+def test_trainer_pods_on_their_way_or_failed_are_not_stuck(
+    pod: dict[str, Any], sidecars: tuple[str, ...]
+) -> None:
+    assert sp.stuck(pod, "trainer", sidecars) is None
+
+
+def test_the_lowest_completion_index_of_the_jobs_pods_is_first() -> None:
+    pods = [
+        trainer_pod(10, [INITIALIZING], sidecar=SIDECAR_CRASH),
+        trainer_pod(2, [wait("ImagePullBackOff", "x")]),
+        trainer_pod(1, [INITIALIZING], sidecar={"state": {"running": {"startedAt": "t"}}}),
+    ]
+    found = sp.all_stuck(pods, JOB_UID, "trainer", ("server",))
+    assert [s.index for s in found] == [2, 10]
+    assert sp.first_config_error(found) is found[1]
+    assert sp.all_stuck(pods, "another-job", "trainer", ("server",)) == []
+
+
+def test_a_crash_looping_sidecar_reads_the_same_at_every_restart() -> None:
+    lines = set()
+    for restarts, state in [
+        (1, SIDECAR_CRASH["state"]),
+        (2, {"terminated": terminated(2, SERVE_LOG_TAIL)}),
+        (3, {"running": {"startedAt": "t"}}),
+    ]:
+        sidecar = {**SIDECAR_CRASH, "restartCount": restarts, "state": state}
+        pod = trainer_pod(0, [INITIALIZING], sidecar=sidecar)
+        lines.add(sp.stuck(pod, "trainer", ("server",)).describe())  # type: ignore[union-attr]
+    assert len(lines) == 1
+
+
+def test_trainers_pending_names_the_stuck_pod_and_stays_put() -> None:
+    pod = trainer_pod(1, [wait("CreateContainerConfigError", NO_KEY)])
+    line = sp.stuck(pod, "trainer").describe()  # type: ignore[union-attr]
+
+    def status(prev: dict[str, Any] | None, t: str, stuck: str | None) -> dict[str, Any]:
+        o = JobObservation(
+            partition="succeeded",
+            num_parts=2,
+            servers_ready=2,
+            trainer_job="running",
+            trainers_active=2,
+            trainers_ready=1,
+            trainers_stuck=stuck,
+        )
+        return job_status(o, prev, t)
+
+    a = status(None, "t0", line)
+    running = {c["type"]: c for c in a["conditions"]}["Running"]
+    assert (a["phase"], running["reason"]) == ("Starting", "TrainersPending")
+    assert running["message"] == f"1/2 trainer pod(s) running, 1 pending; {line}"
+    assert status(a, "t1", line) == a
+    b = status(a, "t2", None)
+    assert {c["type"]: c for c in b["conditions"]}["Running"]["message"] == (
+        "1/2 trainer pod(s) running, 1 pending (see the pods' events)"
+    )

@@ -1,0 +1,226 @@
+"""Pods that cannot start, and why, from their status as the kubelet writes it. Pure.
+
+A graph-server pod that crash-loops (``distgnn serve`` exits: a partition URL that does
+not exist, missing credentials, a malformed partition file) or a pod that cannot pull its
+image changes nothing its StatefulSet or Job reports: it is just not ready. While a
+resource's pods are not all ready, the reconcile lists them (read-only, no watch) and
+:func:`first_stuck` names the lowest ordinal (a StatefulSet's) or completion index (an
+Indexed Job's) that is stuck, in one line that does not change while the pod's state does
+not (no restart counts, back-off times or timestamps), so a pass over an unchanged pod
+writes nothing. The containers read are the pod's main one and its numbered siblings
+(``trainer``, ``trainer-1``) and named native sidecars (init containers with
+``restartPolicy: Always``, in ``initContainerStatuses``: the graph server of a
+co-located trainer pod). A container the kubelet restarts that last exited non-zero is
+crash-looping; one it does not restart (a trainer: ``restartPolicy: Never``) has failed,
+which its Job reports, so it is not "stuck". A server container that last exited with
+:data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2: a configuration or input error, which a
+restart cannot cure) is :func:`first_config_error`: it fails a DistGNNJob at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from distgnn import contract
+from distgnn_operator import failure as f
+
+SERVER_CONTAINER = "server"
+"""The graph-server container of a server pod (and sidecar of a co-located trainer pod)."""
+CRASH_LOOP = "CrashLoopBackOff"
+IMAGE_PULL = "ImagePullBackOff"
+PULL_REASONS = frozenset({IMAGE_PULL, "ErrImagePull"})
+"""Shown as one reason: the kubelet alternates between them on every pull attempt."""
+STUCK_REASONS = frozenset(
+    {
+        CRASH_LOOP,
+        *PULL_REASONS,
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+"""Waiting reasons of a container that will not start without a change (not
+``ContainerCreating`` or ``PodInitializing``, which pass on their own)."""
+UNSCHEDULABLE = "Unschedulable"
+_ORDINAL = re.compile(r"-(\d+)$")
+_DONE = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class StuckPod:
+    """A pod that cannot start, and why."""
+
+    pod: str
+    index: int
+    """the StatefulSet ordinal or Indexed Job completion index (the sort key)"""
+    reason: str
+    """a container waiting reason (``CrashLoopBackOff``, ``ImagePullBackOff``, ...) or
+    ``Unschedulable``"""
+    why: str
+    """one line: the last termination's root cause (a crash loop), else the waiting or
+    scheduling message"""
+    detail: str = ""
+    """the last termination message (log tail), for an Event"""
+    exit_code: int | None = None
+    """the last termination's exit status (a crash loop)"""
+    container: str = ""
+    """the stuck container when it is a sidecar (named in the line); "": the main one"""
+    server: bool = True
+    """the stuck container is a graph server (its exit 2 is a ``ServerConfigError``)"""
+
+    @property
+    def config_error(self) -> bool:
+        """Whether a graph server exited with the configuration-error status (2)."""
+        return self.server and contract.is_config_error_exit(self.exit_code)
+
+    def describe(self) -> str:
+        """``pod NAME[ (container C)]: REASON: WHY``: what a status message says of it."""
+        where = (
+            f"pod {self.pod} (container {self.container})" if self.container else f"pod {self.pod}"
+        )
+        return f"{where}: {self.reason}: {self.why}" if self.why else f"{where}: {self.reason}"
+
+    def failure(self) -> f.PodFailure:
+        """As a failed pod (the ``PodFailed`` event and the ``Failed`` condition, whose
+        message names the exit code itself)."""
+        why = self.why.removesuffix(f" (exit code {self.exit_code})")
+        return f.PodFailure(self.pod, why, self.detail, exit_code=self.exit_code)
+
+
+def index(pod: dict[str, Any]) -> int:
+    """An Indexed Job pod's completion index, else a StatefulSet pod's ordinal (its name's
+    ``-N``); a huge number when it has neither."""
+    rank = f.pod_rank(pod)
+    if rank is not None and rank.isdigit():
+        return int(rank)
+    m = _ORDINAL.search(str((pod.get("metadata") or {}).get("name") or ""))
+    return int(m.group(1)) if m else 1 << 30
+
+
+def _exit_code(term: dict[str, Any]) -> int | None:
+    code = term.get("exitCode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _last_termination(cs: dict[str, Any]) -> dict[str, Any]:
+    """The container's latest termination: its current state while terminated (between a
+    crash and the kubelet's back-off), else ``lastState``; {} when it never terminated."""
+    return dict(
+        (cs.get("state") or {}).get("terminated")
+        or (cs.get("lastState") or {}).get("terminated")
+        or {}
+    )
+
+
+def _watched(
+    pod: dict[str, Any], container: str, sidecars: tuple[str, ...]
+) -> Iterator[tuple[dict[str, Any], str, bool]]:
+    """(status, sidecar name or "", restarted by the kubelet) of the containers read:
+    the named sidecars first (the others wait for them), then the main container and its
+    numbered siblings."""
+    spec, st = pod.get("spec") or {}, pod.get("status") or {}
+    pod_restarts = spec.get("restartPolicy", "Always") != "Never"
+    always = {
+        str(c.get("name"))
+        for c in spec.get("initContainers") or []
+        if c.get("restartPolicy") == "Always"
+    }
+    for cs in st.get("initContainerStatuses") or []:
+        name = str(cs.get("name") or "")
+        if name in sidecars:
+            yield cs, name, name in always or pod_restarts
+    for cs in st.get("containerStatuses") or []:
+        if f.is_container(str(cs.get("name") or ""), container):
+            yield cs, "", pod_restarts
+
+
+def stuck(
+    pod: dict[str, Any], container: str = SERVER_CONTAINER, sidecars: tuple[str, ...] = ()
+) -> StuckPod | None:
+    """Why this pod cannot start, or None when it is ready, on its way or finished.
+
+    A not-ready container the kubelet restarts that last exited non-zero is
+    crash-looping, whether the kubelet shows it waiting (``CrashLoopBackOff``), just
+    terminated or running again before its next crash: the same line in each, so the
+    status does not flap with the kubelet's restarts. A pod being deleted is never stuck
+    (its replacement will say), nor one that has finished (its Job says why it failed).
+    The ``container`` (main) or a ``sidecars`` entry named ``server`` is a graph server."""
+    md = pod.get("metadata") or {}
+    if md.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in _DONE:
+        return None
+    name, n = str(md.get("name") or "?"), index(pod)
+    for cs, side, restarts in _watched(pod, container, sidecars):
+        if cs.get("ready"):
+            continue
+        server = (side or container) == SERVER_CONTAINER
+        term = _last_termination(cs)
+        code = _exit_code(term)
+        if code not in (None, 0):
+            if not restarts:  # failed, not stuck: its Job reports it
+                continue
+            summary, detail = f.summarize(term.get("message"), term.get("reason"), code)
+            if "exit code" not in summary:
+                summary = f"{summary} (exit code {code})"
+            return StuckPod(name, n, CRASH_LOOP, summary, detail, code, side, server)
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        if reason in PULL_REASONS:
+            image = cs.get("image") or _image(pod, str(cs.get("name") or ""))
+            why = f'cannot pull image "{image}" (kubectl describe pod {name})'
+            return StuckPod(name, n, IMAGE_PULL, why, container=side, server=server)
+        if reason in STUCK_REASONS:
+            why = f.one_line(str(waiting.get("message") or ""))
+            return StuckPod(name, n, reason, why, container=side, server=server)
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == UNSCHEDULABLE
+        ):
+            why = f.one_line(str(c.get("message") or ""))
+            return StuckPod(name, n, UNSCHEDULABLE, why, server=container == SERVER_CONTAINER)
+    return None
+
+
+def _image(pod: dict[str, Any], container: str) -> str:
+    spec = pod.get("spec") or {}
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if c.get("name") == container:
+            return str(c.get("image") or "?")
+    return "?"
+
+
+def owned_by_uid(pod: dict[str, Any], uid: str) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def all_stuck(
+    pods: Iterable[dict[str, Any]],
+    owner_uid: str,
+    container: str = SERVER_CONTAINER,
+    sidecars: tuple[str, ...] = (),
+) -> list[StuckPod]:
+    """The stuck pods of the StatefulSet or Job ``owner_uid`` (others in the list are
+    skipped), lowest ordinal or completion index first."""
+    found = [
+        s
+        for p in pods
+        if owned_by_uid(p, owner_uid) and (s := stuck(p, container, sidecars)) is not None
+    ]
+    return sorted(found, key=lambda s: (s.index, s.pod))
+
+
+def first_stuck(stuck_pods: list[StuckPod]) -> StuckPod | None:
+    """The lowest ordinal or completion index that is stuck."""
+    return stuck_pods[0] if stuck_pods else None
+
+
+def first_config_error(stuck_pods: list[StuckPod]) -> StuckPod | None:
+    """The lowest one whose graph server last exited with the configuration-error status."""
+    return next((s for s in stuck_pods if s.config_error), None)
