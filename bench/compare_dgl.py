@@ -23,7 +23,7 @@ Run: ``python bench/compare_dgl.py [--nodes 1000000] [--graphs generator,flat] [
   timed epochs after a warm-up of one epoch on both sides (``--warmup-steps N``: DistGNN
   warms up N steps instead, 2 until round 12; DGL's script always runs one epoch), which
   also grows each trainer's heap to its size before the timed epoch (its first touches cost
-  a trainer ~3-6 ms a step, bench/README.md round 13); each system on its own partitions
+  a trainer ~3-6 ms a step, bench/HISTORY.md round 13); each system on its own partitions
   of the same graph.
   DistGNN runs twice: every row over TCP (its default topology), and co-located
   (``trainers.colocate``: the local partition's rows from the server's shared memory, which

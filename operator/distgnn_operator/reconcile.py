@@ -29,6 +29,7 @@ from distgnn_operator import desired as d
 from distgnn_operator import drift
 from distgnn_operator import failure as f
 from distgnn_operator import podcreate as pc
+from distgnn_operator import serverpods as sp
 from distgnn_operator import status as s
 from distgnn_operator.kube import ApiError, KubeApi
 from distgnn_operator.metrics import OperatorMetrics
@@ -568,6 +569,10 @@ class Reconciler:
             creds = await self._credentials_missing(ns, spec.storage)
         own = [have.get(("Job", n["partition"])), have.get(("StatefulSet", n["server"])), tjob]
         not_created = await self._pods_not_created(ns, own, now, res)
+        stuck = await self._stuck_servers(
+            ns, contract.LABEL_JOB, meta.name, have.get(("StatefulSet", n["server"])), res
+        )
+        first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
         obs = s.JobObservation(
             generation=meta.generation,
             partition_needed=partition_needed,
@@ -597,6 +602,8 @@ class Reconciler:
             graphserver_wait_expired=gs_wait_due is not None and now >= gs_wait_due,
             credentials_missing=creds,
             pods_not_created=not_created,
+            servers_stuck=first_stuck.describe() if first_stuck else None,
+            server_config_error=server_error.failure().headline() if server_error else None,
             output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
@@ -639,6 +646,8 @@ class Reconciler:
             if new["phase"] == "Failed":
                 self._emit_detail(emit, tfail if not restarting else None)
                 self._emit_detail(emit, pfail)
+                if server_error and s.phase_reason(new)[0] == s.Reason.SERVER_CONFIG_ERROR:
+                    self._emit_detail(emit, server_error.failure())
         if gs_name and new.get("phase") != old.get("phase"):
             res.poke.append(("GraphServer", ns, gs_name))  # its attachedJobs
         if new["phase"] in s.TERMINAL:
@@ -796,6 +805,28 @@ class Reconciler:
                 out.append(pc.describe(str(obj.get("kind")), str(md.get("name")), ev))
         return "; ".join(out) or None
 
+    async def _stuck_servers(
+        self,
+        ns: str,
+        owner_label: str,
+        name: str,
+        sts: dict[str, Any] | None,
+        res: PassResult,
+    ) -> list[sp.StuckServer]:
+        """The server pods that cannot start (crash loop, image pull, ...), lowest ordinal
+        first; read (one list) only while the StatefulSet has pods that are not ready. Pods
+        are not watched and a crash loop changes nothing the StatefulSet reports, so while
+        some are not ready a pass is due again (reads only)."""
+        if sts is None:
+            return []
+        want = int((sts.get("spec") or {}).get("replicas") or 0)
+        if want == 0 or ready_replicas(sts) >= want:
+            return []
+        res.due(pc.RECHECK_SECONDS)
+        selector = {owner_label: name, contract.LABEL_ROLE: contract.ROLE_SERVER}
+        pods = await self.api.list("Pod", ns, selector)
+        return sp.all_stuck(pods, str((sts.get("metadata") or {}).get("uid") or ""))
+
     async def _partition_outcome(self, ns: str, pjob: dict[str, Any] | None) -> PartitionOutcome:
         """Why the partitioning Job failed: its first failing pod's root cause (the
         ``partition`` container's termination message) or, with the pods gone, the Job's
@@ -899,6 +930,10 @@ class Reconciler:
         res = PassResult(old)
         own = [have.get(("Job", n["partition"])), have.get(("StatefulSet", n["server"]))]
         not_created = await self._pods_not_created(meta.namespace, own, self.ctx.clock(), res)
+        stuck = await self._stuck_servers(
+            meta.namespace, contract.LABEL_GRAPHSERVER, meta.name, own[1], res
+        )
+        first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
         obs = s.GraphServerObservation(
             generation=meta.generation,
             partition_needed=needed,
@@ -917,6 +952,8 @@ class Reconciler:
             token_secret=n["token"],
             credentials_missing=creds,
             pods_not_created=not_created,
+            servers_stuck=first_stuck.describe() if first_stuck else None,
+            server_config_error=server_error.failure().headline() if server_error else None,
         )
         token, thash = self._token(have, n["token"])
         want = d.desired_graphserver_children(
@@ -940,6 +977,8 @@ class Reconciler:
                 )
             if new["phase"] == "Failed":
                 self._emit_detail(emit, pfail)
+                if server_error and s.phase_reason(new)[0] == s.Reason.SERVER_CONFIG_ERROR:
+                    self._emit_detail(emit, server_error.failure())
             # jobs waiting for (or attached to) this GraphServer see the change now
             res.poke += [("DistGNNJob", meta.namespace, j) for j in attached]
         return res

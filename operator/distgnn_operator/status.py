@@ -43,6 +43,7 @@ class Reason:
     SIDECARS_UNSUPPORTED = "SidecarsUnsupported"
     RESOURCE_EXISTS = "ResourceExists"
     POD_CREATE_FAILED = "PodCreateFailed"
+    SERVER_CONFIG_ERROR = "ServerConfigError"
 
 
 WARNING_REASONS = frozenset(
@@ -107,6 +108,10 @@ class JobObservation:
     """children somebody else's objects keep from being created; the job is held"""
     pods_not_created: str | None = None
     """why children cannot create their pods (their newest FailedCreate event)"""
+    servers_stuck: str | None = None
+    """the first server pod that cannot start and why (``pod NAME: REASON: WHY``)"""
+    server_config_error: str | None = None
+    """a server exited with the configuration-error status (2): its root cause and pod"""
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,10 @@ class GraphServerObservation:
     """children somebody else's objects keep from being created"""
     pods_not_created: str | None = None
     """why children cannot create their pods (their newest FailedCreate event)"""
+    servers_stuck: str | None = None
+    """the first server pod that cannot start and why (``pod NAME: REASON: WHY``)"""
+    server_config_error: str | None = None
+    """a server exited with the configuration-error status (2): its root cause and pod"""
 
 
 Cond = tuple[str, str, str, str]
@@ -167,6 +176,8 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
         )
     if o.partition == "failed":
         return ("Failed", *partition_failed(o.partition_config_error, o.partition_message))
+    if o.server_config_error:
+        return "Failed", Reason.SERVER_CONFIG_ERROR, server_failed(o.server_config_error, True)
     gs = o.waiting_for_graphserver
     if o.graphserver_wait_expired:
         return (
@@ -208,8 +219,30 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
     if o.restarting:
         return "Starting", Reason.RESTARTING, f"restarting trainer group ({o.restarts})"
     if o.servers_ready < o.num_parts:
-        return "Starting", Reason.SERVERS_STARTING, f"{o.servers_ready}/{o.num_parts} servers ready"
+        return (
+            "Starting",
+            Reason.SERVERS_STARTING,
+            servers_message(o.servers_ready, o.num_parts, o.servers_stuck),
+        )
     return running
+
+
+def servers_message(ready: int, num_parts: int, stuck: str | None) -> str:
+    """``R/N servers ready``, and the first server pod that cannot start while not all are
+    (``1/2 servers ready; pod NAME-server-1: CrashLoopBackOff: ...``)."""
+    head = f"{ready}/{num_parts} servers ready"
+    return f"{head}; {stuck}" if stuck and ready < num_parts else head
+
+
+def server_failed(cause: str, job: bool) -> str:
+    """The message of reason ``ServerConfigError``: a graph server exited with the
+    configuration-error status (2). A job fails; a GraphServer's servers are kept (the
+    kubelet restarts them, so fixing the data brings them up)."""
+    head = (
+        f"graph server exited with a configuration error (exit code {contract.EXIT_CONFIG_ERROR})"
+    )
+    tail = "not retried" if job else "fix the spec or the partitions; its pods are kept"
+    return f"{head}, {tail}: {cause}"
 
 
 def partition_failed(config_error: bool, message: str) -> tuple[str, str]:
@@ -258,14 +291,12 @@ def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> 
         else:
             conds.append(("Partitioned", "False", Reason.PARTITIONING, "partitioning"))
         ready = o.num_parts > 0 and o.servers_ready >= o.num_parts
-        conds.append(
-            (
-                "ServersReady",
-                "True" if ready else "False",
-                Reason.SERVERS_READY if ready else Reason.SERVERS_STARTING,
-                f"{o.servers_ready}/{o.num_parts} servers ready",
-            )
-        )
+        if o.server_config_error and not ready:
+            why, msg = Reason.SERVER_CONFIG_ERROR, server_failed(o.server_config_error, True)
+        else:
+            why = Reason.SERVERS_READY if ready else Reason.SERVERS_STARTING
+            msg = servers_message(o.servers_ready, o.num_parts, o.servers_stuck)
+        conds.append(("ServersReady", "True" if ready else "False", why, msg))
     running = phase == "Running"
     conds.append(
         (
@@ -386,6 +417,9 @@ def graphserver_status(
     elif o.partition == "failed":
         phase = "Failed"
         reason, msg = partition_failed(o.partition_config_error, o.partition_message)
+    elif o.server_config_error and o.servers_ready < o.num_parts:
+        phase, reason = "Failed", Reason.SERVER_CONFIG_ERROR
+        msg = server_failed(o.server_config_error, False)
     elif o.conflict:
         phase, reason, msg = "Pending", Reason.RESOURCE_EXISTS, o.conflict
     elif o.credentials_missing and o.servers_ready < o.num_parts:
@@ -400,11 +434,8 @@ def graphserver_status(
     elif o.partition_needed and o.partition != "succeeded":
         phase, reason, msg = "Partitioning", Reason.PARTITIONING, "partitioning the graph"
     elif o.servers_ready < o.num_parts:
-        phase, reason, msg = (
-            "Starting",
-            Reason.SERVERS_STARTING,
-            f"{o.servers_ready}/{o.num_parts} servers ready",
-        )
+        phase, reason = "Starting", Reason.SERVERS_STARTING
+        msg = servers_message(o.servers_ready, o.num_parts, o.servers_stuck)
     else:
         phase, reason, msg = "Ready", Reason.SERVERS_READY, f"{o.num_parts} servers ready"
     if o.invalid is None:
@@ -419,15 +450,16 @@ def graphserver_status(
                 "",
             )
         )
-        pending = phase == "Pending"
+        # the reason and message of a pending phase or a server's configuration error
+        carries = phase == "Pending" or reason == Reason.SERVER_CONFIG_ERROR
         conds.append(
             (
                 "ServersReady",
                 "True" if phase == "Ready" else "False",
                 Reason.SERVERS_READY
                 if phase == "Ready"
-                else (reason if pending else Reason.SERVERS_STARTING),
-                msg if pending else f"{o.servers_ready}/{o.num_parts} servers ready",
+                else (reason if carries else Reason.SERVERS_STARTING),
+                msg if carries else servers_message(o.servers_ready, o.num_parts, o.servers_stuck),
             )
         )
     conds.append(

@@ -9,7 +9,7 @@ option: one line with the closest valid name, not argparse's usage block). A mod
 that sets ``END_PROCESS = True`` (``train``) ends the process itself when it is the
 process's entry (``main()`` reading ``sys.argv``: the ``distgnn`` command,
 ``python -m distgnn.cli``): see :mod:`distgnn.train.finish`. A module with
-``error_status(error) -> int`` (``train``, ``partition``) picks the exit status of its
+``error_status(error) -> int`` (``train``, ``partition``, ``serve``) picks the exit status of its
 errors (an object-store failure that no DistGNN error names comes to it as a
 :class:`~distgnn.errors.StorageError`).
 """

@@ -37,6 +37,12 @@ class StorageNotFound(StorageError, FileNotFoundError):
     not help, unlike an unreachable endpoint or refused credentials)."""
 
 
+class StorageUnusable(StorageError):
+    """The object exists but cannot be read as asked: not a regular file (a folder, FIFO
+    or device) or larger than the reader's limit. A wrong URL or an oversized file does
+    not cure itself: trying again does not help."""
+
+
 class ConfigError(DistGNNError, ValueError):
     """A job manifest, option or environment variable is invalid."""
 

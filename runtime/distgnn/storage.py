@@ -22,7 +22,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from distgnn import contract
-from distgnn.errors import ConfigError, StorageError, StorageNotFound
+from distgnn.errors import ConfigError, StorageError, StorageNotFound, StorageUnusable
 
 
 def default_options(url: str) -> dict[str, Any]:
@@ -124,12 +124,18 @@ def is_missing(e: BaseException) -> bool:
 
 def is_permanent(e: BaseException) -> bool:
     """Whether trying again cannot cure the failure ``e``: the object, folder or bucket
-    does not exist (:func:`is_missing`), or no credentials are configured at all. Not: an
+    does not exist (:func:`is_missing`), it is a folder, not a regular file or larger
+    than the reader's limit (:class:`~distgnn.errors.StorageUnusable`), or no credentials are
+    configured at all. Not: an
     endpoint that does not answer, credentials refused (a policy being applied), a
     credential provider that failed (instance metadata, web identity), a timeout."""
     if is_missing(e):
         return True
-    return any(type(x).__name__ in _NOT_CONFIGURED for x in _chain(e))
+    return any(
+        isinstance(x, StorageUnusable | IsADirectoryError | NotADirectoryError)
+        or type(x).__name__ in _NOT_CONFIGURED
+        for x in _chain(e)
+    )
 
 
 def is_remote_failure(e: BaseException) -> bool:
@@ -187,7 +193,7 @@ def open_read(url: str, storage_options: Mapping[str, Any] | None = None) -> Ite
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise StorageError(f"{redact(url)}: not a regular file")
+                    raise StorageUnusable(f"{redact(url)}: not a regular file")
                 yield f
         else:
             with fs.open(path, "rb") as f:
@@ -203,7 +209,7 @@ def read_bytes(
     with open_read(url, storage_options) as f:
         data: bytes = f.read(limit)
     if max_bytes is not None and len(data) > max_bytes:
-        raise StorageError(f"{redact(url)}: larger than {max_bytes} bytes")
+        raise StorageUnusable(f"{redact(url)}: larger than {max_bytes} bytes")
     return data
 
 

@@ -879,6 +879,175 @@ async def test_pods_a_child_cannot_create_are_reported(
         assert sum(e["reason"] == "PodCreateFailed" for e in await c.events("pcf")) == 1
 
 
+SERVE_NO_OBJECT = "distgnn serve: error: s3://p/crash.json: not found (NoSuchKey)"
+SERVE_UNREACHABLE = (
+    "distgnn serve: error: s3://p/crash.json: cannot reach the S3 endpoint "
+    "http://minio:9000 (EndpointConnectionError)"
+)
+
+
+def crash_looping_status(exit_code: int, log_tail: str, restarts: int) -> dict[str, Any]:
+    """A server pod's status as the kubelet writes it while the container crash-loops:
+    waiting in back-off, the last termination (its message from the log tail:
+    ``FallbackToLogsOnError``), the restart count."""
+    return {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+        "containerStatuses": [
+            {
+                "name": "server",
+                "image": "example.org/distgnn:test",
+                "ready": False,
+                "started": False,
+                "restartCount": restarts,
+                "state": {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off {10 * 2**restarts}s restarting failed "
+                        "container=server",
+                    }
+                },
+                "lastState": {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": "Error",
+                        "message": log_tail,
+                        "startedAt": f"2026-11-25T14:00:{restarts:02d}Z",
+                        "finishedAt": f"2026-11-25T14:00:{restarts:02d}Z",
+                    }
+                },
+            }
+        ],
+    }
+
+
+async def server_pod(
+    c: Cluster, sts_name: str, ordinal: int, owner_label: str, owner: str
+) -> dict[str, Any]:
+    """A pod of the StatefulSet ``sts_name`` as its controller creates it (the test plays
+    the controller and, with :func:`crash_looping_status`, the kubelet)."""
+    sts = await c.child("StatefulSet", sts_name)
+    name = f"{sts_name}-{ordinal}"
+    return dict(
+        await c.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        owner_label: owner,
+                        contract.LABEL_ROLE: contract.ROLE_SERVER,
+                        "statefulset.kubernetes.io/pod-name": name,
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "StatefulSet",
+                            "name": sts_name,
+                            "uid": sts["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {"containers": [{"name": "server", "image": "example.org/distgnn:test"}]},
+                "status": {"phase": "Pending"},
+            }
+        )
+    )
+
+
+async def test_a_crash_looping_server_is_named_and_a_configuration_error_fails_the_job(
+    cluster: Cluster, slow_resync: argparse.Namespace
+) -> None:
+    """A server pod that crash-loops changes nothing its StatefulSet reports: the job's
+    status names the pod and the last crash's root cause (read every 15 s while servers
+    are not ready: pods are not watched), writes nothing while the pod's state only
+    repeats (a new restart count), and fails the job at once (ServerConfigError, a
+    Warning event, the servers scaled to 0) when the server exits 2."""
+    c = cluster
+    async with Operator(slow_resync):
+        await c.create(
+            job_manifest("crash", graph={"partitions": {"manifestURL": "s3://p/crash.json"}})
+        )
+        await c.phase("DistGNNJob", "crash", "Starting")
+        for i in range(2):
+            await server_pod(c, "crash-server", i, contract.LABEL_JOB, "crash")
+        await c.patch("StatefulSet", "crash-server", {"status": {"replicas": 2}}, "status")
+        await c.patch("StatefulSet", "crash-server", {"status": {"readyReplicas": 1}}, "status")
+        tail = '{"level": "info", "msg": "graph server starting"}\n' + SERVE_UNREACHABLE
+        await c.patch("Pod", "crash-server-1", {"status": crash_looping_status(1, tail, 1)})
+        line = f"pod crash-server-1: CrashLoopBackOff: {SERVE_UNREACHABLE} (exit code 1)"
+
+        async def named() -> dict[str, Any] | None:
+            st = await c.status("DistGNNJob", "crash")
+            return st if st_msg(st) == f"1/2 servers ready; {line}" else None
+
+        st = await c.until("the stuck pod in the status", named, timeout=PROMPT)
+        assert st["phase"] == "Starting" and phase_reason(st) == "ServersStarting"
+        assert cond(st, "ServersReady")["message"] == f"1/2 servers ready; {line}"
+        # a restart more (the kubelet's new count and back-off): the same line, no write;
+        # a StatefulSet status change runs the pass at once (pods are listed, not watched)
+        n, calls = len(c.k.writes), len(c.k.calls)
+        await c.patch("Pod", "crash-server-1", {"status": crash_looping_status(1, tail, 2)})
+        await c.patch("StatefulSet", "crash-server", {"status": {"currentReplicas": 2}}, "status")
+
+        async def listed() -> bool:
+            return ("GET", c._url("Pod")) in c.k.calls[calls:]
+
+        await c.until("a pass that lists the server pods", listed, timeout=PROMPT)
+        await asyncio.sleep(0.5)
+        assert c.k.writes_since(n, "distgnnjobs") == []
+
+        await c.patch(
+            "Pod", "crash-server-1", {"status": crash_looping_status(2, SERVE_NO_OBJECT, 3)}
+        )
+        st = await c.phase("DistGNNJob", "crash", "Failed", timeout=PROMPT)
+        failed = cond(st, "Failed")
+        assert failed["reason"] == cond(st, "ServersReady")["reason"] == "ServerConfigError"
+        assert failed["message"] == (
+            "graph server exited with a configuration error (exit code 2), not retried: "
+            f"{SERVE_NO_OBJECT} (pod crash-server-1)"
+        )
+        ev = await c.event("crash", "ServerConfigError")
+        assert ev["type"] == "Warning" and SERVE_NO_OBJECT in ev["message"]
+        assert (await c.event("crash", "PodFailed"))["message"].endswith(SERVE_NO_OBJECT)
+        sts = await c.get("StatefulSet", "crash-server")
+        assert sts is not None and sts["spec"]["replicas"] == 0  # cleanPodPolicy Running
+        await assert_settled(c)
+        assert await c.get("Job", "crash-trainers") is None
+
+
+async def test_a_graphservers_server_configuration_error_keeps_its_pods(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """A GraphServer is long-lived: a server exiting 2 makes it Failed with reason
+    ServerConfigError on its ServersReady condition, and nothing is deleted or scaled
+    down; fixing the data lets the restarted server come up, and it is Ready again."""
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(_graphserver("gsc", 2))
+        await c.phase("GraphServer", "gsc", "Starting")
+        await server_pod(c, "gsc-server", 0, contract.LABEL_GRAPHSERVER, "gsc")
+        await c.patch("StatefulSet", "gsc-server", {"status": {"replicas": 2}}, "status")
+        await c.patch(
+            "Pod", "gsc-server-0", {"status": crash_looping_status(2, SERVE_NO_OBJECT, 1)}
+        )
+        st = await c.phase("GraphServer", "gsc", "Failed", timeout=PROMPT)
+        ready = cond(st, "ServersReady")
+        assert ready["status"] == "False" and ready["reason"] == "ServerConfigError"
+        assert ready["message"].startswith(
+            "graph server exited with a configuration error (exit code 2), fix the spec or "
+            "the partitions; its pods are kept: "
+        )
+        assert (await c.event("gsc", "ServerConfigError"))["type"] == "Warning"
+        sts = await c.get("StatefulSet", "gsc-server")
+        assert sts is not None and sts["spec"]["replicas"] == 2
+        await assert_settled(c)
+        await _servers_ready(c, "gsc-server", 2)  # the data fixed: the restarts came up
+        await c.phase("GraphServer", "gsc", "Ready", timeout=PROMPT)
+
+
 async def test_image_pull_secrets_reach_every_pod_and_follow_the_spec(
     cluster: Cluster,
 ) -> None:

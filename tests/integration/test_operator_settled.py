@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from test_operator_emulator import (  # noqa: F401  (fixtures)
+    SERVE_NO_OBJECT,
+    SERVE_UNREACHABLE,
     Cluster,
     Operator,
     _graphserver,
@@ -22,12 +24,16 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     _servers_ready,
     assert_settled,
     cluster,
+    crash_looping_status,
     job_manifest,
     make_args,
     operator_args,
+    server_pod,
+    st_msg,
 )
 from tests.support.emulator import kopf_diffbase, kopf_finalizer_attempt
 
+from distgnn import contract
 from distgnn_operator.finalizer import FINALIZER
 
 pytestmark = pytest.mark.timeout(300)
@@ -72,8 +78,9 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
     cluster: Cluster,  # noqa: F811  (the emulator module's fixtures)
     resync2: argparse.Namespace,
 ) -> None:
-    """Jobs partitioning, starting, running (own servers, co-located), suspended, and
-    pending on a missing credentials Secret and on PodGroups (succeeded and failed jobs:
+    """Jobs partitioning, starting (one with a crash-looping server pod named in its
+    status), running (own servers, co-located), suspended, and pending on a missing
+    credentials Secret and on PodGroups (succeeded and failed jobs:
     test_operator_emulator.py's lifecycle tests)."""
     c = cluster
     async with Operator(resync2):
@@ -91,6 +98,16 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         )
         gang = {"schedulingPolicy": {"gang": {"enabled": True}}}
         await c.create(job_manifest("gang", graph=PARTS, runPolicy=gang))  # no PodGroup CRD
+        await c.create(job_manifest("crashing", graph=PARTS))
+        await server_pod(c, "crashing-server", 0, contract.LABEL_JOB, "crashing")
+        await c.patch("StatefulSet", "crashing-server", {"status": {"replicas": 2}}, "status")
+        crash = crash_looping_status(1, SERVE_UNREACHABLE, 4)
+        await c.patch("Pod", "crashing-server-0", {"status": crash})
+
+        async def named() -> bool:
+            return "CrashLoopBackOff" in st_msg(await c.status("DistGNNJob", "crashing"))
+
+        await c.until("the crash-looping pod named", named)
 
         await c.phase("DistGNNJob", "parting", "Partitioning")
         await c.phase("DistGNNJob", "starting", "Starting")
@@ -101,7 +118,7 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         await c.child("Job", "colo-trainers")
         await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 2}}, "status")
         await c.phase("DistGNNJob", "colo", "Running")
-        names = ["parting", "starting", "running", "sus", "colo", "nocreds", "gang"]
+        names = ["parting", "starting", "running", "sus", "colo", "nocreds", "gang", "crashing"]
         await passes_in_quiet(c, [("DistGNNJob", n) for n in names])
 
 
@@ -109,9 +126,10 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
     cluster: Cluster,  # noqa: F811
     resync2: argparse.Namespace,
 ) -> None:
-    """GraphServers partitioning, starting (a job waiting for it) and ready (a job running
-    on it), a job waiting for a GraphServer that does not exist, then a deletion held by
-    the attached job (phase Terminating): nothing is written while nothing changes."""
+    """GraphServers partitioning, starting (a job waiting for it), failed on a server's
+    configuration error (its pods kept) and ready (a job running on it), a job waiting for
+    a GraphServer that does not exist, then a deletion held by the attached job (phase
+    Terminating): nothing is written while nothing changes."""
     c = cluster
     async with Operator(resync2):
         parting = _graphserver("gsp", 2)
@@ -120,6 +138,11 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         await c.create(parting)
         await c.create(_graphserver("gss", 2))
         await c.create(_graphserver("gsr", 2))
+        await c.create(_graphserver("gsx", 2))
+        await server_pod(c, "gsx-server", 1, contract.LABEL_GRAPHSERVER, "gsx")
+        await c.patch("StatefulSet", "gsx-server", {"status": {"replicas": 2}}, "status")
+        crash = crash_looping_status(2, SERVE_NO_OBJECT, 2)
+        await c.patch("Pod", "gsx-server-1", {"status": crash})
         await c.create(job_manifest("waits", graph={"graphServer": {"name": "gss"}}))
         await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
         await _servers_ready(c, "gsr-server", 2)
@@ -128,6 +151,7 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         await _running(c, "att", own_servers=False)
         await c.phase("GraphServer", "gsp", "Partitioning")
         await c.phase("GraphServer", "gss", "Starting")
+        await c.phase("GraphServer", "gsx", "Failed")
         await c.reason("DistGNNJob", "waits", "GraphServerNotReady")
         await c.reason("DistGNNJob", "orphan", "GraphServerNotFound")
 
@@ -135,7 +159,7 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
             return (await c.status("GraphServer", "gsr")).get("attachedJobs") == ["att"]
 
         await c.until("attachedJobs current", attached)
-        names = [("GraphServer", n) for n in ("gsp", "gss", "gsr")]
+        names = [("GraphServer", n) for n in ("gsp", "gss", "gsr", "gsx")]
         names += [("DistGNNJob", n) for n in ("waits", "orphan", "att")]
         await passes_in_quiet(c, names)
 

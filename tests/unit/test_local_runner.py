@@ -147,6 +147,24 @@ def test_backoff_exhausted_fails(ctx: RunContext, tmp_path: Path) -> None:
         run_job(plan_of(job("import sys; sys.exit(4)", backoffLimit=1), tmp_path), ctx)
 
 
+def test_a_missing_module_is_the_cause_with_what_installs_it(
+    ctx: RunContext, tmp_path: Path
+) -> None:
+    """DGL's example scripts run without ``pip install -e '.[examples]'``: the failure's
+    cause line names the module and the extra, not only a traceback below."""
+    with pytest.raises(JobFailed) as ei:
+        run_job(plan_of(job("import distgnn_not_installed_xyz"), tmp_path), ctx)
+    msg = str(ei.value)
+    assert "failed (exit code 1)" in msg
+    assert (
+        "\ncause: ModuleNotFoundError: No module named 'distgnn_not_installed_xyz' "
+        f"(not installed for {sys.executable}; DistGNN's examples: pip install -e "
+        "'.[examples]')\n"
+    ) in msg
+    # the traceback's last line is still among the last log lines below
+    assert msg.rstrip().endswith("No module named 'distgnn_not_installed_xyz'")
+
+
 def test_active_deadline_is_enforced_with_progress(
     ctx: RunContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -87,6 +87,22 @@ TABLE = [
         Reason.POD_CREATE_FAILED,
     ),
     (obs(pods_not_created="quota"), "Running", Reason.TRAINERS_RUNNING),
+    # a server pod that cannot start is named; one that exited 2 fails the job
+    (
+        obs(servers_ready=1, servers_stuck="pod j-server-1: x", trainer_job="absent"),
+        "Starting",
+        Reason.SERVERS_STARTING,
+    ),
+    (
+        obs(servers_ready=1, server_config_error="e (pod j-server-1)", trainer_job="absent"),
+        "Failed",
+        Reason.SERVER_CONFIG_ERROR,
+    ),
+    (
+        obs(servers_ready=1, server_config_error="e (pod j-server-1)"),
+        "Failed",
+        Reason.SERVER_CONFIG_ERROR,
+    ),
 ]
 
 
@@ -152,6 +168,21 @@ GS_TABLE = [
             num_parts=1, servers_ready=1, partition="succeeded", pods_not_created="x"
         ),
         "Ready",
+    ),
+    (
+        GraphServerObservation(
+            num_parts=2, servers_ready=1, partition="succeeded", servers_stuck="pod g-server-1: x"
+        ),
+        "Starting",
+    ),
+    (
+        GraphServerObservation(
+            num_parts=2,
+            servers_ready=1,
+            partition="succeeded",
+            server_config_error="e (pod g-server-1)",
+        ),
+        "Failed",
     ),
     # servers already up: a Secret deleted later does not take the GraphServer down
     (
@@ -255,3 +286,24 @@ def test_pods_not_created_named_and_written_only_when_the_message_changes() -> N
     assert same == a  # nothing to write
     other = job_status(obs(pods_not_created=msg + "!", trainer_job="absent"), a, "t2")
     assert other != a and transition_event(a, other) is None  # a write, no new event
+
+
+@pytest.mark.parametrize("kind", ["DistGNNJob", "GraphServer"])
+def test_a_servers_configuration_error_is_named_in_its_own_reason(kind: str) -> None:
+    cause = "distgnn serve: error: s3://p/g.json: not found (NoSuchKey) (pod g-server-1)"
+    if kind == "DistGNNJob":
+        st = job_status(obs(servers_ready=1, server_config_error=cause), None, "t")
+        tail = "not retried"
+    else:
+        gso = GraphServerObservation(
+            num_parts=2, servers_ready=1, partition="succeeded", server_config_error=cause
+        )
+        st = graphserver_status(gso, None, "t")
+        tail = "fix the spec or the partitions; its pods are kept"
+    conds = {c["type"]: c for c in st["conditions"]}
+    msg = f"graph server exited with a configuration error (exit code 2), {tail}: {cause}"
+    assert st["phase"] == "Failed"
+    for typ in ("Failed", "ServersReady"):
+        assert (conds[typ]["reason"], conds[typ]["message"]) == (Reason.SERVER_CONFIG_ERROR, msg)
+    assert conds["ServersReady"]["status"] == "False"
+    assert transition_event({}, st) == ("Warning", Reason.SERVER_CONFIG_ERROR, msg)

@@ -60,6 +60,8 @@ JOB_CASES = [o for o, _, _ in TABLE] + [
     obs(trainer_job="succeeded", output_url="s3://out/" + "a" * 2000, manifest_url="s3://m"),
     obs(graph_server="g" * 63, waiting_for_graphserver="g" * 63, partition_needed=False),
     obs(trainer_job="absent", pods_not_created=LONG),
+    obs(trainer_job="absent", servers_ready=1, servers_stuck=LONG),
+    obs(trainer_job="absent", servers_ready=1, server_config_error=LONG),
 ]
 
 
@@ -98,6 +100,8 @@ GS_CASES = [
     s.GraphServerObservation(invalid=LONG),
     s.GraphServerObservation(partition="failed", partition_message=LONG),
     s.GraphServerObservation(num_parts=2, partition="succeeded", pods_not_created=LONG),
+    s.GraphServerObservation(num_parts=2, partition="succeeded", servers_stuck=LONG),
+    s.GraphServerObservation(num_parts=2, partition="succeeded", server_config_error=LONG),
     s.GraphServerObservation(
         num_parts=1024,
         endpoints=[f"p-server-{i}.p-server.ns.svc:30050" for i in range(1024)],

@@ -114,6 +114,49 @@ def test_a_missing_relative_dataset_says_how_it_was_resolved(
     )
 
 
+def test_a_manifest_path_typed_in_another_folder_names_that_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``distgnn run examples/cora-graphsage.yaml`` typed outside the checkout."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "examples/cora-graphsage.yaml"]) == 2
+    assert capsys.readouterr().err == (
+        "distgnn run: error: examples/cora-graphsage.yaml: cannot read the manifest (No such "
+        f"file or directory); a relative path is taken from the current folder, {tmp_path}\n"
+    )
+    # an absolute path needs no such hint
+    assert cli.main(["run", str(tmp_path / "job.yaml")]) == 2
+    assert capsys.readouterr().err.endswith(
+        "job.yaml: cannot read the manifest (No such file or directory)\n"
+    )
+
+
+def test_a_graph_its_prepare_script_has_not_written_yet_names_the_script(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The examples/dgl manifests run before ``python examples/dgl/prepare_data.py``."""
+    example = tmp_path / "examples" / "dgl"
+    example.mkdir(parents=True)
+    (example / "prepare_data.py").write_text('np.savez(out / "cora-hetero.npz")\n')
+    job = _job()
+    job["spec"]["graph"]["source"]["url"] = "data/cora-hetero.npz"
+    job["spec"]["partitioning"] = {"numParts": 2}
+    (example / "job.yaml").write_text(yaml.safe_dump(job), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "examples/dgl/job.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"distgnn run: error: spec.graph.source.url: {example / 'data/cora-hetero.npz'} "
+        "does not exist (a relative path in a manifest is resolved against the manifest's "
+        "folder); `python examples/dgl/prepare_data.py` writes it"
+    )
+    # a script that does not name the file is no hint
+    job["spec"]["graph"]["source"]["url"] = "data/other.npz"
+    (example / "job.yaml").write_text(yaml.safe_dump(job), encoding="utf-8")
+    assert cli.main(["run", "examples/dgl/job.yaml"]) == 2
+    assert capsys.readouterr().err.strip().endswith("against the manifest's folder)")
+
+
 def _graph() -> TrainGraph:
     rng = np.random.default_rng(0)
     n = 60
@@ -172,6 +215,25 @@ def test_output_piped_into_a_closed_reader_ends_quietly(tmp_path: Path) -> None:
     err = proc.communicate(timeout=120)[1].decode()
     assert proc.returncode == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_inspect_given_the_output_folder_names_its_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``distgnn inspect OUT`` (the ``--out`` just typed) or ``OUT/NAME``, not OUT/NAME.json."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "g.npz", src=rng.integers(0, 50, 200), dst=rng.integers(0, 50, 200))
+    out = tmp_path / "parts"
+    argv = ["partition", str(tmp_path / "g.npz"), "--num-parts", "2", "--out", str(out)]
+    assert cli.main([*argv, "--name", "g"]) == 0
+    capsys.readouterr()
+    for folder in (out, out / "g"):
+        assert cli.main(["inspect", str(folder)]) == 2
+        assert capsys.readouterr().err == (
+            f"distgnn inspect: error: {folder}: a folder, not a partition manifest "
+            f"(OUT/NAME.json); try {out / 'g.json'}\n"
+        )
+    assert cli.main(["inspect", str(out / "g.json")]) == 0
 
 
 def test_an_unknown_log_level_is_one_line(
@@ -385,3 +447,25 @@ def test_a_failed_partition_write_says_it_was_a_write(tmp_path: Path) -> None:
     with pytest.raises(StorageError) as ei:
         w.write("graph/indptr.npy", np.arange(3))
     assert str(ei.value).startswith(f"cannot write {tmp_path}/f/part-00000/graph/indptr.npy: ")
+
+
+@pytest.mark.parametrize("name", ["cora.json", "cora.npz"])
+def test_a_manifest_variable_naming_nothing_is_named(tmp_path: Path, name: str) -> None:
+    from distgnn.errors import StorageNotFound
+    from distgnn.train.graph import open_train_graph
+
+    missing = str(tmp_path / "nope" / name)
+    with pytest.raises(StorageNotFound) as ei:
+        open_train_graph({"DISTGNN_MANIFEST": missing})
+    assert str(ei.value) == f"DISTGNN_MANIFEST: {missing}: not found"
+
+
+def test_scoring_a_folder_without_inference_output_says_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    from distgnn.errors import StorageNotFound
+    from distgnn.train.infer_output import read_index
+
+    with pytest.raises(StorageNotFound, match="holds no complete inference output") as ei:
+        read_index(str(tmp_path))
+    assert "index.json: not found" in str(ei.value)

@@ -96,7 +96,15 @@ def load_yaml(path: Path) -> Any:
     a missing, oversized, non-UTF-8, too deep or malformed file is a one-line ConfigError."""
     from distgnn.api.manifest_yaml import load_file
 
-    return load_file(path)
+    try:
+        return load_file(path)
+    except ConfigError as e:
+        if path.is_absolute() or os.path.lexists(path):
+            raise
+        # e.g. ``distgnn run examples/job.yaml`` typed outside the checkout
+        raise ConfigError(
+            f"{e}; a relative path is taken from the current folder, {os.getcwd()}"
+        ) from e
 
 
 def resolve(url: str, base: Path, field: str = "url") -> str:
@@ -225,6 +233,32 @@ def _relative_hint(url: str) -> str:
     return " (a relative path in a manifest is resolved against the manifest's folder)"
 
 
+MAKER = "prepare_data.py"
+"""A script beside a data folder that writes its graphs (``examples/dgl/prepare_data.py``)."""
+
+
+def _maker_hint(url: str) -> str:
+    """The command that writes a missing local graph: a :data:`MAKER` script in its
+    folder or the one above that names the file (a run that skipped that step)."""
+    if "://" in url:
+        return ""
+    path = Path(url)
+    for folder in (path.parent, path.parent.parent):
+        script = folder / MAKER
+        try:
+            with open(script, encoding="utf-8") as f:
+                named = path.name in f.read(1 << 20)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if named:
+            try:
+                shown = script.relative_to(Path.cwd())
+            except ValueError:
+                shown = script
+            return f"; `python {shown}` writes it"
+    return ""
+
+
 def prepare_partitions(plan: LocalPlan) -> str:
     """The manifest URL to serve: given, reused, or freshly partitioned."""
     if plan.manifest_url is not None:
@@ -240,7 +274,7 @@ def prepare_partitions(plan: LocalPlan) -> str:
     if not storage.exists(p.graph_url):
         raise ConfigError(
             f"spec.graph.source.url: {storage.redact(p.graph_url)} does not exist"
-            f"{_relative_hint(p.graph_url)}"
+            f"{_relative_hint(p.graph_url)}{_maker_hint(p.graph_url)}"
         )
     from distgnn.graph.io import load_graph
     from distgnn.partition.partitioner import partition_graph

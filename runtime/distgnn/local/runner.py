@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -244,11 +245,15 @@ def wait_ready(
 
 
 def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) -> str:
-    """A multi-line failure description: headline, cause, last log lines."""
+    """A multi-line failure description: headline, cause, last log lines. Without a
+    termination-log cause, a missing Python module in those lines is the cause."""
+    if proc.poll() is not None:
+        proc.reader.join(timeout=2.0)  # its last lines, still in the pipe
+    lines = proc.last_lines(TAIL)
+    cause = cause or missing_module(lines)
     parts = [headline]
     if cause:
         parts.append(f"cause: {cause.strip()}")
-    lines = proc.last_lines(TAIL)
     if lines:
         parts.append(f"last {len(lines)} log lines of {proc.name}:")
         parts.extend(f"  {proc.name} | {ln}" for ln in lines)
@@ -467,6 +472,21 @@ def _termination_log(rundir: Path, name: str) -> str | None:
     except OSError:
         return None
     return root_cause(text[-4000:]) or None
+
+
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+
+
+def missing_module(lines: list[str]) -> str | None:
+    """``ModuleNotFoundError`` in a process's last lines, with what installs it: a user
+    command (DGL's examples import tqdm and scikit-learn) needing an extra not installed."""
+    for line in reversed(lines):
+        if m := _NO_MODULE.search(line):
+            return (
+                f"ModuleNotFoundError: No module named {m.group(1)!r} (not installed for "
+                f"{sys.executable}; DistGNN's examples: pip install -e '.[examples]')"
+            )
+    return None
 
 
 def root_cause(text: str) -> str:

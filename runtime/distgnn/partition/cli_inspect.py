@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 HELP = "show a partition manifest: sizes, halo, edge cut, balance"
@@ -40,9 +41,26 @@ def summary(m: Any) -> dict[str, Any]:
     }
 
 
+def refuse_folder(url: str) -> None:
+    """A local folder given for its manifest (``distgnn inspect OUT``, the ``--out`` of
+    ``distgnn partition``, or ``OUT/NAME``): a ConfigError naming the manifests there."""
+    from distgnn import storage
+    from distgnn.errors import ConfigError
+
+    path = Path(storage.local_path(url)) if storage.is_local(url) else None
+    if path is None or not path.is_dir():
+        return
+    found = sorted(path.glob("*.json"))
+    if not found and path.with_suffix(".json").is_file():
+        found = [path.with_suffix(".json")]
+    try_ = f"; try {', '.join(str(f) for f in found[:3])}" if found else ""
+    raise ConfigError(f"{url}: a folder, not a partition manifest (OUT/NAME.json){try_}")
+
+
 def main(args: argparse.Namespace) -> int:
     from distgnn.partition.loader import load_manifest
 
+    refuse_folder(args.manifest)
     m = load_manifest(args.manifest)
     s = summary(m)
     if args.json:

@@ -11,8 +11,9 @@ HELP = "partition a graph (.npz or folder of .npy, any fsspec URL) into N parts"
 def error_status(e: BaseException) -> int:
     """The exit status of a DistGNN error: :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2)
     for what trying again cannot fix (an option, an input graph that does not exist or is
-    malformed, an output location that cannot be written, no storage credentials at all),
-    which the operator's partitioning Job does not retry (its ``podFailurePolicy``);
+    malformed, too large or not a regular file, an output location that cannot be
+    written, no storage credentials at all), which the operator's partitioning Job does
+    not retry (its ``podFailurePolicy``);
     :data:`~distgnn.contract.EXIT_FAILURE` (1) for object storage unreachable, refusing
     the credentials or failing otherwise, which a retry can cure."""
     from distgnn import contract, storage

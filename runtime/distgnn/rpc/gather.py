@@ -12,7 +12,7 @@ A co-located trainer's shared-memory read asks for a *streaming* gather
 and the output written with non-temporal stores, for outputs of at least
 ``STREAM_MIN_BYTES`` (smaller ones stay in the caches for the model to read). Measured on
 a step's 220k rows of 400 bytes from shared memory: 13.2-13.5 vs 17.2-17.3 ms for
-``np.take`` alone, 15.8-16.1 vs 18.0-18.4 ms in a training step (bench/README.md, round
+``np.take`` alone, 15.8-16.1 vs 18.0-18.4 ms in a training step (bench/HISTORY.md, round
 10). The rows are the same either way.
 """
 

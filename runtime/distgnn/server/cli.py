@@ -15,6 +15,25 @@ from distgnn.errors import ConfigError
 HELP = "serve one partition (features, writes, sampling) to trainers over TCP"
 
 
+def error_status(e: BaseException) -> int:
+    """The exit status of a DistGNN error: :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2)
+    for what a restart cannot cure: an option or variable, a partition manifest or file
+    that is malformed or missing, object storage with no credentials at all or without the
+    bucket or object named or with one too large or not a regular file, a port held by
+    another process (the operator fails a job whose server exits 2 at once);
+    :data:`~distgnn.contract.EXIT_FAILURE` (1) for the rest
+    (object storage unreachable or refusing the credentials, a worker that cannot start),
+    which the kubelet's restart of the container can cure."""
+    from distgnn import storage
+    from distgnn.errors import GraphFormatError, ManifestError, PartitionDataError, StorageError
+    from distgnn.server.server import PortUnavailable
+
+    if isinstance(e, StorageError):
+        return contract.EXIT_CONFIG_ERROR if storage.is_permanent(e) else contract.EXIT_FAILURE
+    permanent = (ConfigError, ManifestError, PartitionDataError, GraphFormatError, PortUnavailable)
+    return contract.EXIT_CONFIG_ERROR if isinstance(e, permanent) else contract.EXIT_FAILURE
+
+
 def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
     v = env.get(name)
     if v is None or v == "":

@@ -56,6 +56,12 @@ class ServerStartError(DistGNNError, RuntimeError):
     """A graph server could not start (port in use, worker failed to attach)."""
 
 
+class PortUnavailable(ServerStartError):
+    """A port the options name cannot be bound (in use, an address not on this host):
+    another process (or container of the pod) holds it, which restarting this server does
+    not change (``distgnn serve`` exits 2)."""
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """Everything ``distgnn serve`` needs; logged once at start (without the token)."""
@@ -172,7 +178,7 @@ class GraphServer:
                 self.limits.health_timeout,
             )
         except OSError as e:
-            raise ServerStartError(f"cannot bind health port {cfg.health_port}: {e}") from e
+            raise PortUnavailable(f"cannot bind health port {cfg.health_port}: {e}") from e
         health.start()
         listener = socket.socket(socket.AF_INET6 if ":" in cfg.bind else socket.AF_INET)
         store: ShmStore | None = None
@@ -182,14 +188,14 @@ class GraphServer:
                 try:
                     metrics = serve(server_registry(self.stats), cfg.metrics_port, cfg.bind)
                 except OSError as e:
-                    raise ServerStartError(
+                    raise PortUnavailable(
                         f"cannot bind metrics port {cfg.metrics_port}: {e}"
                     ) from e
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 listener.bind((cfg.bind, cfg.port))
             except OSError as e:
-                raise ServerStartError(f"cannot bind {cfg.bind}:{cfg.port}: {e}") from e
+                raise PortUnavailable(f"cannot bind {cfg.bind}:{cfg.port}: {e}") from e
             port = int(listener.getsockname()[1])
             # folders of servers killed before they could clean up (SIGKILL, OOM)
             sweep_stale(cfg.shm_dir)

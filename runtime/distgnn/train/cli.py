@@ -20,14 +20,41 @@ log = logging.getLogger("distgnn.train")
 
 def error_status(e: BaseException) -> int:
     """The exit status of a DistGNN error: :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2)
-    for a mistake in the job's configuration (an option, the manifest, the graph), which
-    the operator and ``distgnn run`` do not retry; :data:`~distgnn.contract.EXIT_FAILURE`
-    (1) for the rest (a server lost, a timeout, a rotated token, storage unreachable),
-    which a restart of the trainer group can cure."""
-    from distgnn.errors import ConfigError, GraphFormatError, ManifestError
+    for a mistake in the job's configuration (an option, the manifest, the graph, an output
+    location that cannot be written) or a storage failure that trying again cannot cure (an
+    object, folder or bucket that does not exist, a file that is not a regular file or
+    is larger than the limit, no storage credentials at all), which the
+    operator and ``distgnn run`` do not retry; :data:`~distgnn.contract.EXIT_FAILURE` (1)
+    for the rest (a server lost, a timeout, a rotated token, storage unreachable or
+    refusing the credentials), which a restart of the trainer group can cure."""
+    from distgnn import storage
+    from distgnn.errors import ConfigError, GraphFormatError, ManifestError, StorageError
 
-    permanent = isinstance(e, (ConfigError, ManifestError, GraphFormatError))
+    permanent = isinstance(e, (ConfigError, ManifestError, GraphFormatError)) or (
+        isinstance(e, StorageError) and storage.is_permanent(e)
+    )
     return contract.EXIT_CONFIG_ERROR if permanent else contract.EXIT_FAILURE
+
+
+def check_outputs(cfg: object) -> None:
+    """Fail at start, before any training, when a local folder the run writes cannot be
+    written: the checkpoint folder (training), the inference output folder, the metrics
+    file's folder (:func:`distgnn.storage.check_writable_folder`: a
+    :class:`~distgnn.errors.ConfigError`, exit 2; remote URLs name their failure at their
+    first write)."""
+    from distgnn import storage
+    from distgnn.train.config import TrainConfig
+
+    assert isinstance(cfg, TrainConfig)
+    folders = []
+    if cfg.checkpoint_url and cfg.app != "inference":  # inference only reads it
+        folders.append(cfg.checkpoint_url)
+    if cfg.output_url and (cfg.app == "inference" or cfg.infer_after_training):
+        folders.append(cfg.output_url)
+    if cfg.metrics_file and storage.is_local(cfg.metrics_file):
+        folders.append(storage.dirname(cfg.metrics_file) or ".")
+    for url in folders:
+        storage.check_writable_folder(url)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -225,6 +252,7 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     assert isinstance(cfg, TrainConfig)
+    check_outputs(cfg)  # before training: not an hour in, at the first checkpoint
     configure_trainer_process()
     ctx = init_ddp()
     tel = Telemetry.start(ctx.rank)

@@ -143,10 +143,17 @@ def open_train_graph(env: Mapping[str, str] | None = None) -> TrainGraph:
         raise ConfigError(
             f"{contract.ENV_SERVERS} or {contract.ENV_MANIFEST} must name the graph to train on"
         )
-    if manifest.endswith(".npz"):
-        lg = LocalGraph.from_npz(manifest)
-        return TrainGraph(lg, LocalSource(lg, manifest))
-    from distgnn.distributed.graph import DistGraph
+    from distgnn.errors import StorageNotFound
 
-    dg = DistGraph.standalone(manifest)
+    try:
+        if manifest.endswith(".npz"):
+            lg = LocalGraph.from_npz(manifest)
+            return TrainGraph(lg, LocalSource(lg, manifest))
+        from distgnn.distributed.graph import DistGraph
+
+        dg = DistGraph.standalone(manifest)
+    except StorageNotFound as e:  # say where the name came from
+        raise StorageNotFound(f"{contract.ENV_MANIFEST}: {e}") from e
+    except FileNotFoundError as e:  # a local .npz path
+        raise StorageNotFound(f"{contract.ENV_MANIFEST}: {manifest}: not found") from e
     return TrainGraph(dg, source_for(dg, {"kind": "standalone", "manifest": manifest}))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from distgnn import storage
-from distgnn.errors import StorageError
+from distgnn.errors import StorageError, StorageNotFound
 from distgnn.log import kv
 
 log = logging.getLogger("distgnn.train")
@@ -89,6 +89,11 @@ def read_index(base: str) -> dict[str, Any]:
     url = storage.join(base, INDEX)
     try:
         obj = json.loads(storage.read_bytes(url))
+    except StorageNotFound as e:
+        raise StorageNotFound(
+            f"{e}: {storage.redact(base)} holds no complete inference output (its {INDEX} is "
+            "written last, by `distgnn train inference` or a job's inferAfterTraining)"
+        ) from e
     except ValueError as e:
         raise StorageError(f"{storage.redact(url)}: not JSON ({e})") from e
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
