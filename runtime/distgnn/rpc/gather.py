@@ -6,7 +6,7 @@ releases the GIL in ``take``) shortens the pull by the gather's share. With the 
 kernels (:mod:`distgnn.native`) a slice is copied by ``gather_rows`` with plain stores and
 the rows prefetched ahead: 8 MiB of random 512-byte rows out of a 77 MB table in
 ``/dev/shm``, 0.37-0.38 vs 0.65-0.67 ms for ``np.take`` on one thread (2 KiB rows: the
-same, 0.77 ms; bench/README.md, round 14). Without them, ``np.take`` with
+same, 0.77 ms; bench/HISTORY.md, graph server round 14). Without them, ``np.take`` with
 ``mode="clip"``: the rows are checked before they get here, and NumPy's clip loop is
 1.5-3x faster than its bounds-checking one (0.72 vs 1.06 ms for 10k 512-byte rows).
 
