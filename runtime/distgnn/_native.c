@@ -22,8 +22,8 @@
  *     to_block's compaction over the ID range [0, n): bit maps and their ranks; the
  *     ranks' popcount is the CPU's (HW_POPCNT: 1) unless swar (tests compare the two).
  * gather_rows(table, ids, out, stream) -> None
- *     out[i] = table[ids[i]] (rows of any dtype, int64 or int32 IDs); with stream, the
- *     rows are prefetched ahead and written with non-temporal stores (a large output).
+ *     out[i] = table[ids[i]] (rows of any dtype, int64 or int32 IDs), the rows prefetched
+ *     ahead; with stream, written with non-temporal stores (a large output).
  * place_rows(out, codes, rows, pulled, stream) -> None
  *     out[i] = rows[codes[i]] where codes[i] >= 0 (int32 codes); the positions with
  *     codes[i] < 0 take the rows of pulled in order (None: they are left as they are).
@@ -601,7 +601,10 @@ done:
  * prefetching the source rows ~32 KiB ahead into L2. The rows are first copied into a
  * small buffer that stays in L1, which is then streamed out in whole 64-byte lines
  * (a row of 400 bytes is not line-aligned). Non-temporal stores only pay when the
- * output is larger than the caches: the caller decides (``stream``). */
+ * output is larger than the caches: the caller decides (``stream``). Without stream (a
+ * server's pull answer, sent at once from the caches), rows are prefetched the same way
+ * and copied by plain stores: 8 MiB of random 512-byte rows from /dev/shm in 0.38 vs
+ * 0.67 ms for np.take (round 14). */
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__SSE2__)
 #include <emmintrin.h>
@@ -661,7 +664,10 @@ static Py_ssize_t prefetch_ahead(size_t row) {
     static Py_ssize_t NAME(const char *t, Py_ssize_t nrows, size_t row, const IT *ids,     \
                            Py_ssize_t n, char *out, int stream) {                          \
         if (!stream) {                                                                     \
+            Py_ssize_t pa = prefetch_ahead(row);                                           \
             for (Py_ssize_t i = 0; i < n; i++) {                                           \
+                if (i + pa < n && (uint64_t)ids[i + pa] < (uint64_t)nrows)                 \
+                    prefetch_row(t + (size_t)ids[i + pa] * row, row);                      \
                 int64_t j = (int64_t)ids[i];                                               \
                 if ((uint64_t)j >= (uint64_t)nrows) return i;                              \
                 memcpy(out + (size_t)i * row, t + (size_t)j * row, row);                   \

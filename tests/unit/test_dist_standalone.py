@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -143,6 +144,30 @@ def test_read_plan_asks_with_int32_local_ids_where_the_partition_fits() -> None:
         for p in (0, 1, 2):
             got = np.sort(plan.ids[p].astype(np.int64) + offsets[p])
             np.testing.assert_array_equal(got, np.sort(ids[parts == p]))
+
+
+def test_a_read_from_one_partition_asks_with_int32_local_ids(g: DistGraph) -> None:
+    """The one-partition path (every ID in one server's partition) sends int32 local IDs
+    too, as the plan does for reads over several, and reads the same rows."""
+    t = g.ndata["feat"]
+    asked: list[np.ndarray] = []
+    real = t.ctx.call
+
+    def record(part: int, call: Any) -> Any:
+        asked.append(call.bufs[0])
+        return real(part, call)
+
+    t.ctx.call = record  # type: ignore[method-assign]
+    try:
+        n0 = int(t.policy.offsets[1])
+        ids = np.random.default_rng(1).permutation(n0)[:300]
+        want = np.concatenate([t[torch.from_numpy(ids[i : i + 1])].numpy() for i in range(3)])
+        got = t[torch.from_numpy(ids)].numpy()
+    finally:
+        del t.ctx.call
+    assert [a.dtype for a in asked] == [np.dtype(np.int32)] * 4
+    np.testing.assert_array_equal(asked[-1], ids.astype(np.int32))
+    np.testing.assert_array_equal(got[:3], want)
 
 
 def test_owners_are_the_partition_search() -> None:

@@ -181,32 +181,48 @@ def _spy_kernel(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 def test_streaming_gather_is_the_same_rows_on_both_paths(
     path: str, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``gather(stream=True)``: the kernel for a large output on the native path (one
-    call per thread's slice), ``np.take`` below ``STREAM_MIN_BYTES``, for a table that is
-    not C-contiguous, and on the NumPy path; the same rows every time."""
+    """``gather(stream=True)``: the streaming kernel for a large output on the native path
+    (one call per thread's slice), the kernel's plain stores below ``STREAM_MIN_BYTES``,
+    ``np.take`` for a table that is not C-contiguous and on the NumPy path; the same
+    rows every time."""
     seen = _spy_kernel(monkeypatch)
     rng = np.random.default_rng(threads)
     table = np.arange(4_000_000, dtype=np.float32).reshape(40_000, 100)
     ids = _step_like(rng, 40_000, 30_000)
+    native_path = path == "native"
     g = RowGatherer(threads)
     try:
-        for t, rows, want_kernel in (
-            (table, ids, path == "native"),  # 7.6 MB: streamed
-            (table, ids[:2000], False),  # 0.8 MB: plain stores
-            (np.asfortranarray(table), ids, False),  # not C-contiguous: np.take
-            (table, ids.astype(np.int32), path == "native"),
+        for t, rows, kernel, stream in (
+            (table, ids, native_path, True),  # 7.6 MB: streamed
+            (table, ids[:2000], native_path, False),  # 0.8 MB: plain stores
+            (np.asfortranarray(table), ids, False, False),  # not C-contiguous: np.take
+            (table, ids.astype(np.int32), native_path, True),
         ):
             seen.clear()
             out = np.empty((len(rows), 100), np.float32)
             g.gather(t, rows, out, stream=True)
             np.testing.assert_array_equal(out, table[rows])
-            assert all(a[3] is True for a in seen)
-            assert sum(len(a[1]) for a in seen) == (len(rows) if want_kernel else 0)
+            assert all(a[3] is stream for a in seen)
+            assert sum(len(a[1]) for a in seen) == (len(rows) if kernel else 0)
             assert len(seen) == (
-                min(threads, out.nbytes // gather.MIN_SLICE_BYTES) if want_kernel else 0
+                max(1, min(threads, out.nbytes // gather.MIN_SLICE_BYTES)) if kernel else 0
             )
     finally:
         g.close()
+
+
+def test_a_plain_gather_prefetches_with_the_kernel(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gather()`` (a server's pull answer): the kernel's plain stores (rows prefetched
+    ahead) on the native path, ``np.take`` on the NumPy path; the same rows."""
+    seen = _spy_kernel(monkeypatch)
+    table = np.arange(2_000_000, dtype=np.float32).reshape(40_000, 50)
+    ids = np.random.default_rng(4).integers(0, 40_000, 10_000)
+    out = np.empty((len(ids), 50), np.float32)
+    RowGatherer(1).gather(table, ids, out)
+    np.testing.assert_array_equal(out, table[ids])
+    assert [(len(a[1]), a[3]) for a in seen] == ([(10_000, False)] if path == "native" else [])
 
 
 def test_a_colocated_read_streams_the_rows_from_shared_memory(
@@ -229,8 +245,10 @@ def test_a_colocated_read_streams_the_rows_from_shared_memory(
     assert reader.gather("feat", ids, out, rows=50_000)
     np.testing.assert_array_equal(np.concatenate(out), feat[ids])
     # the hops' 25k rows streamed (a call per gather thread), the 50 seeds by plain stores
-    assert all(a[3] is True for a in seen) and bool(seen) == (path == "native")
-    assert sum(len(a[1]) for a in seen) == (len(ids) - 50 if path == "native" else 0)
+    streamed = [len(a[1]) for a in seen if a[3] is True]
+    plain = [len(a[1]) for a in seen if a[3] is False]
+    assert sum(streamed) == (len(ids) - 50 if path == "native" else 0)
+    assert plain == ([50] if path == "native" else [])
     reader.close()
 
 

@@ -156,6 +156,34 @@ def test_streamed_gather_in_many_blocks(monkeypatch: pytest.MonkeyPatch) -> None
     np.testing.assert_array_equal(got, table[rows])
 
 
+def test_the_frame_head_goes_out_with_the_first_gathered_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One ``sendmsg`` per gathered block, the first one carrying the frame's head too (no
+    separate small send, and one wake-up of the reader fewer); the bytes decode."""
+    import distgnn.rpc.protocol as proto
+
+    monkeypatch.setattr(proto, "BLOCK_BYTES", 4000)  # 100 rows of 40 bytes a block
+
+    class Spy:
+        def __init__(self) -> None:
+            self.calls: list[bytes] = []
+
+        def sendmsg(self, bufs: list[memoryview | bytes]) -> int:
+            self.calls.append(b"".join(bytes(b) for b in bufs))
+            return len(self.calls[-1])
+
+    table = np.arange(3000 * 10, dtype=np.float32).reshape(3000, 10)
+    rows = np.random.default_rng(3).integers(0, 3000, 250)
+    spy = Spy()
+    send_frame(spy, encode(MsgType.PULL, 7, {"gen": 1}, [Gathered(table, rows)]))  # type: ignore[arg-type]
+    assert [len(c) for c in spy.calls][1:] == [4000, 2000]
+    assert len(spy.calls[0]) > 4000 and spy.calls[0].startswith(MAGIC)
+    f = decode_bytes(b"".join(spy.calls))
+    assert f.meta == {"gen": 1}
+    np.testing.assert_array_equal(f.bufs[0], table[rows])
+
+
 @pytest.mark.parametrize(
     ("meta", "match"),
     [

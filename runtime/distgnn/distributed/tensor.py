@@ -26,7 +26,7 @@ from distgnn.distributed.context import DistContext, RequestLimits, resolve_ctx
 from distgnn.distributed.featcache import answer_gen
 from distgnn.distributed.localread import LocalReader
 from distgnn.distributed.partition_book import PartitionPolicy
-from distgnn.distributed.readplan import group, owners, plan_read
+from distgnn.distributed.readplan import group, local_ids, owners, plan_read
 from distgnn.errors import ConfigError
 from distgnn.rpc.client import Call
 from distgnn.rpc.protocol import Frame, Into, MsgType, Segments
@@ -428,7 +428,7 @@ class DistTensor:
             parts[skip] = nparts
         one = skip is None and (nparts == 1 or bool((parts == first).all()))
         if one and all(p == first for p in check):
-            local = idx - offsets[first]
+            local = local_ids([idx], offsets, first)  # int32 where the partition fits
             if first == lp and reader is not None and self._read_local(reader, local, [out]):
                 return out, gens
             cap = self._pull_cap(first)

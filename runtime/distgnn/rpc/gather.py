@@ -2,10 +2,13 @@
 
 A pull answer is gathered before it is sent, and the requesting client waits idle
 meanwhile, so the gather is on the critical path: splitting it over threads (NumPy
-releases the GIL in ``take``) shortens the pull by the gather's share. ``mode="clip"``
-is used because the rows are checked before they get here, and NumPy's clip loop is
-1.5-3x faster than its bounds-checking one (measured: 10k random 512-byte rows out of
-77 MB, 0.72 vs 1.06 ms).
+releases the GIL in ``take``) shortens the pull by the gather's share. With the native
+kernels (:mod:`distgnn.native`) a slice is copied by ``gather_rows`` with plain stores and
+the rows prefetched ahead: 8 MiB of random 512-byte rows out of a 77 MB table in
+``/dev/shm``, 0.37-0.38 vs 0.65-0.67 ms for ``np.take`` on one thread (2 KiB rows: the
+same, 0.77 ms; bench/HISTORY.md, graph server round 14). Without them, ``np.take`` with
+``mode="clip"``: the rows are checked before they get here, and NumPy's clip loop is
+1.5-3x faster than its bounds-checking one (0.72 vs 1.06 ms for 10k 512-byte rows).
 
 A co-located trainer's shared-memory read asks for a *streaming* gather
 (``stream=True``): with the native kernels (:mod:`distgnn.native`), rows prefetched ahead
@@ -22,6 +25,7 @@ import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -59,15 +63,30 @@ def shared_host_threads(host_cpus: int, trainer_cpus: int) -> int:
 
 
 def _take(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-    np.take(table, rows, 0, out, "clip")
+    """``out[:] = table[rows]`` by plain stores: the native kernel where it applies (rows
+    prefetched ahead), else ``np.take``."""
+    kernel = _kernel(table, rows, out)
+    if kernel is None:
+        np.take(table, rows, 0, out, "clip")
+    else:
+        kernel(table, np.ascontiguousarray(rows), out, False)
 
 
 def _streaming(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-    """The native streaming gather where it applies (C-contiguous table and output of
-    one dtype, int64 or int32 rows), else ``np.take`` (also with an extension built
-    before the kernel existed: a checkout's stale in-place build)."""
+    """The native streaming gather where it applies, else ``np.take``."""
+    kernel = _kernel(table, rows, out)
+    if kernel is None:
+        np.take(table, rows, 0, out, "clip")
+    else:
+        kernel(table, np.ascontiguousarray(rows), out, True)
+
+
+def _kernel(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> Any:
+    """The native ``gather_rows`` where it applies (C-contiguous table and output of one
+    dtype, int64 or int32 rows), else None (also with an extension built before the
+    kernel existed: a checkout's stale in-place build)."""
     k = native.kernels()
-    kernel = getattr(k, "gather_rows", None)  # None too for an extension built before it
+    kernel = getattr(k, "gather_rows", None)
     if (
         kernel is None
         or table.dtype != out.dtype
@@ -77,9 +96,8 @@ def _streaming(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
         or out.shape != (len(rows), *table.shape[1:])
         or rows.dtype not in _ROW_DTYPES
     ):
-        _take(table, rows, out)
-        return
-    kernel(table, np.ascontiguousarray(rows), out, True)
+        return None
+    return kernel
 
 
 _ROW_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
