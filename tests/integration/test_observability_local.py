@@ -162,9 +162,9 @@ def test_local_job_metrics_progress_and_logs(tmp_path: Path, cora_path: Path) ->
     for o in lines:
         proc = o.get("process", "")
         if re.fullmatch(r"trainer-\d", proc) and o["logger"] != "distgnn.local.output":
-            assert o["rank"] == int(proc[-1]), o
+            assert o.get("rank") == int(proc[-1]), o
         if re.fullmatch(r"server-\d", proc) and o["logger"] != "distgnn.local.output":
-            assert o["partition"] == int(proc[-1]), o
+            assert o.get("partition") == int(proc[-1]), o  # the line, if one lacks it
         assert all(len(json.dumps(v)) < 300 for v in o.values()), o
     progress = [o for o in lines if o["msg"].startswith("progress: epoch")]
     assert progress[-1]["completedEpochs"] == EPOCHS and "loss" in progress[-1]
