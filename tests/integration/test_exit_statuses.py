@@ -6,7 +6,6 @@ against the real SeaweedFS server, which checks signatures."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from servers import partition_cora
+from tests.support.awsenv import isolated_env
 
 from distgnn import contract
 
@@ -22,21 +22,8 @@ TIMEOUT_S = 180
 
 def _env(**extra: str) -> dict[str, str]:
     """No AWS_* or DISTGNN_* variables of the caller, no AWS config files: only ``extra``."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DISTGNN_", "POD_NAME"))
-    }
-    env.update(
-        HOME=env.get("HOME", "/tmp"),
-        AWS_CONFIG_FILE="/nonexistent/aws-config",
-        AWS_SHARED_CREDENTIALS_FILE="/nonexistent/aws-credentials",
-        AWS_EC2_METADATA_DISABLED="true",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_MAX_ATTEMPTS="1",
-        DISTGNN_PROGRESS_PORT="0",
-        OMP_NUM_THREADS="1",
-    )
-    env.update(extra)
-    return env
+    base = {"AWS_MAX_ATTEMPTS": "1", "DISTGNN_PROGRESS_PORT": "0", "OMP_NUM_THREADS": "1"}
+    return isolated_env(("AWS_", "DISTGNN_", "POD_NAME"), **{**base, **extra})
 
 
 def _distgnn(*argv: str, env: dict[str, str]) -> tuple[int, str]:

@@ -4,12 +4,12 @@ Against the real SeaweedFS server (which checks signatures)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.support.awsenv import isolated_env
 
 from distgnn.local.ports import free_port
 
@@ -19,16 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(
-        HOME=env.get("HOME", "/tmp"),
-        AWS_CONFIG_FILE="/nonexistent/aws-config",
-        AWS_SHARED_CREDENTIALS_FILE="/nonexistent/aws-credentials",
-        AWS_EC2_METADATA_DISABLED="true",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    env.update(extra)
-    return env
+    return isolated_env(**extra)
 
 
 def _distgnn(*argv: str, env: dict[str, str], cwd: Path | None = None) -> tuple[int, str]:

@@ -62,23 +62,14 @@ def shared_host_threads(host_cpus: int, trainer_cpus: int) -> int:
     return max(1, min(MAX_THREADS, host_cpus - trainer_cpus))
 
 
-def _take(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-    """``out[:] = table[rows]`` by plain stores: the native kernel where it applies (rows
-    prefetched ahead), else ``np.take``."""
+def _take(table: np.ndarray, rows: np.ndarray, out: np.ndarray, stream: bool = False) -> None:
+    """``out[:] = table[rows]``: the native kernel where it applies (rows prefetched ahead;
+    with ``stream``, non-temporal stores), else ``np.take``."""
     kernel = _kernel(table, rows, out)
     if kernel is None:
         np.take(table, rows, 0, out, "clip")
     else:
-        kernel(table, np.ascontiguousarray(rows), out, False)
-
-
-def _streaming(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-    """The native streaming gather where it applies, else ``np.take``."""
-    kernel = _kernel(table, rows, out)
-    if kernel is None:
-        np.take(table, rows, 0, out, "clip")
-    else:
-        kernel(table, np.ascontiguousarray(rows), out, True)
+        kernel(table, np.ascontiguousarray(rows), out, stream)
 
 
 def _kernel(table: np.ndarray, rows: np.ndarray, out: np.ndarray) -> Any:
@@ -126,18 +117,19 @@ class RowGatherer:
         by ``np.take``; the kernel raises ValueError). ``stream``: a large output the
         caller does not read back at once (see the module docstring)."""
         n = len(rows)
-        take = _streaming if stream and out.nbytes >= STREAM_MIN_BYTES else _take
+        stream = stream and out.nbytes >= STREAM_MIN_BYTES
         k = min(self.threads, max(1, out.nbytes // MIN_SLICE_BYTES))
         if k <= 1:
-            take(table, rows, out)
+            _take(table, rows, out, stream)
             return out
         cuts = [n * i // k for i in range(k + 1)]
         pool = self._executor()
         futs = [
-            pool.submit(take, table, rows[a:b], out[a:b]) for a, b in itertools.pairwise(cuts[1:])
+            pool.submit(_take, table, rows[a:b], out[a:b], stream)
+            for a, b in itertools.pairwise(cuts[1:])
         ]
         try:
-            take(table, rows[: cuts[1]], out[: cuts[1]])
+            _take(table, rows[: cuts[1]], out[: cuts[1]], stream)
         finally:  # never return while a slice may still write into ``out``
             for f in futs:
                 f.result(GATHER_TIMEOUT)
