@@ -27,6 +27,8 @@ ANN_RESTARTS = f"{contract.LABEL_PREFIX}/restarts"
 ANN_TOKEN_HASH = f"{contract.LABEL_PREFIX}/token-hash"
 """On the server pod template: a new token Secret changes it, so the servers roll."""
 TRAINER_CONTAINER = "trainer"
+SERVER_CONTAINER = "server"
+"""The graph-server container of a server pod (and sidecar of a co-located trainer pod)."""
 """The trainer container of a trainer pod (a co-located pod's others: ``trainer-1``, ...)."""
 PARTITION_CONTAINER = "partition"
 """The container of the partitioning Job's pod."""
@@ -90,6 +92,13 @@ def owner_ref(kind: str, meta: t.ObjectMeta) -> dict[str, Any]:
     }
 
 
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    """Whether ``obj``'s controller owner reference (as :func:`owner_ref` writes it) is
+    ``uid``."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
 def _labels(owner_label: str, name: str, role: str | None, ctx: DesiredContext) -> dict[str, str]:
     out = {**ctx.extra_labels, contract.LABEL_MANAGED_BY: contract.MANAGED_BY, owner_label: name}
     if role:
@@ -133,7 +142,7 @@ def server_container(srv: Any, env: list[dict[str, Any]], ctx: DesiredContext) -
     ``/readyz`` and liveness on ``/healthz`` (the StatefulSet's and the co-located
     sidecar's)."""
     c = _container(
-        "server",
+        SERVER_CONTAINER,
         srv.image or ctx.runtime_image,
         srv.image_pull_policy or ctx.image_pull_policy,
         list(cmds.SERVER_COMMAND),

@@ -155,7 +155,8 @@ def is_disrupted(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conds)
 
 
-def _exit_code(term: dict[str, Any]) -> int | None:
+def exit_code(term: dict[str, Any]) -> int | None:
+    """A terminated container state's exit status (None when it has none)."""
     code = term.get("exitCode")
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
@@ -180,7 +181,7 @@ def first_failure(pods: list[dict[str, Any]], container: str | None = None) -> P
                 detail=detail,
                 rank=pod_rank(pod),
                 finished_at=str(term.get("finishedAt") or ""),
-                exit_code=_exit_code(term),
+                exit_code=exit_code(term),
                 disrupted=is_disrupted(pod),
             )
         )

@@ -104,11 +104,6 @@ def _fields(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def owned_by(obj: dict[str, Any], uid: str) -> bool:
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid and r.get("controller") for r in refs)
-
-
 def ready_replicas(sts: dict[str, Any] | None) -> int:
     """Ready pods of a StatefulSet (0 when absent)."""
     return int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
@@ -271,7 +266,7 @@ class Reconciler:
                 # the only Secret an owner has is NAME-token: read by name, so the operator
                 # needs no list/watch on Secrets (least privilege)
                 token = await self.api.get("Secret", ns, d.names(name)["token"])
-                if token is not None and owned_by(token, uid):
+                if token is not None and d.owned_by(token, uid):
                     out[("Secret", token["metadata"]["name"])] = token
                 continue
             try:
@@ -283,7 +278,7 @@ class Reconciler:
                     continue
                 raise
             for obj in found:
-                if owned_by(obj, uid):
+                if d.owned_by(obj, uid):
                     out[(kind, obj["metadata"]["name"])] = obj
         return out
 

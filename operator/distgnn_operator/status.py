@@ -7,6 +7,7 @@ from typing import Any
 
 from distgnn import contract
 from distgnn.api.types import MAX_ATTACHED_JOBS
+from distgnn_operator import failure as f
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -520,9 +521,7 @@ def graphserver_failure(st: dict[str, Any]) -> str | None:
     if phase not in ("Failed", "Pending"):
         return None
     reason, message = phase_reason(st)
-    line = " ".join(message.split())
-    if len(line) > GS_CAUSE_MAX:
-        line = line[: GS_CAUSE_MAX - 1] + "…"
+    line = f.one_line(" ".join(message.split()), GS_CAUSE_MAX)
     return ": ".join(x for x in (str(phase), reason, line) if x)
 
 

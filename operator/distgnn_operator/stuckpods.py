@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from distgnn import contract
+from distgnn_operator import desired as d
 from distgnn_operator import failure as f
 
-SERVER_CONTAINER = "server"
-"""The graph-server container of a server pod (and sidecar of a co-located trainer pod)."""
+SERVER_CONTAINER = d.SERVER_CONTAINER
 CRASH_LOOP = "CrashLoopBackOff"
 IMAGE_PULL = "ImagePullBackOff"
 PULL_REASONS = frozenset({IMAGE_PULL, "ErrImagePull"})
@@ -102,11 +102,6 @@ def index(pod: dict[str, Any]) -> int:
     return int(m.group(1)) if m else 1 << 30
 
 
-def _exit_code(term: dict[str, Any]) -> int | None:
-    code = term.get("exitCode")
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
-
-
 def _last_termination(cs: dict[str, Any]) -> dict[str, Any]:
     """The container's latest termination: its current state while terminated (between a
     crash and the kubelet's back-off), else ``lastState``; {} when it never terminated."""
@@ -159,7 +154,7 @@ def stuck(
             continue
         server = (side or container) == SERVER_CONTAINER
         term = _last_termination(cs)
-        code = _exit_code(term)
+        code = f.exit_code(term)
         if code not in (None, 0):
             if not restarts:  # failed, not stuck: its Job reports it
                 continue
@@ -195,11 +190,6 @@ def _image(pod: dict[str, Any], container: str) -> str:
     return "?"
 
 
-def owned_by_uid(pod: dict[str, Any], uid: str) -> bool:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid and r.get("controller") for r in refs)
-
-
 def all_stuck(
     pods: Iterable[dict[str, Any]],
     owner_uid: str,
@@ -211,7 +201,7 @@ def all_stuck(
     found = [
         s
         for p in pods
-        if owned_by_uid(p, owner_uid) and (s := stuck(p, container, sidecars)) is not None
+        if d.owned_by(p, owner_uid) and (s := stuck(p, container, sidecars)) is not None
     ]
     return sorted(found, key=lambda s: (s.index, s.pod))
 

@@ -11,10 +11,10 @@ import kopf
 import pytest
 
 from distgnn_operator.__main__ import build_parser, namespaces, setup
-from distgnn_operator.desired import DesiredContext
+from distgnn_operator.desired import DesiredContext, owned_by
 from distgnn_operator.handlers import HandlerSettings, make_settings
 from distgnn_operator.kube import ApiError, Credentials, KubeApi, ServerVersion
-from distgnn_operator.reconcile import job_state, owned_by, parse_metrics, ready_replicas, subset
+from distgnn_operator.reconcile import job_state, parse_metrics, ready_replicas, subset
 
 
 def test_subset_ignores_server_added_fields_but_sees_drift() -> None:
