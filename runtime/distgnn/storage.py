@@ -138,6 +138,15 @@ def is_permanent(e: BaseException) -> bool:
     )
 
 
+def exit_status(e: BaseException, permanent: tuple[type[BaseException], ...]) -> int:
+    """A command's exit status for the error ``e``: :data:`~distgnn.contract.EXIT_CONFIG_ERROR`
+    (2, not retried) for a storage failure trying again cannot cure (:func:`is_permanent`)
+    or an error of the types ``permanent``; :data:`~distgnn.contract.EXIT_FAILURE` (1) for
+    the rest (a restart can cure it)."""
+    no_retry = is_permanent(e) if isinstance(e, StorageError) else isinstance(e, permanent)
+    return contract.EXIT_CONFIG_ERROR if no_retry else contract.EXIT_FAILURE
+
+
 def is_remote_failure(e: BaseException) -> bool:
     """Whether ``e`` (or its cause) is an object-store client failure (botocore, aiohttp)."""
     names = (*_NO_CREDENTIALS, *_UNREACHABLE, "ClientError")
@@ -317,6 +326,7 @@ __all__ = [
     "dirname",
     "errors_for",
     "exists",
+    "exit_status",
     "fsspec",
     "get_fs",
     "is_local",

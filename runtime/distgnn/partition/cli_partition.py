@@ -16,12 +16,9 @@ def error_status(e: BaseException) -> int:
     not retry (its ``podFailurePolicy``);
     :data:`~distgnn.contract.EXIT_FAILURE` (1) for object storage unreachable, refusing
     the credentials or failing otherwise, which a retry can cure."""
-    from distgnn import contract, storage
-    from distgnn.errors import StorageError
+    from distgnn import storage
 
-    if isinstance(e, StorageError) and not storage.is_permanent(e):
-        return contract.EXIT_FAILURE
-    return contract.EXIT_CONFIG_ERROR
+    return storage.exit_status(e, (BaseException,))  # all but storage: the input's or options'
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -25,13 +25,11 @@ def error_status(e: BaseException) -> int:
     (object storage unreachable or refusing the credentials, a worker that cannot start),
     which the kubelet's restart of the container can cure."""
     from distgnn import storage
-    from distgnn.errors import GraphFormatError, ManifestError, PartitionDataError, StorageError
+    from distgnn.errors import GraphFormatError, ManifestError, PartitionDataError
     from distgnn.server.server import PortUnavailable
 
-    if isinstance(e, StorageError):
-        return contract.EXIT_CONFIG_ERROR if storage.is_permanent(e) else contract.EXIT_FAILURE
     permanent = (ConfigError, ManifestError, PartitionDataError, GraphFormatError, PortUnavailable)
-    return contract.EXIT_CONFIG_ERROR if isinstance(e, permanent) else contract.EXIT_FAILURE
+    return storage.exit_status(e, permanent)
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -28,12 +28,9 @@ def error_status(e: BaseException) -> int:
     for the rest (a server lost, a timeout, a rotated token, storage unreachable or
     refusing the credentials), which a restart of the trainer group can cure."""
     from distgnn import storage
-    from distgnn.errors import ConfigError, GraphFormatError, ManifestError, StorageError
+    from distgnn.errors import ConfigError, GraphFormatError, ManifestError
 
-    permanent = isinstance(e, (ConfigError, ManifestError, GraphFormatError)) or (
-        isinstance(e, StorageError) and storage.is_permanent(e)
-    )
-    return contract.EXIT_CONFIG_ERROR if permanent else contract.EXIT_FAILURE
+    return storage.exit_status(e, (ConfigError, ManifestError, GraphFormatError))
 
 
 def check_outputs(cfg: object) -> None:

@@ -20,7 +20,7 @@ from distgnn import contract
 from distgnn.distributed.featcache import CacheStats, FeatureCache
 from distgnn.distributed.localread import LocalReader, LocalStats
 from distgnn.distributed.localsample import LocalSampler, SampleStats
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, StorageNotFound
 from distgnn.rpc.stats import ClientStats
 from distgnn.sampling.local import LocalGraph
 from distgnn.sampling.source import GraphSource, LocalSource, source_for
@@ -143,8 +143,6 @@ def open_train_graph(env: Mapping[str, str] | None = None) -> TrainGraph:
         raise ConfigError(
             f"{contract.ENV_SERVERS} or {contract.ENV_MANIFEST} must name the graph to train on"
         )
-    from distgnn.errors import StorageNotFound
-
     try:
         if manifest.endswith(".npz"):
             lg = LocalGraph.from_npz(manifest)
