@@ -49,6 +49,13 @@ IMAGE_REF = (
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
+DOMAIN_PREFIXED_PATH = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$"
+)
+"""A domain-prefixed path (``kueue.x-k8s.io/multikueue``): a DNS subdomain, ``/``, then
+RFC 3986 path characters, as apimachinery's ``IsDomainPrefixedPath`` (batch Job's
+``spec.managedBy``)."""
 HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
 CANONICAL_ETYPE = r"^[^:\s]+:[^:\s]+:[^:\s]+$"
 """A canonical edge type ``SRC_TYPE:RELATION:DST_TYPE`` (three names, no blanks)."""

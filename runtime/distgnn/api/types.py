@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
+from distgnn import contract
 from distgnn.api.fields import (
     ANNOTATION_KEY,
     CANONICAL_ETYPE,
     DNS_LABEL,
     DNS_SUBDOMAIN,
+    DOMAIN_PREFIXED_PATH,
     ENV_NAME,
     HTTP_URL,
     IMAGE_REF,
@@ -752,8 +754,24 @@ class DistGNNJobSpec:
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
     run_policy: RunPolicy = fld(factory=RunPolicy, doc="Run policy.")
     monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
+    managed_by: str | None = fld(
+        None,
+        doc=f"The controller that runs the job, as a batch Job's spec.managedBy: absent or "
+        f"{contract.CONTROLLER_NAME} is the DistGNN operator; any other (Kueue's MultiKueue: "
+        "kueue.x-k8s.io/multikueue, which runs the job on a worker cluster) and the operator "
+        "creates nothing and writes nothing to the job, and distgnn run refuses it. Immutable.",
+        max_length=63,
+        pattern=DOMAIN_PREFIXED_PATH,
+    )
 
     RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "has(self.managedBy) == has(oldSelf.managedBy) "
+            "&& (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+            "spec.managedBy is immutable: it cannot be set, changed or removed once the job "
+            "exists (delete the job and create it again)",
+            field="managedBy",
+        ),
         Rule(
             "!has(self.trainers.colocate) || !self.trainers.colocate "
             "|| !has(self.graph.graphServer)",
