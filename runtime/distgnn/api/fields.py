@@ -97,6 +97,8 @@ class Meta:
     shape: str | None = None
     """For a free-form (``preserve_unknown``) field: the Kubernetes type whose known
     fields it may hold (:mod:`distgnn.api.k8s_shapes`), checked when parsed."""
+    hint: str | None = None
+    """Why a number's bound is what it is, added to the error of a value beyond it."""
 
     def for_items(self) -> Meta:
         """The bounds a list's items or a map's values get (``item_minimum``/``item_maximum``;

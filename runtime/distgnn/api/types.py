@@ -76,6 +76,12 @@ def _resource_name_ok(k: str) -> bool:
     return re.match(QUALIFIED_NAME, k) is not None
 
 
+def _gpu_values(r: Any) -> list[str]:
+    """The quantities of GPU resources (``nvidia.com/gpu``, ``amd.com/gpu``, ...)."""
+    both = [*(r.limits or {}).items(), *(r.requests or {}).items()]
+    return [v for k, v in both if k.endswith("/gpu")]
+
+
 def _extended(k: str) -> bool:
     return "/" in k and "kubernetes.io/" not in k
 
@@ -591,13 +597,25 @@ class Checkpoint:
     )
 
 
+ONE_GPU = (
+    "a trainer process trains on one GPU, DDP's one device per rank as in DGL; for more "
+    "GPUs raise trainers.replicas (each trainer gets its own)"
+)
+
+
 @dataclass
 class Trainers:
     """The trainer group (PyTorch DDP): exactly one of app, command."""
 
     replicas: int = fld(2, doc="Trainer processes (world size).", minimum=1, maximum=1024)
     num_samplers: int = fld(0, doc="Sampler processes per trainer.", minimum=0, maximum=64)
-    gpus: int = fld(0, doc="GPUs per trainer (nvidia.com/gpu).", minimum=0, maximum=16)
+    gpus: int = fld(
+        0,
+        doc=f"GPUs per trainer (its container's nvidia.com/gpu limit): 0 or 1; {ONE_GPU}.",
+        minimum=0,
+        maximum=1,
+        hint=ONE_GPU,
+    )
     image: str | None = fld(
         None,
         doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
@@ -661,6 +679,18 @@ class Trainers:
             "app.inferAfterTraining needs checkpoint (inference loads the last checkpoint)",
             lambda t: t.app is None or not t.app.infer_after_training or t.checkpoint is not None,
             field="checkpoint",
+        ),
+        Rule(
+            "!has(self.gpus) || self.gpus <= 1",
+            f"gpus must be 0 or 1: {ONE_GPU}",
+            lambda t: t.gpus <= 1,
+            field="gpus",
+        ),
+        Rule(
+            "",  # quantities in a map: checked when parsed (InvalidSpec)
+            f"at most one GPU (a */gpu resource) per trainer: {ONE_GPU}",
+            lambda t: t.resources is None or all(_q(v) <= 1 for v in _gpu_values(t.resources)),
+            field="resources",
         ),
         Rule(
             "!has(self.args) || has(self.command)",
