@@ -519,8 +519,9 @@ class Reconciler:
             if gs.missing:
                 gs_wait_due = start + dt.timedelta(seconds=self.ctx.graphserver_wait_seconds)
         partition_needed = spec.graph.source is not None
-        pstate = job_state(have.get(("Job", n["partition"])))
-        pout = await self._partition_outcome(ns, have.get(("Job", n["partition"])))
+        pjob = have.get(("Job", n["partition"]))
+        pstate = job_state(pjob)
+        pout = await self._partition_outcome(ns, pjob, pstate)
         pfail = pout.failure
         partitioned = not partition_needed or pstate == "succeeded"
         if gs.info is not None:
@@ -570,7 +571,7 @@ class Reconciler:
             ns, contract.LABEL_JOB, meta.name, have.get(("StatefulSet", n["server"])), res
         )
         colocated = spec.trainers.colocate and gs.info is None
-        tstuck = await self._stuck_trainers(ns, tjob, colocated, res)
+        tstuck = await self._stuck_trainers(ns, tjob, tstate, colocated, res)
         if colocated:  # the servers are sidecars of the trainer pods
             stuck = tstuck
         first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
@@ -613,7 +614,8 @@ class Reconciler:
         new = s.job_status(obs, old, iso(now))
         if new["phase"] in s.TERMINAL:
             # clean up *before* the final status: once that is written, passes are frozen
-            await self._clean_finished(ns, meta.name, rp.clean_pod_policy, have, emit)
+            states = {n["trainers"]: tstate, n["partition"]: pstate}
+            await self._clean_finished(ns, meta.name, rp.clean_pod_policy, have, states, emit)
         else:
             token, thash = (None, None) if gs_name else self._token(have, n["token"])
             stage = d.Stage(
@@ -672,9 +674,11 @@ class Reconciler:
         name: str,
         policy: str,
         have: Mapping[tuple[str, str], dict[str, Any]],
+        states: Mapping[str, str],
         emit: Emit,
     ) -> None:
-        """cleanPodPolicy for a job that just finished; creates nothing.
+        """cleanPodPolicy for a job that just finished; creates nothing. ``states``: the
+        pass's :func:`job_state` of its trainer and partitioning Jobs, by name.
 
         ``Running``: stop pods still running (scale servers to 0, delete a running trainer
         or partitioning Job); ``All``: also delete the finished trainer Job; ``None``: keep
@@ -691,7 +695,7 @@ class Reconciler:
             j = have.get(("Job", jname))
             if j is None:
                 continue
-            if job_state(j) == "running" or (policy == "All" and jname == n["trainers"]):
+            if states.get(jname) == "running" or (policy == "All" and jname == n["trainers"]):
                 await self._delete("Job", ns, jname)
                 emit("Normal", "Deleted", f"deleted Job {jname} (cleanPodPolicy {policy})")
 
@@ -833,13 +837,18 @@ class Reconciler:
         return sp.all_stuck(pods, str((sts.get("metadata") or {}).get("uid") or ""))
 
     async def _stuck_trainers(
-        self, ns: str, tjob: dict[str, Any] | None, colocated: bool, res: PassResult
+        self,
+        ns: str,
+        tjob: dict[str, Any] | None,
+        tstate: str,
+        colocated: bool,
+        res: PassResult,
     ) -> list[sp.StuckPod]:
         """The trainer pods that cannot start (image pull, a missing Secret or key, no node;
         a co-located pod's server sidecar crash-looping), lowest completion index first;
         read (one list) only while the running trainer Job has active pods that are not
         ready, a pass due again meanwhile (as :meth:`_stuck_servers`)."""
-        if tjob is None or job_state(tjob) != "running":
+        if tjob is None or tstate != "running":
             return []
         st = tjob.get("status") or {}
         if st.get("ready") is None or int(st["ready"]) >= int(st.get("active") or 0):
@@ -850,13 +859,16 @@ class Reconciler:
         sidecars = (sp.SERVER_CONTAINER,) if colocated else ()
         return sp.all_stuck(pods, str(md.get("uid") or ""), d.TRAINER_CONTAINER, sidecars)
 
-    async def _partition_outcome(self, ns: str, pjob: dict[str, Any] | None) -> PartitionOutcome:
+    async def _partition_outcome(
+        self, ns: str, pjob: dict[str, Any] | None, pstate: str
+    ) -> PartitionOutcome:
         """Why the partitioning Job failed: its first failing pod's root cause (the
         ``partition`` container's termination message) or, with the pods gone, the Job's
         ``Failed`` condition; a configuration error when that pod exited with 2 or the Job
         controller failed the Job by its ``podFailurePolicy`` (reason ``PodFailurePolicy``:
-        its only FailJob rule is exit status 2)."""
-        if pjob is None or job_state(pjob) != "failed":
+        its only FailJob rule is exit status 2). ``pstate``: its :func:`job_state`, computed
+        once per pass."""
+        if pjob is None or pstate != "failed":
             return PartitionOutcome()
         name = pjob["metadata"]["name"]
         pods = await self.api.list("Pod", ns, {"job-name": name})
@@ -892,6 +904,7 @@ class Reconciler:
                 ref.get("name") == gs_name
                 and phase not in s.TERMINAL
                 and not j["metadata"].get("deletionTimestamp")
+                and contract.managed_elsewhere(j.get("spec")) is None  # runs elsewhere
             ):
                 out.append(j["metadata"]["name"])
         return sorted(out)
@@ -940,8 +953,9 @@ class Reconciler:
         meta = gs.metadata
         n = d.names(meta.name)
         have = await self.observe(meta.namespace, contract.LABEL_GRAPHSERVER, meta.name, meta.uid)
-        pstate = job_state(have.get(("Job", n["partition"])))
-        pout = await self._partition_outcome(meta.namespace, have.get(("Job", n["partition"])))
+        pjob = have.get(("Job", n["partition"]))
+        pstate = job_state(pjob)
+        pout = await self._partition_outcome(meta.namespace, pjob, pstate)
         pfail = pout.failure
         needed = gs.spec.graph.source is not None
         ready = ready_replicas(have.get(("StatefulSet", n["server"])))

@@ -161,10 +161,12 @@ def test_local_job_metrics_progress_and_logs(tmp_path: Path, cora_path: Path) ->
     assert lines and all(o.get("job") == "obs" for o in lines)
     for o in lines:
         proc = o.get("process", "")
-        if re.fullmatch(r"trainer-\d", proc) and o["logger"] != "distgnn.local.output":
+        if o["logger"].startswith("distgnn.local."):  # the runner's own lines about a
+            continue  # process (its output wrapped, "did not stop; killing it" under load)
+        if re.fullmatch(r"trainer-\d", proc):
             assert o.get("rank") == int(proc[-1]), o
-        if re.fullmatch(r"server-\d", proc) and o["logger"] != "distgnn.local.output":
-            assert o.get("partition") == int(proc[-1]), o  # the line, if one lacks it
+        if re.fullmatch(r"server-\d", proc):
+            assert o.get("partition") == int(proc[-1]), o
         assert all(len(json.dumps(v)) < 300 for v in o.values()), o
     progress = [o for o in lines if o["msg"].startswith("progress: epoch")]
     assert progress[-1]["completedEpochs"] == EPOCHS and "loss" in progress[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -75,6 +76,10 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(cora1: str) -> None:
         assert srv.procs[0].wait(60) == 0
         shm = srv.ready[0]["shm_dir"]
         assert not os.path.exists(shm), "shared memory must be removed on exit"
+        # every line names the partition, the workers' (their drain included) too
+        lines = [json.loads(ln) for ln in srv.log_text(0).splitlines() if ln.startswith("{")]
+        assert any(o["msg"] == "worker drained" for o in lines)
+        assert all(o.get("partition") == 0 for o in lines), lines
     assert srv.returncodes == [0]
 
 
