@@ -15,9 +15,7 @@ connected to. Every request checks that the server still names this store and th
 ``info.json`` is the one mapped (one ``stat``); otherwise local sampling turns off. A
 request the handler refuses (a limit, an unknown ``prob``) or anything unexpected is sent
 over TCP instead, so the server's answer or error is the one the caller gets.
-``DISTGNN_LOCAL_SAMPLING=0`` keeps every request on TCP. The CSC's ``indptr`` and
-``src`` (what every draw reads) are copied onto transparent huge pages when they are
-small enough (:func:`hot_copy`).
+``DISTGNN_LOCAL_SAMPLING=0`` keeps every request on TCP.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import numpy as np
 
 from distgnn import contract
 from distgnn.errors import ConfigError
-from distgnn.hugecopy import huge_copy, thp_available
 from distgnn.log import kv
 from distgnn.partition.manifest import Manifest
 from distgnn.rpc.client import Call
@@ -40,7 +37,6 @@ from distgnn.rpc.protocol import FLAG_RESPONSE, Frame, MsgType
 
 if TYPE_CHECKING:
     from distgnn.server.handlers import Handlers
-    from distgnn.server.state import GraphState
 
 log = logging.getLogger("distgnn.distributed.localsample")
 
@@ -69,27 +65,6 @@ def local_sampling_enabled(env: Mapping[str, str]) -> bool:
     raise ConfigError(
         f"{contract.ENV_LOCAL_SAMPLING}={raw[:40]!r}: expected 1/on/true or 0/off/false"
     )
-
-
-HOT_COPY_MAX_BYTES = 256 << 20
-"""The CSC's ``indptr`` and ``src`` are copied onto huge pages up to this size in all."""
-
-
-def hot_copy(graph: GraphState) -> GraphState:
-    """``graph`` with the two arrays every draw reads (``indptr``, and ``src``: the sampled
-    sources) copied into this process on transparent huge pages
-    (:func:`distgnn.hugecopy.huge_copy`: the benchmark's draw 4.3 -> 3.6 ms a step), when
-    the kernel offers them and the two take at most ``HOT_COPY_MAX_BYTES``; else (or
-    when the copy cannot be mapped) ``graph`` as it is. The structure of a store never
-    changes: a new one is a new folder, and :meth:`LocalSampler._usable` turns local
-    sampling off then."""
-    if graph.indptr.nbytes + graph.src.nbytes > HOT_COPY_MAX_BYTES or not thp_available():
-        return graph
-    try:
-        return replace(graph, indptr=huge_copy(graph.indptr), src=huge_copy(graph.src))
-    except OSError as e:
-        log.debug("CSC copy onto huge pages failed", extra=kv(error=str(e)))
-        return graph
 
 
 class LocalSampler:
@@ -146,7 +121,6 @@ class LocalSampler:
                 f"local store {root!r} holds partition {graph.part_id} of {m.graph_name!r}, "
                 f"not partition {part} of the servers' {manifest.graph_name!r}"
             )
-        graph = hot_copy(graph)
         lim = ServerLimits()
         for k in ("max_ids", "max_sample_edges"):
             v = (limits or {}).get(k)
