@@ -11,6 +11,15 @@
   ``paper:cites:paper`` (Cora's edges), ``author:writes:paper`` and its reverse
   ``paper:written-by:author``. Every paper has a citation and an author, every author
   a paper, so no node lacks in-edges of a relation into its type.
+* ``data/cora-tasks.npz``: Cora with two derived targets for the node-regression and
+  edge-classification apps (``examples/cora-node-regression.yaml``,
+  ``examples/cora-edge-classification.yaml``; Cora itself has neither): node data
+  ``target`` (float32, [N, 7]: the share of each class among a node's in-neighbours,
+  i.e. the degree-normalised mean of its neighbours' one-hot labels) with a seeded
+  random 60/20/20 node split (``train_mask``, ``val_mask``, ``test_mask``), and edge
+  data ``label`` (1 when an edge's two endpoints have the same class, else 0) with a
+  seeded random 60/20/20 edge split (edge data ``train_mask``, ``val_mask``,
+  ``test_mask``). Cora's features ``feat`` and class ``label`` are kept.
 
 Run once before the example jobs (as DGL's ``partition_graph.py`` step)::
 
@@ -85,6 +94,32 @@ def heterogeneous(
     }
 
 
+def split_masks(n: int, seed: int) -> dict[str, np.ndarray]:
+    """A random 60/20/20 split of ``n`` rows as three boolean masks."""
+    order = np.random.default_rng(seed).permutation(n)
+    a, b = int(n * 0.6), int(n * 0.8)
+    masks = {k: np.zeros(n, bool) for k in ("train_mask", "val_mask", "test_mask")}
+    masks["train_mask"][order[:a]] = True
+    masks["val_mask"][order[a:b]] = True
+    masks["test_mask"][order[b:]] = True
+    return masks
+
+
+def tasks(cora: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
+    """Cora with a node-regression target and edge labels (see the module doc)."""
+    src, dst = cora["src"].astype(np.int64), cora["dst"].astype(np.int64)
+    labels = cora["label"].astype(np.int64)
+    n, k = labels.size, int(labels.max()) + 1
+    share = np.zeros((n, k), np.float32)
+    np.add.at(share, (dst, labels[src]), 1.0)
+    share /= np.maximum(share.sum(1, keepdims=True), 1.0)
+    out = {"src": src, "dst": dst, "feat": cora["feat"], "label": labels, "target": share}
+    out |= split_masks(n, seed)
+    out["edata/label"] = (labels[src] == labels[dst]).astype(np.int64)
+    out |= {f"edata/{k}": v for k, v in split_masks(src.size, seed + 1).items()}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cora", default=str(DEFAULT_CORA), help="Cora in DistGNN's .npz format")
@@ -98,7 +133,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "cora.npz", **homogeneous(cora))
     np.savez(out / "cora-hetero.npz", **heterogeneous(cora))
-    print(f"wrote {out / 'cora.npz'} and {out / 'cora-hetero.npz'}")
+    np.savez(out / "cora-tasks.npz", **tasks(cora))
+    print(f"wrote {out / 'cora.npz'}, {out / 'cora-hetero.npz'} and {out / 'cora-tasks.npz'}")
 
 
 if __name__ == "__main__":

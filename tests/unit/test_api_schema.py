@@ -154,6 +154,12 @@ BAD = [
     (_set("spec.trainers.command", ["python", "x.py"]), "spec.trainers: exactly one of app", False),
     (_set("spec.trainers.app.numLayers", 3), "spec.trainers.app.fanouts: fanouts must have", False),
     (_set("spec.trainers.app.lr", 0), "spec.trainers.app.lr: must be > 0", True),
+    (_set("spec.trainers.app.name", "edge-regression"), "spec.trainers.app.name: must be", True),
+    (
+        _set("spec.trainers.app", {"name": "node-regression", "model": "rgcn"}),
+        "spec.trainers.app.model: model rgcn is not supported by node-regression yet",
+        False,
+    ),
     (
         _set("spec.trainers.app.fanouts", [10] * 9),
         "spec.trainers.app.fanouts: must have at most",

@@ -295,6 +295,10 @@ TWINS: list[tuple[type, str, list[Obj]]] = [
             },
             {"name": "node-classification", "numBases": 2, **L2},
             {"name": "node-classification", "model": "gat", "sparseLr": 0.1, **L2},
+            {"name": "node-regression", **L2},
+            {"name": "node-regression", "model": "gat", **L2},
+            {"name": "node-regression", "model": "rgcn", **L2},
+            {"name": "node-regression", "model": "rgcn", "targetNtype": "p", **L2},
         ],
     ),
 ]

@@ -36,8 +36,10 @@ from distgnn.api.fields import (
 )
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-APPS = ("node-classification", "link-prediction", "inference")
+APPS = ("node-classification", "node-regression", "link-prediction", "inference")
 """The built-in apps of ``distgnn train``."""
+HOMOGENEOUS_APPS = ("node-regression",)
+"""Apps that train sage or gat only (no rgcn, typed graphs, in this version)."""
 MODELS = ("sage", "gat", "rgcn")
 """The built-in models: GraphSAGE and GAT (homogeneous graphs), R-GCN (graphs with node
 and edge types: classifying ``targetNtype`` or predicting ``targetEtype``'s edges)."""
@@ -404,7 +406,9 @@ class App:
     """A built-in training app and its options (``distgnn train APP ...``)."""
 
     name: str = fld(
-        doc="Built-in app: a training app, or inference (every node's output from a checkpoint).",
+        doc="Built-in app: node-classification (integer label, cross-entropy, accuracy), "
+        "node-regression (float label [N] or [N, k], MSE, RMSE and MAE), link-prediction, or "
+        "inference (every node's output from a checkpoint).",
         enum=APPS,
     )
     model: str = fld(
@@ -490,7 +494,12 @@ class App:
         enum=("none", "self", "reverse"),
     )
     feat: str = fld("feat", doc="Node feature name.", max_length=128)
-    label: str = fld("label", doc="Node label name.", max_length=128)
+    label: str = fld(
+        "label",
+        doc="Node label name: class IDs (integer) for node-classification, a float target "
+        "for node-regression.",
+        max_length=128,
+    )
     train_mask: str = fld("train_mask", doc="Training mask name.", max_length=128)
     val_mask: str = fld("val_mask", doc="Validation mask name.", max_length=128)
     test_mask: str = fld("test_mask", doc="Test mask name.", max_length=128)
@@ -566,6 +575,14 @@ class App:
             "targetEtype is for link-prediction with model rgcn",
             lambda a: a.target_etype is None or (a.name == "link-prediction" and a.model == "rgcn"),
             field="targetEtype",
+        ),
+        Rule(
+            "!(self.name in " + str(list(HOMOGENEOUS_APPS)) + ") || !has(self.model) "
+            "|| self.model != 'rgcn'",
+            "model rgcn is not supported by " + ", ".join(HOMOGENEOUS_APPS) + " yet (sage or "
+            "gat, on a graph with one node and edge type)",
+            lambda a: a.name not in HOMOGENEOUS_APPS or a.model != "rgcn",
+            field="model",
         ),
         Rule(
             "!has(self.numBases) || (has(self.model) && self.model == 'rgcn')",

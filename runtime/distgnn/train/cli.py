@@ -11,7 +11,10 @@ import traceback
 from distgnn import contract
 from distgnn.api.types import APPS, MODELS, PRECISIONS
 
-HELP = "train a GNN (node classification or link prediction) or run inference, as one DDP trainer"
+HELP = (
+    "train a GNN (node classification or regression, link prediction, edge classification) "
+    "or run inference, as one DDP trainer"
+)
 END_PROCESS = True
 """As the process's entry, a trainer ends with :func:`distgnn.train.finish.end_process`."""
 
@@ -260,7 +263,11 @@ def _run(args: argparse.Namespace) -> int:
             if cfg.app == "inference":
                 metrics = inference.run(cfg, tg, ctx, telemetry=tel)
             else:
-                app = node_classification if cfg.app == "node-classification" else link_prediction
+                app = {
+                    "node-classification": node_classification,
+                    "node-regression": node_classification,
+                    "link-prediction": link_prediction,
+                }[cfg.app]
                 metrics = app.run(cfg, tg, ctx, telemetry=tel)
                 if cfg.infer_after_training:
                     metrics = inference.run(cfg, tg, ctx, telemetry=tel) | metrics

@@ -9,7 +9,7 @@ from typing import Any
 
 from distgnn import contract
 from distgnn.api.fields import CANONICAL_ETYPE
-from distgnn.api.types import MODELS, PRECISIONS
+from distgnn.api.types import HOMOGENEOUS_APPS, MODELS, PRECISIONS
 from distgnn.errors import ConfigError
 
 TARGET_NTYPE = "--target-ntype (trainers.app.targetNtype)"
@@ -78,6 +78,11 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         if self.model not in MODELS:
             raise ConfigError(f"--model: {self.model!r} is not one of {', '.join(MODELS)}")
+        if self.app in HOMOGENEOUS_APPS and self.model == "rgcn":
+            raise ConfigError(
+                f"--model (trainers.app.model): {self.app} trains sage or gat on a homogeneous "
+                "graph; rgcn (typed graphs) is not supported by this app yet"
+            )
         self._check_targets()
         self._check_rgcn()
         if len(self.fanouts) != self.num_layers:

@@ -16,10 +16,11 @@ from distgnn.dataloading.dist_loader import DistNodeDataLoader
 from distgnn.dataloading.types import GraphTyping
 from distgnn.errors import ConfigError
 from distgnn.sampling import NeighborSampler
-from distgnn.train.config import TARGET_NTYPE, TrainConfig
+from distgnn.train.config import LABEL, TARGET_NTYPE, TrainConfig
 from distgnn.train.ddp import DDPContext, all_reduce, unwrap
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import eval_fanouts
+from distgnn.train.objective import CLASSIFICATION
 from distgnn.train.typed import (
     build_rgcn,
     check_feat,
@@ -78,7 +79,9 @@ def typed_task(
             train_ids = np.asarray(split, dtype=np.int64)
         else:
             train_ids = mask_ids(g, tt, cfg.train_mask)
-    top = int(read_all(g, tt, cfg.label).max(initial=0))
+    labels_all = read_all(g, tt, cfg.label)
+    CLASSIFICATION.check_labels(LABEL, cfg.label, labels_all)
+    top = int(labels_all.max(initial=0))
     num_classes = int(all_reduce(ctx, [float(top + 1)], op="max")[0])
     model, sparse = build_rgcn(cfg, tg, typing, num_classes)
     loader = DistNodeDataLoader(
@@ -124,7 +127,7 @@ def typed_task(
         loader=loader,
         load=load,
         logits=lambda m, blocks, x: m(blocks, x)[tt],
-        evaluate=accuracy,
+        evaluate=lambda m, mask: {"accuracy": accuracy(m, mask)},
         train_nodes=int(train_ids.size),
         info={"target_ntype": tt} | sparse_info(sparse),
         checkpoint={"rgcn": model.config(), "target_ntype": tt},

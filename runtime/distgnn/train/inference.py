@@ -62,6 +62,8 @@ class InferOptions:
     batch_size: int = 4096
     embedding_layer: str = "last"
     classify: bool = True
+    regress: bool = False
+    """node regression: ``pred`` is the last layer's output (float32), no ``prob``"""
     test_mask: str | None = "test_mask"
     label: str = "label"
     target_ntype: str | None = None
@@ -269,7 +271,11 @@ def _write_segment(
         "orig_id": (np.dtype(np.int64), (s.count,)),
         "embedding": (np.dtype(np.float32), (s.count, dim)),
     }
-    if opts.classify:
+    width = 1  # a regression's targets per node
+    if opts.regress:
+        width = int(final.read(np.arange(first, first + min(1, tg.num_nodes()))).shape[1])
+        specs["pred"] = (np.dtype(np.float32), (s.count,) if width == 1 else (s.count, width))
+    elif opts.classify:
         specs["pred"] = (np.dtype(np.int64), (s.count,))
         specs["prob"] = (np.dtype(np.float32), (s.count,))
     if table is not None:
@@ -288,7 +294,10 @@ def _write_segment(
                 writers["orig_id"].write(orig[s.row + lo : s.row + hi] - s.type_offset)
             e = emb.read(ids)
             writers["embedding"].write(e.numpy())
-            if opts.classify:
+            if opts.regress:
+                out = (e if emb is final else final.read(ids)).float().numpy()
+                writers["pred"].write(out[:, 0] if width == 1 else out)
+            elif opts.classify:
                 logits = e if emb is final else final.read(ids)
                 prob, pred = torch.softmax(logits.float(), dim=1).max(dim=1)
                 writers["pred"].write(pred.numpy())
@@ -311,9 +320,11 @@ def build_index(
     info: dict[str, Any],
     ntypes: Collection[str] | None = None,
     learned: Mapping[str, int] | None = None,
+    pred_width: int = 1,
 ) -> fmt.Index:
     """Rank 0: the index from every shard's record (written by the other ranks);
-    ``learned``: the width of each type's ``input_embedding`` (listed under its type)."""
+    ``learned``: the width of each type's ``input_embedding`` (listed under its type);
+    ``pred_width``: a regression's targets per node (``pred`` is ``[]`` for 1)."""
     segs = segments(tg, ntypes)
     types: dict[str, dict[str, Any]] = {}
     arrays: dict[str, dict[str, Any]] = {}
@@ -330,7 +341,9 @@ def build_index(
         t["shards"].append({"part": s.part, "rows": int(rec["rows"]), "files": rec["files"]})
     arrays["orig_id"] = {"dtype": "int64", "shape": []}
     arrays["embedding"] = {"dtype": "float32", "shape": [dim]}
-    if opts.classify:
+    if opts.regress:
+        arrays["pred"] = {"dtype": "float32", "shape": [] if pred_width == 1 else [pred_width]}
+    elif opts.classify:
         arrays["pred"] = {"dtype": "int64", "shape": []}
         arrays["prob"] = {"dtype": "float32", "shape": []}
     total = sum(int(t["num_nodes"]) for t in types.values())
@@ -429,9 +442,11 @@ def infer_to_storage(
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **(info or {}),
         }
-        fmt.write_index(opts.output_url, build_index(tg, opts, run, dims, meta))
+        index = build_index(tg, opts, run, dims, meta, pred_width=lw.dims[-1])
+        fmt.write_index(opts.output_url, index)
         fmt.remove_stale_runs(opts.output_url, run)
         summary["inference_test_accuracy"] = _test_accuracy(tg, opts, final)
+        summary["inference_test_rmse"] = _test_rmse(tg, opts, final)
     barrier(ctx)
     for r in {id(x): x for x in (final, emb)}.values():
         r.release()
@@ -443,8 +458,9 @@ def infer_to_storage(
         "inference_compute_seconds": round(t_compute, 3),
         "inference_nodes_per_second": round(tg.num_nodes() / max(t_compute, 1e-9), 1),
     }
-    if summary.get("inference_test_accuracy") is None:
-        summary.pop("inference_test_accuracy", None)
+    for k in ("inference_test_accuracy", "inference_test_rmse"):
+        if summary.get(k) is None:
+            summary.pop(k, None)
     log.info(
         "inference done",
         extra=kv(
@@ -473,6 +489,21 @@ def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | N
     return round(float((pred == labels).float().mean().item()), 6)
 
 
+def _test_rmse(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | None:
+    """RMSE of a regression's written predictions on ``opts.test_mask`` (None without)."""
+    if not opts.regress or not opts.test_mask:
+        return None
+    try:
+        ids = tg.mask_ids(opts.test_mask)
+        y = tg.read(opts.label, torch.from_numpy(ids)).float()
+    except (ConfigError, KeyError):
+        return None
+    if ids.size == 0:
+        return None
+    d = final.read(ids).float() - y.reshape(y.shape[0], -1)
+    return round(float(d.pow(2).mean().sqrt().item()), 6)
+
+
 def run(
     cfg: Any,
     tg: TrainGraph,
@@ -495,6 +526,7 @@ def run(
         batch_size=cfg.infer_batch_size,
         embedding_layer=cfg.embedding_layer,
         classify=app == "node-classification",
+        regress=app == "node-regression",
         test_mask=cfg.test_mask,
         label=cfg.label,
         target_ntype=getattr(cfg, "target_ntype", None) or ck.extra.get("target_ntype"),

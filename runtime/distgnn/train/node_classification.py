@@ -1,6 +1,7 @@
-"""The built-in node-classification app (GraphSAGE or GAT, DDP, sampled mini-batches; the
-R-GCN on a heterogeneous graph's target node type, see
-:mod:`distgnn.train.hetero_node_classification`)."""
+"""The built-in node-classification and node-regression apps (GraphSAGE or GAT, DDP,
+sampled mini-batches; for classification also the R-GCN on a heterogeneous graph's target
+node type, see :mod:`distgnn.train.hetero_node_classification`). What differs between
+the two is the :class:`~distgnn.train.objective.Objective` (loss, label dtype, metrics)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from distgnn.log import kv
 from distgnn.sampling import NeighborSampler, NodeBatcher
 from distgnn.sampling.loader import BatchLoader
-from distgnn.train.config import TrainConfig, node_fields
+from distgnn.train.config import LABEL, TrainConfig, node_fields
 from distgnn.train.ddp import DDPContext, agree_steps, all_reduce, barrier, unwrap, wrap
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import (
@@ -31,6 +31,7 @@ from distgnn.train.loop import (
     save_epoch,
     to_device,
 )
+from distgnn.train.objective import CLASSIFICATION, Objective, add, for_app
 from distgnn.train.proc import use_prefetch
 from distgnn.train.sparse_emb import NodeEmbeddings, lookups
 from distgnn.train.telemetry import Telemetry
@@ -49,8 +50,9 @@ class Task:
     """a batch -> ``(inputs, labels, blocks)`` on the CPU"""
     logits: Callable[[nn.Module, Any, Any], torch.Tensor]
     """``(model, blocks, inputs on the device)`` -> the seeds' logits"""
-    evaluate: Callable[[nn.Module, str], float]
-    """rank 0: accuracy on the nodes of a mask (``cfg.val_mask`` or ``cfg.test_mask``)"""
+    evaluate: Callable[[nn.Module, str], dict[str, float]]
+    """rank 0: the objective's metrics (:meth:`Objective.measure`) on the nodes of a mask
+    (``cfg.val_mask`` or ``cfg.test_mask``)"""
     train_nodes: int
     info: dict[str, Any] = field(default_factory=dict)
     """for the log and the metrics"""
@@ -58,6 +60,7 @@ class Task:
     """saved in every checkpoint's ``extra`` (what inference rebuilds the model from)"""
     sparse: NodeEmbeddings | None = None
     """the R-GCN's embedding tables on the servers and their sparse optimizer"""
+    objective: Objective = CLASSIFICATION
 
 
 @torch.no_grad()
@@ -68,57 +71,62 @@ def evaluate(
     ids: np.ndarray,
     device: torch.device,
     batch_size: int = 4096,
-) -> float:
-    """Accuracy on ``ids`` with evaluation blocks (see ``eval_fanouts``), sampled here."""
+    objective: Objective = CLASSIFICATION,
+) -> dict[str, float]:
+    """The objective's metrics on ``ids`` with evaluation blocks (see ``eval_fanouts``),
+    sampled here."""
     if ids.size == 0:
-        return 0.0
+        return objective.measure((0.0, 0.0, 0.0))
     m = unwrap(model)
     m.eval()
     sampler = NeighborSampler(eval_fanouts(cfg, tg.num_nodes()))
     batcher = NodeBatcher(ids, sampler, batch_size, shuffle=False, seed=cfg.seed)
-    correct = 0
+    sums = (0.0, 0.0, 0.0)
     for b in range(len(batcher)):
         inp, out, blocks = batcher.decode(batcher.make(tg.source, 0, b))
         x = tg.read(cfg.feat, inp).float().to(device)
-        y = tg.read(cfg.label, out).long().to(device)
-        correct += int((m(blocks, x).argmax(1) == y).sum().item())
+        y = objective.target(tg.read(cfg.label, out)).to(device)
+        sums = add(sums, objective.sums(m(blocks, x), y))
     m.train()
-    return correct / ids.size
+    return objective.measure(sums)
 
 
 def homogeneous_task(
     cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_ids: np.ndarray | None
 ) -> Task:
-    """GraphSAGE or GAT on the graph's nodes."""
+    """GraphSAGE or GAT on the graph's nodes (classification or regression: ``cfg.app``)."""
+    objective = for_app(cfg.app)
     tg.require(node_fields(cfg))
+    labels_all = tg.read_all(cfg.label)
+    objective.check_labels(LABEL, cfg.label, labels_all)
     if train_ids is None:
         train_ids = tg.split_nodes(cfg.train_mask, ctx)
     probe = tg.read(cfg.feat, torch.tensor([0]))
     in_feats = int(probe.shape[1])
-    labels_all = tg.read_all(cfg.label).astype(np.int64)
-    num_classes = int(all_reduce(ctx, [float(labels_all.max() + 1)], op="max")[0])
-    model = build_model(cfg, in_feats, num_classes)
+    out_feats = int(all_reduce(ctx, [float(objective.out_feats(labels_all))], op="max")[0])
+    model = build_model(cfg, in_feats, out_feats)
     sampler = NeighborSampler(cfg.fanouts)
     batcher = NodeBatcher(train_ids, sampler, cfg.batch_size, seed=cfg.seed * 1000 + ctx.rank)
 
     def load(batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
         inp, out, blocks = batch
-        return tg.read(cfg.feat, inp).float(), tg.read(cfg.label, out).long(), blocks
+        return tg.read(cfg.feat, inp).float(), objective.target(tg.read(cfg.label, out)), blocks
 
     ids: dict[str, np.ndarray] = {}  # each mask read once
 
-    def accuracy(model: nn.Module, mask: str) -> float:
+    def measure(model: nn.Module, mask: str) -> dict[str, float]:
         if mask not in ids:
             ids[mask] = tg.mask_ids(mask)
-        return evaluate(model, tg, cfg, ids[mask], ctx.device)
+        return evaluate(model, tg, cfg, ids[mask], ctx.device, objective=objective)
 
     return Task(
         model=model,
         loader=BatchLoader(tg.source, batcher, cfg.num_samplers),
         load=load,
         logits=lambda m, blocks, x: m(blocks, x),
-        evaluate=accuracy,
+        evaluate=measure,
         train_nodes=int(train_ids.size),
+        objective=objective,
     )
 
 
@@ -144,10 +152,15 @@ def run(
     sparse = task.sparse
     start = resume(cfg, ctx, model, opt, sparse)
     info = task.info
+    obj = task.objective
+    metric, app = obj.metric, cfg.app if obj.regression else "node-classification"
+    short = "acc" if metric == "accuracy" else metric  # the epoch log's train_acc, val_rmse
+    vkey = f"val_{short}"
     metrics: dict[str, Any] = {}
     t_train = 0.0
-    val_acc = best_val = 0.0
-    evaluated = False  # validation accuracy measured in this run
+    val = 0.0  # the last validation value of the objective's metric
+    best_val: float | None = None
+    evaluated = False  # validation measured in this run
     best_epoch: int | None = None
     best_state: dict[str, torch.Tensor] | None = None
     best_tables: dict[str, Any] | None = None  # the selected model's embedding tables
@@ -156,7 +169,7 @@ def run(
         log.info(
             "training",
             extra=kv(
-                app="node-classification",
+                app=app,
                 rank=ctx.rank,
                 train_nodes=task.train_nodes,
                 steps_per_epoch=steps,
@@ -176,14 +189,15 @@ def run(
         for epoch in range(start, cfg.epochs):
             t0 = time.monotonic()
             loader.set_epoch(epoch)
-            tot_loss = tot_correct = tot_n = 0.0
+            tot_loss = tot_n = 0.0
+            sums = (0.0, 0.0, 0.0)
             with epoch_batches(loader, steps, task.load, tel, prefetch, sync) as batches:
                 for (x_cpu, y_cpu, blocks), w in batches:
                     x, y = to_device(x_cpu, device), y_cpu.to(device)
                     with batches.no_sync():
                         with autocast(cfg, device):
                             logits = task.logits(model, blocks, x).float()
-                        loss = F.cross_entropy(logits, y) * w
+                        loss = obj.loss(logits, y) * w
                         opt.zero_grad()
                         loss.backward()
                     batches.sync_gradients()  # deferred: the next batch during the all-reduce
@@ -191,29 +205,30 @@ def run(
                     if sparse:
                         sparse.step()  # the rows this step touched, on the servers
                     if w:
-                        tot_loss += float(loss.item()) * y.numel()
-                        tot_correct += float((logits.argmax(1) == y).sum().item())
-                        tot_n += y.numel()
+                        tot_loss += float(loss.item()) * y.shape[0]
+                        tot_n += y.shape[0]
+                        sums = add(sums, obj.sums(logits, y))
             local_n = tot_n
-            tot_loss, tot_correct, tot_n = all_reduce(ctx, [tot_loss, tot_correct, tot_n])
+            tot_loss, tot_n, *summed = all_reduce(ctx, [tot_loss, tot_n, *sums])
             dt = time.monotonic() - t0
             t_train += dt
+            train_m = obj.measure((summed[0], summed[1], summed[2]))[metric]
             fields: dict[str, Any] = {
                 "epoch": epoch,
                 "loss": round(tot_loss / max(tot_n, 1), 4),
-                "train_acc": round(tot_correct / max(tot_n, 1), 4),
+                f"train_{short}": round(train_m, 4),
                 "seconds": round(dt, 3),
             }
             if ctx.is_main and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
-                val_acc, evaluated = task.evaluate(model, cfg.val_mask), True
-                if val_acc > best_val:
-                    best_val, best_epoch = val_acc, epoch
+                val, evaluated = task.evaluate(model, cfg.val_mask)[metric], True
+                if obj.better(val, best_val):
+                    best_val, best_epoch = val, epoch
                     best_state = {
                         k: v.detach().clone() for k, v in unwrap(model).state_dict().items()
                     }
                     if sparse:  # copied on the servers, not into this trainer
                         best_tables = sparse.snapshot("best")
-                fields["val_acc"] = round(val_acc, 4)
+                fields[vkey] = round(val, 4)
             save_epoch(cfg, ctx, epoch, model, opt, lambda: task.checkpoint, sparse)
             tel.epoch_end(
                 epoch,
@@ -222,34 +237,35 @@ def run(
                 dt,
                 samples=local_n,
                 total_samples=tot_n,
-                validation=("valAccuracy", val_acc) if "val_acc" in fields else None,
+                validation=(obj.progress_name, val) if vkey in fields else None,
             )
             if ctx.is_main:
                 log.info("epoch", extra=kv(**fields))
             barrier(ctx)
         if ctx.is_main:
             if not evaluated:  # resumed at or past the last epoch: the checkpoint's model
-                val_acc = task.evaluate(model, cfg.val_mask)
+                val = task.evaluate(model, cfg.val_mask)[metric]
             final_test = task.evaluate(model, cfg.test_mask)
-            test_acc, sel_val = final_test, val_acc
+            test_m, sel_val = final_test, {metric: val}
             if best_state is not None:  # model selection on the validation set
                 unwrap(model).load_state_dict(best_state)
                 if sparse and best_tables is not None:
                     unwrap(model).set_tables(lookups(best_tables))  # type: ignore[operator]
-                test_acc, sel_val = task.evaluate(model, cfg.test_mask), best_val
+                test_m = task.evaluate(model, cfg.test_mask)
+                sel_val = {metric: best_val if best_val is not None else val}
                 if sparse:  # the trained tables again (what inference and the checkpoint use)
                     unwrap(model).set_tables(sparse.lookups())  # type: ignore[operator]
                 best_tables = None  # released on the servers
-            metrics = {
-                "app": "node-classification",
-                "model": cfg.model,
-                **info,
-                # test and val accuracy of the same (selected) model
-                "test_accuracy": round(test_acc, 4),
-                "val_accuracy": round(sel_val, 4),
-                "best_epoch": best_epoch,
-                "final_test_accuracy": round(final_test, 4),
-                "final_val_accuracy": round(val_acc, 4),
+            if obj.regression:  # the selected model's validation MAE too
+                sel_val = task.evaluate(model, cfg.val_mask)
+            # test and val metrics of the same (selected) model; final_*: the last epoch's
+            metrics = {"app": app, "model": cfg.model, **info}
+            metrics |= {f"test_{k}": round(v, 4) for k, v in test_m.items()}
+            metrics |= {f"val_{k}": round(v, 4) for k, v in sel_val.items()}
+            metrics["best_epoch"] = best_epoch
+            metrics |= {f"final_test_{k}": round(v, 4) for k, v in final_test.items()}
+            metrics[f"final_val_{metric}"] = round(val, 4)
+            metrics |= {
                 "epochs": cfg.epochs,
                 "start_epoch": start,
                 "train_seconds": round(t_train, 3),

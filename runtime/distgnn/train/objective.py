@@ -1,0 +1,114 @@
+"""What a supervised built-in app optimises and measures: the loss, the label dtype it
+needs, the streamed evaluation sums and the metric that selects the best epoch.
+
+* :data:`CLASSIFICATION`: integer class IDs, cross-entropy, accuracy (higher is better).
+* :data:`REGRESSION`: a float target of shape ``[N]`` or ``[N, k]``, MSE, RMSE and MAE
+  (the lowest validation RMSE is the best epoch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from distgnn.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Classification (``regression=False``) or regression; ``app`` names it in messages."""
+
+    app: str
+    regression: bool = False
+    where: str = "node data"
+    """what the label field is (``node data``, ``edge data``), for messages"""
+
+    @property
+    def metric(self) -> str:
+        """The validation metric that selects the best epoch: ``accuracy`` or ``rmse``."""
+        return "rmse" if self.regression else "accuracy"
+
+    @property
+    def progress_name(self) -> str:
+        """Its camelCase name in ``/progress`` and Prometheus (``valAccuracy``, ``valRmse``)."""
+        return "valRmse" if self.regression else "valAccuracy"
+
+    def better(self, value: float, best: float | None) -> bool:
+        if best is None:
+            return True
+        return value < best if self.regression else value > best
+
+    def check_labels(self, option: str, name: str, labels: np.ndarray) -> None:
+        """ConfigError naming ``option`` when the label's dtype does not fit the task."""
+        if labels.size == 0:
+            return
+        floating = np.issubdtype(labels.dtype, np.floating)
+        if self.regression and not floating:
+            raise ConfigError(
+                f"{option}: {self.where} {name!r} is {labels.dtype}; {self.app} needs a float "
+                "target (for integer class IDs use the classification app)"
+            )
+        if not self.regression and floating:
+            hint = "node-regression" if self.where == "node data" else "a regression app"
+            raise ConfigError(
+                f"{option}: {self.where} {name!r} is {labels.dtype}; {self.app} needs integer "
+                f"class IDs (for a float target use {hint})"
+            )
+        if not self.regression and labels.ndim != 1:
+            raise ConfigError(
+                f"{option}: {self.where} {name!r} has shape {list(labels.shape)}; class IDs are "
+                "one per row"
+            )
+        if self.regression and labels.ndim > 2:
+            raise ConfigError(
+                f"{option}: {self.where} {name!r} has shape {list(labels.shape)}; a target is "
+                "[N] or [N, k]"
+            )
+
+    def out_feats(self, labels: np.ndarray) -> int:
+        """The model's output width: classes (max ID + 1, before the all-reduce) or ``k``."""
+        if self.regression:
+            return 1 if labels.ndim == 1 else int(labels.shape[1])
+        return int(labels.max(initial=0)) + 1
+
+    def target(self, y: torch.Tensor) -> torch.Tensor:
+        """Labels as the loss takes them: int64 IDs, or float32 ``[B, k]``."""
+        if self.regression:
+            return y.float().reshape(y.shape[0], -1)
+        return y.long()
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out, y) if self.regression else F.cross_entropy(out, y)
+
+    def sums(self, out: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
+        """A batch's evaluation sums: ``(correct, 0, rows)`` or ``(squared error, absolute
+        error, values)``; :meth:`measure` turns their totals into the metrics."""
+        if self.regression:
+            d = out.detach().float() - y
+            return float((d * d).sum().item()), float(d.abs().sum().item()), float(d.numel())
+        correct = float((out.detach().argmax(1) == y).sum().item())
+        return correct, 0.0, float(y.numel())
+
+    def measure(self, sums: tuple[float, float, float]) -> dict[str, float]:
+        """``{"accuracy"}`` or ``{"rmse", "mae"}`` of summed :meth:`sums` (0 for no rows)."""
+        a, b, n = sums
+        if self.regression:
+            return {"rmse": math.sqrt(a / n) if n else 0.0, "mae": b / n if n else 0.0}
+        return {"accuracy": a / n if n else 0.0}
+
+
+CLASSIFICATION = Objective("node-classification")
+REGRESSION = Objective("node-regression", regression=True)
+
+
+def for_app(app: str) -> Objective:
+    """The node app's objective (``node-regression``: regression; else classification)."""
+    return REGRESSION if app == "node-regression" else CLASSIFICATION
+
+
+def add(x: tuple[float, float, float], y: tuple[float, float, float]) -> tuple[float, float, float]:
+    return x[0] + y[0], x[1] + y[1], x[2] + y[2]

@@ -1,0 +1,71 @@
+"""The task apps' pieces without processes: the objectives' metrics and label checks,
+the options they refuse, and the example manifests as a trainer's command."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from distgnn.api import parse_job
+from distgnn.api.commands import trainer_command
+from distgnn.errors import ConfigError
+from distgnn.train.config import TrainConfig
+from distgnn.train.objective import CLASSIFICATION, REGRESSION, Objective, add
+
+
+def test_regression_measures_rmse_and_mae_over_every_value() -> None:
+    out = torch.tensor([[1.0, 2.0], [3.0, 5.0]])
+    y = REGRESSION.target(torch.tensor([[1.0, 1.0], [3.0, 3.0]], dtype=torch.float64))
+    sums = add(REGRESSION.sums(out[:1], y[:1]), REGRESSION.sums(out[1:], y[1:]))
+    m = REGRESSION.measure(sums)
+    assert m["rmse"] == pytest.approx(math.sqrt((1 + 4) / 4)) and m["mae"] == pytest.approx(0.75)
+    assert REGRESSION.target(torch.tensor([0.5, 1.5])).shape == (2, 1)  # [N] -> [N, 1]
+    assert REGRESSION.better(0.2, 0.3) and not REGRESSION.better(0.3, 0.2)
+    assert CLASSIFICATION.better(0.3, 0.2) and CLASSIFICATION.better(0.0, None)
+    acc = CLASSIFICATION.measure(CLASSIFICATION.sums(out, torch.tensor([1, 0])))
+    assert acc == {"accuracy": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("objective", "labels", "message"),
+    [
+        (REGRESSION, np.array([1, 2]), "'y' is int64; node-regression needs a float target"),
+        (CLASSIFICATION, np.array([0.5]), "'y' is float64; node-classification needs integer"),
+        (CLASSIFICATION, np.zeros((2, 2), np.int64), "'y' has shape [2, 2]; class IDs are one"),
+        (REGRESSION, np.zeros((2, 2, 2), np.float32), "a target is [N] or [N, k]"),
+    ],
+)
+def test_a_label_that_does_not_fit_the_task_is_refused(
+    objective: Objective, labels: np.ndarray, message: str
+) -> None:
+    with pytest.raises(ConfigError) as e:
+        objective.check_labels("--label (trainers.app.label)", "y", labels)
+    assert str(e.value).startswith("--label (trainers.app.label): ") and message in str(e.value)
+
+
+def test_node_regression_refuses_the_typed_model() -> None:
+    with pytest.raises(ConfigError, match=r"^--model \(trainers.app.model\): node-regression"):
+        TrainConfig(app="node-regression", model="rgcn", target_ntype="paper").validate()
+    assert TrainConfig(app="node-regression", model="gat").validate().model == "gat"
+
+
+@pytest.mark.parametrize(
+    ("example", "app", "expected"),
+    [("cora-node-regression.yaml", "node-regression", ["--label", "target"])],
+)
+def test_the_example_manifests_run_their_app(
+    repo_root: Path, example: str, app: str, expected: list[str]
+) -> None:
+    obj = yaml.safe_load((repo_root / "examples" / example).read_text(encoding="utf-8"))
+    job = parse_job(obj)
+    cmd = trainer_command(job.spec)
+    i = cmd.index("train")
+    assert cmd[i + 1] == app
+    pairs = list(itertools.pairwise(cmd))
+    assert (expected[0], expected[1]) in pairs, cmd
