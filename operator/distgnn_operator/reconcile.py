@@ -239,11 +239,12 @@ class Applied:
     changes: int
     conflicts: list[str] = field(default_factory=list)
     """children that could not be created: somebody else's object holds the name"""
+    taken: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, name) of each of those children"""
 
 
 TAKEN = "already exists and is controlled by"
 """How a ResourceExists message names a taken child (``KIND NAME already exists ...``)."""
-TAKEN_RE = re.compile(rf"(?:^|; )([A-Za-z]+) ([a-z0-9.-]+) {TAKEN} ")
 
 
 class Reconciler:
@@ -298,6 +299,7 @@ class Reconciler:
         """
         changes = 0
         conflicts: list[str] = []
+        taken: list[tuple[str, str]] = []
         keys = set()
         for obj in want:
             md = obj["metadata"]
@@ -308,6 +310,7 @@ class Reconciler:
                 created, foreign = await self._create(obj)
                 if foreign:
                     conflicts.append(foreign)
+                    taken.append(key)
                 if not created:
                     continue
                 emit("Normal", "Created", f"created {obj['kind']} {md['name']}")
@@ -319,13 +322,13 @@ class Reconciler:
                     emit("Normal", "Updated", f"updated {obj['kind']} {md['name']}")
                     changes += 1
         if not prune:
-            return Applied(changes, conflicts)
+            return Applied(changes, conflicts, taken)
         for (kind, name), cur in have.items():
             if (kind, name) not in keys:
                 await self._delete(kind, cur["metadata"]["namespace"], name)
                 emit("Normal", "Deleted", f"deleted {kind} {name}")
                 changes += 1
-        return Applied(changes, conflicts)
+        return Applied(changes, conflicts, taken)
 
     async def _create(self, obj: dict[str, Any]) -> tuple[bool, str | None]:
         """Create a missing child: (created, why somebody else's object is in the way).
@@ -360,17 +363,14 @@ class Reconciler:
         return True, None
 
     def recall_taken(self, body: dict[str, Any]) -> None:
-        """The names the resource's status reports taken (reason ``ResourceExists``, written
+        """The names the resource's status reports taken (``status.takenNames``, written
         by an earlier pass, maybe of an earlier operator process) count as found taken: the
         pass reads who holds each before it sends a create, so the first pass after an
         operator restart sends no create that would be refused again."""
         md = body.get("metadata") or {}
         owner = (str(body.get("kind")), str(md.get("namespace")), str(md.get("name")))
-        for c in (body.get("status") or {}).get("conditions") or []:
-            if c.get("reason") != s.Reason.RESOURCE_EXISTS:
-                continue
-            for kind, name in TAKEN_RE.findall(str(c.get("message") or "")):
-                self._taken.setdefault((kind, owner[1], name), owner)
+        for kind, name in s.taken_names(body.get("status") or {}):
+            self._taken.setdefault((kind, owner[1], name), owner)
 
     def forget(self, owner: Key) -> None:
         """The owner is gone: drop the names it found taken."""
@@ -638,7 +638,9 @@ class Reconciler:
                     want, have, emit, prune=gs_name is None or gs.info is not None
                 )
                 if done.conflicts:
-                    obs = dataclasses.replace(obs, conflict="; ".join(done.conflicts))
+                    obs = dataclasses.replace(
+                        obs, conflict="; ".join(done.conflicts), taken=tuple(done.taken)
+                    )
                     new = s.job_status(obs, old, iso(now))
             if deadline_due is not None:
                 res.due((deadline_due - now).total_seconds())
@@ -1000,7 +1002,9 @@ class Reconciler:
         )
         done = await self.apply(want, have, emit)
         if done.conflicts:
-            obs = dataclasses.replace(obs, conflict="; ".join(done.conflicts))
+            obs = dataclasses.replace(
+                obs, conflict="; ".join(done.conflicts), taken=tuple(done.taken)
+            )
         new = s.graphserver_status(obs, old, now)
         res.status = new
         if await self._patch_status("GraphServer", body, new):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from distgnn import contract
-from distgnn.api.types import MAX_ATTACHED_JOBS
+from distgnn.api.types import MAX_ATTACHED_JOBS, MAX_TAKEN_NAMES
 from distgnn_operator import failure as f
 
 TERMINAL = ("Succeeded", "Failed")
@@ -107,6 +108,8 @@ class JobObservation:
     output_url: str | None = None
     conflict: str | None = None
     """children somebody else's objects keep from being created; the job is held"""
+    taken: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of each of those children: ``status.takenNames``"""
     pods_not_created: str | None = None
     """why children cannot create their pods (their newest FailedCreate event)"""
     servers_stuck: str | None = None
@@ -139,6 +142,8 @@ class GraphServerObservation:
     """name of a ``storage.credentialsSecret`` that does not exist"""
     conflict: str | None = None
     """children somebody else's objects keep from being created"""
+    taken: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of each of those children: ``status.takenNames``"""
     pods_not_created: str | None = None
     """why children cannot create their pods (their newest FailedCreate event)"""
     servers_stuck: str | None = None
@@ -412,6 +417,8 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
         st["outputURL"] = o.output_url  # inference wrote there (index.json last)
     if old.get("progress"):  # written by distgnn_operator.progress; kept as last seen
         st["progress"] = old["progress"]
+    if o.taken:
+        st["takenNames"] = taken_names_field(o.taken)
     return st
 
 
@@ -492,7 +499,39 @@ def graphserver_status(
         st["manifestURL"] = o.manifest_url
     if o.token_secret:
         st["tokenSecret"] = o.token_secret
+    if o.taken:
+        st["takenNames"] = taken_names_field(o.taken)
     return st
+
+
+def taken_names_field(taken: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    """``status.takenNames``: each child whose name somebody else's object holds, sorted."""
+    return [{"kind": k, "name": n} for k, n in sorted(set(taken))[:MAX_TAKEN_NAMES]]
+
+
+LEGACY_TAKEN_RE = re.compile(
+    r"(?:^|; )([A-Za-z]+) ([a-z0-9.-]+) already exists and is controlled by "
+)
+"""How the operator before ``status.takenNames`` named a taken child in a ``ResourceExists``
+condition message. Frozen: read only from a status without ``takenNames`` (written by that
+operator, e.g. a job held during an upgrade), never from one this operator wrote."""
+
+
+def taken_names(st: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, name) of the children a status reports taken: its ``takenNames``; a status
+    without the field (the operator before it) gives them in its ``ResourceExists``
+    messages, parsed in that operator's wording."""
+    if "takenNames" in st:
+        return [
+            (str(t.get("kind")), str(t.get("name")))
+            for t in st.get("takenNames") or []
+            if isinstance(t, dict) and t.get("kind") and t.get("name")
+        ]
+    out = []
+    for c in st.get("conditions") or []:
+        if isinstance(c, dict) and c.get("reason") == Reason.RESOURCE_EXISTS:
+            out += LEGACY_TAKEN_RE.findall(str(c.get("message") or ""))
+    return out
 
 
 def same_status(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:

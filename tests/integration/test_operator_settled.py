@@ -254,3 +254,21 @@ async def test_a_held_name_sends_no_create_after_an_operator_restart(
     assert ("GET", c._url("Service", "taken-server")) in c.k.calls[calls:]
     assert ("POST", c._url("Service")) not in c.k.calls[calls:], c.k.calls[calls:]
     assert [w for w in c.k.writes_since(n) if not kopf_finalizer_attempt(w)] == []
+    st = await c.status("DistGNNJob", "taken")
+    assert st["takenNames"] == [{"kind": "Service", "name": "taken-server"}]
+    # the names are state of their own: a message in other words (a later wording) changes
+    # nothing a new operator process does but that status, written back once
+    conds = [
+        {**cd, "message": "reworded"} if cd["reason"] == "ResourceExists" else cd
+        for cd in st["conditions"]
+    ]
+    await c.patch("DistGNNJob", "taken", {"status": {"conditions": conds}}, "status")
+    calls = len(c.k.calls)
+    async with Operator(resync2):
+
+        async def rewritten() -> bool:
+            return "reworded" not in st_msg(await c.status("DistGNNJob", "taken"))
+
+        await c.until("the status written back", rewritten)
+        await passes_in_quiet(c, [("DistGNNJob", "taken")])
+    assert ("POST", c._url("Service")) not in c.k.calls[calls:], c.k.calls[calls:]
