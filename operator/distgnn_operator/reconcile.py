@@ -228,8 +228,8 @@ class _GraphServerView:
     ready_servers: int
     ready: bool
     missing: bool
-    failure: str | None = None
-    """its phase, reason and message while Failed or Pending (:func:`s.graphserver_failure`)"""
+    cause: str | None = None
+    """why it is not Ready, one line (:func:`s.graphserver_cause`); None: nothing to act on"""
 
 
 @dataclass(frozen=True)
@@ -608,7 +608,7 @@ class Reconciler:
             servers_stuck=first_stuck.describe() if first_stuck else None,
             server_config_error=server_error.failure().headline() if server_error else None,
             trainers_stuck=first_tstuck.describe() if first_tstuck else None,
-            graphserver_failed=gs.failure,
+            graphserver_cause=gs.cause,
             output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
@@ -780,7 +780,7 @@ class Reconciler:
         )
         ready = info is not None and st.get("phase") == "Ready"
         ready_servers = int(st.get("partitionsReady") or 0)
-        return _GraphServerView(info, ready_servers, ready, False, s.graphserver_failure(st))
+        return _GraphServerView(info, ready_servers, ready, False, s.graphserver_cause(st))
 
     async def _pods_not_created(
         self,

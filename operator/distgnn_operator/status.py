@@ -118,8 +118,9 @@ class JobObservation:
     """a server exited with the configuration-error status (2): its root cause and pod"""
     trainers_stuck: str | None = None
     """the first trainer pod that cannot start and why (``pod NAME: REASON: WHY``)"""
-    graphserver_failed: str | None = None
-    """the attached GraphServer's failure, one line (``Failed: REASON: MESSAGE``)"""
+    graphserver_cause: str | None = None
+    """why the attached GraphServer is not Ready, one line (``PHASE: REASON: MESSAGE``):
+    :func:`graphserver_cause`"""
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
         return (
             "Pending",
             Reason.WAITING_GS,
-            f"{msg}; it is {o.graphserver_failed}" if o.graphserver_failed else msg,
+            f"{msg}; it is {o.graphserver_cause}" if o.graphserver_cause else msg,
         )
     running = _trainers_phase(o)
     if o.credentials_missing and running[0] != "Running":
@@ -552,14 +553,23 @@ GS_CAUSE_MAX = 600
 """Characters of a GraphServer's message quoted in an attached job's status."""
 
 
-def graphserver_failure(st: dict[str, Any]) -> str | None:
-    """``PHASE: REASON: MESSAGE`` of a GraphServer that users must act on (``Failed``: a
-    server or the partitioner exited with a configuration error; ``Pending``: a missing
-    credentials Secret, a name taken), one line; None in any other phase."""
+def graphserver_cause(st: dict[str, Any]) -> str | None:
+    """``PHASE: REASON: MESSAGE`` of a GraphServer that is not Ready for a reason users act
+    on, one line: ``Failed`` (a server or the partitioner exited with a configuration
+    error), ``Pending`` (a missing credentials Secret, a name taken), or ``Starting`` while
+    a server pod cannot start (its message names the pod: it says more than
+    :func:`servers_message`'s count). None in any other phase, and while it is Starting
+    with its pods on their way."""
     phase = st.get("phase")
-    if phase not in ("Failed", "Pending"):
+    if phase not in ("Failed", "Pending", "Starting"):
         return None
     reason, message = phase_reason(st)
+    if phase == "Starting":
+        count = servers_message(
+            int(st.get("partitionsReady") or 0), int(st.get("numParts") or 0), None
+        )
+        if reason != Reason.SERVERS_STARTING or message == count:
+            return None
     line = f.one_line(" ".join(message.split()), GS_CAUSE_MAX)
     return ": ".join(x for x in (str(phase), reason, line) if x)
 

@@ -147,7 +147,8 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
     cluster: Cluster,  # noqa: F811
     resync2: argparse.Namespace,
 ) -> None:
-    """GraphServers partitioning, starting (a job waiting for it), failed on a server's
+    """GraphServers partitioning, starting (a job waiting for it; another with a server
+    pod that crash-loops, which a job waiting for it names), failed on a server's
     configuration error (its pods kept; a job waiting for it names the failure) and ready
     (a job running on it), a job waiting for a GraphServer that does not exist, then a
     deletion held by the attached job (phase Terminating): nothing is written while
@@ -165,6 +166,12 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         await c.patch("StatefulSet", "gsx-server", {"status": {"replicas": 2}}, "status")
         crash = crash_looping_status(2, SERVE_NO_OBJECT, 2)
         await c.patch("Pod", "gsx-server-1", {"status": crash})
+        await c.create(_graphserver("gsk", 2))  # Starting: a server pod crash-loops (exit 1)
+        await server_pod(c, "gsk-server", 0, contract.LABEL_GRAPHSERVER, "gsk")
+        await c.patch("StatefulSet", "gsk-server", {"status": {"replicas": 2}}, "status")
+        crash = crash_looping_status(1, SERVE_UNREACHABLE, 3)
+        await c.patch("Pod", "gsk-server-0", {"status": crash})
+        await c.create(job_manifest("onstuck", graph={"graphServer": {"name": "gsk"}}))
         await c.create(job_manifest("waits", graph={"graphServer": {"name": "gss"}}))
         await c.create(job_manifest("onfailed", graph={"graphServer": {"name": "gsx"}}))
         await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
@@ -183,14 +190,20 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
             )
 
         await c.until("the Failed GraphServer named", names_failure)
+
+        async def names_stuck_pod() -> bool:
+            msg = st_msg(await c.status("DistGNNJob", "onstuck"))
+            return "it is Starting: ServersStarting: 0/2 servers ready; pod gsk-server-0" in msg
+
+        await c.until("the GraphServer's stuck pod named", names_stuck_pod)
         await c.reason("DistGNNJob", "orphan", "GraphServerNotFound")
 
         async def attached() -> Any:
             return (await c.status("GraphServer", "gsr")).get("attachedJobs") == ["att"]
 
         await c.until("attachedJobs current", attached)
-        names = [("GraphServer", n) for n in ("gsp", "gss", "gsr", "gsx")]
-        names += [("DistGNNJob", n) for n in ("waits", "orphan", "att", "onfailed")]
+        names = [("GraphServer", n) for n in ("gsp", "gss", "gsr", "gsx", "gsk")]
+        names += [("DistGNNJob", n) for n in ("waits", "orphan", "att", "onfailed", "onstuck")]
         await passes_in_quiet(c, names)
 
         await c.delete("GraphServer", "gsr")  # held by "att"
