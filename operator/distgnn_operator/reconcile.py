@@ -233,6 +233,16 @@ class _GraphServerView:
 
 
 @dataclass(frozen=True)
+class TrainerPods:
+    """What a pass read of the trainer Job's pods (nothing while they all run)."""
+
+    stuck: list[sp.StuckPod] = field(default_factory=list)
+    """the pods that cannot start, lowest completion index first"""
+    sidecars_ready: int | None = None
+    """co-located: pods whose server sidecar is ready; None: not read"""
+
+
+@dataclass(frozen=True)
 class Applied:
     """What :meth:`Reconciler.apply` did."""
 
@@ -571,9 +581,12 @@ class Reconciler:
             ns, contract.LABEL_JOB, meta.name, have.get(("StatefulSet", n["server"])), res
         )
         colocated = spec.trainers.colocate and gs.info is None
-        tstuck = await self._stuck_trainers(ns, tjob, tstate, colocated, res)
+        tpods = await self._stuck_trainers(ns, tjob, tstate, colocated, res)
+        tstuck = tpods.stuck
         if colocated:  # the servers are sidecars of the trainer pods
-            stuck = tstuck
+            stuck, tstuck = sp.split(tstuck)
+            if tpods.sidecars_ready is not None:  # a trainer's trouble is not the server's
+                servers_ready = tpods.sidecars_ready
         first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
         first_tstuck = sp.first_stuck(tstuck)
         obs = s.JobObservation(
@@ -608,6 +621,7 @@ class Reconciler:
             servers_stuck=first_stuck.describe() if first_stuck else None,
             server_config_error=server_error.failure().headline() if server_error else None,
             trainers_stuck=first_tstuck.describe() if first_tstuck else None,
+            colocated=colocated,
             graphserver_cause=gs.cause,
             output_url=inference_output_url(spec),
         )
@@ -845,21 +859,26 @@ class Reconciler:
         tstate: str,
         colocated: bool,
         res: PassResult,
-    ) -> list[sp.StuckPod]:
+    ) -> TrainerPods:
         """The trainer pods that cannot start (image pull, a missing Secret or key, no node;
-        a co-located pod's server sidecar crash-looping), lowest completion index first;
-        read (one list) only while the running trainer Job has active pods that are not
-        ready, a pass due again meanwhile (as :meth:`_stuck_servers`)."""
+        a co-located pod's server sidecar crash-looping), lowest completion index first,
+        and a co-located job's ready server sidecars; read (one list) only while the
+        running trainer Job has active pods that are not ready, a pass due again meanwhile
+        (as :meth:`_stuck_servers`)."""
         if tjob is None or tstate != "running":
-            return []
+            return TrainerPods()
         st = tjob.get("status") or {}
         if st.get("ready") is None or int(st["ready"]) >= int(st.get("active") or 0):
-            return []
+            return TrainerPods()
         res.due(pc.RECHECK_SECONDS)
         md = tjob.get("metadata") or {}
+        uid = str(md.get("uid") or "")
         pods = await self.api.list("Pod", ns, {"job-name": str(md.get("name"))})
         sidecars = (sp.SERVER_CONTAINER,) if colocated else ()
-        return sp.all_stuck(pods, str(md.get("uid") or ""), d.TRAINER_CONTAINER, sidecars)
+        return TrainerPods(
+            sp.all_stuck(pods, uid, d.TRAINER_CONTAINER, sidecars),
+            sp.sidecars_ready(pods, uid, sp.SERVER_CONTAINER) if colocated else None,
+        )
 
     async def _partition_outcome(
         self, ns: str, pjob: dict[str, Any] | None, pstate: str

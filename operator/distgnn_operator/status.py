@@ -118,6 +118,8 @@ class JobObservation:
     """a server exited with the configuration-error status (2): its root cause and pod"""
     trainers_stuck: str | None = None
     """the first trainer pod that cannot start and why (``pod NAME: REASON: WHY``)"""
+    colocated: bool = False
+    """the servers are sidecars of the trainer pods (``trainers.colocate``)"""
     graphserver_cause: str | None = None
     """why the attached GraphServer is not Ready, one line (``PHASE: REASON: MESSAGE``):
     :func:`graphserver_cause`"""
@@ -235,10 +237,14 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
     if o.restarting:
         return "Starting", Reason.RESTARTING, f"restarting trainer group ({o.restarts})"
     if o.servers_ready < o.num_parts:
+        # co-located: a pod's trainer that cannot start while other pods' servers load
+        # is named too, as the trainer container it is (the ServersReady condition
+        # names only a server that cannot start)
+        stuck = o.servers_stuck or (o.trainers_stuck if o.colocated else None)
         return (
             "Starting",
             Reason.SERVERS_STARTING,
-            servers_message(o.servers_ready, o.num_parts, o.servers_stuck),
+            servers_message(o.servers_ready, o.num_parts, stuck),
         )
     return running
 

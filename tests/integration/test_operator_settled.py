@@ -31,7 +31,12 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     server_pod,
     st_msg,
 )
-from test_operator_stuck_pods import sidecar_crash_status, trainer_pod, waiting_status
+from test_operator_stuck_pods import (
+    colocated_status,
+    sidecar_crash_status,
+    trainer_pod,
+    waiting_status,
+)
 from tests.support.emulator import kopf_diffbase, kopf_finalizer_attempt
 
 from distgnn import contract
@@ -81,7 +86,8 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
 ) -> None:
     """Jobs partitioning, starting (one with a crash-looping server pod named in its
     status, one with a trainer pod that cannot pull its image, a co-located one with a
-    crash-looping server sidecar), running (own servers, co-located), suspended, and
+    crash-looping server sidecar, a co-located one whose trainer container cannot pull
+    its image beside ready servers), running (own servers, co-located), suspended, and
     pending on a missing credentials Secret and on PodGroups (succeeded and failed jobs:
     test_operator_emulator.py's lifecycle tests)."""
     c = cluster
@@ -121,11 +127,24 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         sidecar = sidecar_crash_status(1, SERVE_UNREACHABLE, 3)
         await trainer_pod(c, "colocrash-trainers", 0, sidecar, colocated=True)
         await c.patch("Job", "colocrash-trainers", {"status": {"active": 2, "ready": 0}}, "status")
+        # co-located, its servers ready, a trainer container that cannot pull its image
+        await c.create(job_manifest("colopull", graph=PARTS, trainers=colo))
+        await c.child("Job", "colopull-trainers")
+        pull = {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}
+        run = {"running": {"startedAt": "2026-11-25T14:00:01Z"}}
+        await trainer_pod(c, "colopull-trainers", 0, colocated_status(pull), colocated=True)
+        await trainer_pod(c, "colopull-trainers", 1, colocated_status(run, True), colocated=True)
+        await c.patch("Job", "colopull-trainers", {"status": {"active": 2, "ready": 1}}, "status")
 
         async def pods_named() -> bool:
             a = st_msg(await c.status("DistGNNJob", "tpend"))
             b = st_msg(await c.status("DistGNNJob", "colocrash"))
-            return "ImagePullBackOff" in a and "(container server): CrashLoopBackOff" in b
+            cp = st_msg(await c.status("DistGNNJob", "colopull"))
+            return (
+                "ImagePullBackOff" in a
+                and "(container server): CrashLoopBackOff" in b
+                and "(container trainer): ImagePullBackOff" in cp
+            )
 
         await c.until("the stuck trainer pods named", pods_named)
 
@@ -139,7 +158,7 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 2}}, "status")
         await c.phase("DistGNNJob", "colo", "Running")
         names = ["parting", "starting", "running", "sus", "colo", "nocreds", "gang", "crashing"]
-        names += ["tpend", "colocrash"]
+        names += ["tpend", "colocrash", "colopull"]
         await passes_in_quiet(c, [("DistGNNJob", n) for n in names])
 
 

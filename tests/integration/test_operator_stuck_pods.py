@@ -1,9 +1,10 @@
 """Trainer pods that cannot start, on the Kubernetes API emulator (the test plays the Job
 controller and the kubelet): the job's status names the lowest-index stuck trainer pod;
 a co-located pod's crash-looping server sidecar is named as its servers are, and its
-exit 2 fails the job (ServerConfigError); a job attached to a Failed GraphServer names
-that failure while it waits, and its activeDeadlineSeconds still fails it; a job attached
-to a GraphServer Starting with a stuck server pod names that pod."""
+exit 2 fails the job (ServerConfigError), while its trainer container that cannot start
+is the trainers' (TrainersPending, the container named); a job attached to a Failed
+GraphServer names that failure while it waits, and its activeDeadlineSeconds still fails
+it; a job attached to a GraphServer Starting with a stuck server pod names that pod."""
 
 from __future__ import annotations
 
@@ -77,6 +78,34 @@ def sidecar_crash_status(exit_code: int, log_tail: str, restarts: int) -> dict[s
                 "started": False,
                 "restartCount": 0,
                 "state": {"waiting": {"reason": "PodInitializing"}},
+            }
+        ],
+    }
+
+
+def colocated_status(trainer: dict[str, Any], ready: bool = False) -> dict[str, Any]:
+    """A co-located trainer pod whose server sidecar is ready (its partition loaded), its
+    trainer container in state ``trainer`` (ready or not)."""
+    server = {
+        "name": "server",
+        "image": IMAGE,
+        "ready": True,
+        "started": True,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-11-25T14:00:00Z"}},
+    }
+    return {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": str(ready), "reason": "ContainersNotReady"}],
+        "initContainerStatuses": [server],
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "image": IMAGE,
+                "ready": ready,
+                "started": ready,
+                "restartCount": 0,
+                "state": trainer,
             }
         ],
     }
@@ -285,3 +314,43 @@ async def test_a_job_on_a_graphserver_with_a_stuck_pod_says_so_while_it_waits(
             return msg == "waiting for GraphServer gsk to be Ready"
 
         await c.until("the job's message without the pod", plain, timeout=PROMPT)
+
+
+async def test_a_colocated_trainer_container_that_cannot_start_is_the_trainers(
+    cluster: Cluster,  # noqa: F811  (the emulator module's fixtures)
+    operator_args: argparse.Namespace,  # noqa: F811
+) -> None:
+    """``trainers.colocate``: a pod whose server sidecar is ready but whose trainer
+    container cannot pull its image is the trainers' trouble, not the servers': every
+    server ready (ServersReady True), the job TrainersPending, the message naming the
+    trainer container of that pod; Running once it runs."""
+    c = cluster
+    c.k.server_version = "1.29"
+    async with Operator(operator_args):
+        trainers = {"replicas": 2, "colocate": True, "app": {"name": "node-classification"}}
+        await c.create(job_manifest("ct", trainers=trainers))
+        await _succeed_partition(c, "ct")
+        await c.child("Job", "ct-trainers")
+        pull = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling "{IMAGE}"'}}
+        p0 = await trainer_pod(c, "ct-trainers", 0, colocated_status(pull), colocated=True)
+        running = {"running": {"startedAt": "2026-11-25T14:00:01Z"}}
+        await trainer_pod(c, "ct-trainers", 1, colocated_status(running, True), colocated=True)
+        await c.patch("Job", "ct-trainers", {"status": {"active": 2, "ready": 1}}, "status")
+        want = (
+            f"1/2 trainer pod(s) running, 1 pending; pod {p0} (container trainer): "
+            f'ImagePullBackOff: cannot pull image "{IMAGE}" (kubectl describe pod {p0})'
+        )
+
+        async def named() -> dict[str, Any] | None:
+            st = await c.status("DistGNNJob", "ct")
+            return st if st_msg(st) == want else None
+
+        st = await c.until("the trainer container named", named, timeout=PROMPT)
+        assert st["phase"] == "Starting" and phase_reason(st) == "TrainersPending"
+        servers = cond(st, "ServersReady")
+        assert (servers["status"], servers["reason"]) == ("True", "ServersReady")
+        assert st["partitionsReady"] == 2
+        await assert_settled(c)
+        await c.patch("Pod", p0, {"status": colocated_status(running, True)})
+        await c.patch("Job", "ct-trainers", {"status": {"ready": 2}}, "status")
+        await c.phase("DistGNNJob", "ct", "Running", timeout=PROMPT)
