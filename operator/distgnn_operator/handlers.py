@@ -199,6 +199,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
     failures = _Failures()
     wakers = _Wakers()
     keeper = finalizer.FinalizerKeeper()
+    foreign: set[Key] = set()  # jobs of another controller (spec.managedBy), logged
     log = logging.getLogger("distgnn_operator")
 
     async def run_pass(kind: str, ns: str, name: str) -> None:
@@ -237,8 +238,17 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
             rec.forget(key)
             keeper.forget(*key)
             failures.ok(key)
+            foreign.discard(key)
             if octx.metrics is not None:
                 octx.metrics.gone(kind, ns, name)
+            return
+        if not ours(body.get("spec")):  # another controller's job: no write of any kind
+            if key not in foreign:
+                foreign.add(key)
+                log.debug(
+                    "managed by another controller, left alone",
+                    extra={"fields": {**_f(key), "managedBy": contract.job_manager(body["spec"])}},
+                )
             return
         emit = _emitter(body)
         fn: Callable[[dict[str, Any], Emit], Awaitable[PassResult]] = (
@@ -356,6 +366,17 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
                     await run_pass(ref["kind"], body.metadata.namespace or "default", ref["name"])
 
 
+def ours(spec: Any) -> bool:
+    """A resource this operator reconciles: a DistGNNJob whose ``spec.managedBy`` names
+    another controller (Kueue's MultiKueue) is not (a GraphServer always is)."""
+    return contract.managed_elsewhere(spec) is None
+
+
+def when_ours(spec: kopf.Spec, **_: Any) -> bool:
+    """kopf filter of the handlers that would write (timers): only our resources."""
+    return ours(spec)
+
+
 def _f(key: Key) -> dict[str, str]:
     return {"kind": key[0], "namespace": key[1], "name": key[2]}
 
@@ -379,6 +400,7 @@ def _register_kind(
         registry=registry,
         interval=hs.resync_seconds,
         initial_delay=hs.resync_seconds,
+        when=when_ours,  # else kopf puts its finalizer (timers need one) on another's job
     )
     async def resync(namespace: str | None, name: str, **_: Any) -> None:
         await run_pass(kind, namespace or "default", name)

@@ -143,8 +143,10 @@ class ProgressReader:
             self._session = None
 
 
-def _running(status: Mapping[str, Any] | None, **_: Any) -> bool:
-    return (status or {}).get("phase") == "Running"
+def _running(status: Mapping[str, Any] | None, spec: Mapping[str, Any], **_: Any) -> bool:
+    """A running job of this operator's (another controller's job may carry a status
+    copied from elsewhere, MultiKueue's: it is never written)."""
+    return (status or {}).get("phase") == "Running" and contract.managed_elsewhere(spec) is None
 
 
 def register(

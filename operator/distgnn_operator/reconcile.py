@@ -925,6 +925,7 @@ class Reconciler:
                 ref.get("name") == gs_name
                 and phase not in s.TERMINAL
                 and not j["metadata"].get("deletionTimestamp")
+                and contract.managed_elsewhere(j.get("spec")) is None  # runs elsewhere
             ):
                 out.append(j["metadata"]["name"])
         return sorted(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from distgnn.errors import ConfigError
 
@@ -162,6 +163,27 @@ ROLE_SERVER = "server"
 ROLE_TRAINER = "trainer"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "distgnn-operator"
+
+# --- which controller runs a DistGNNJob (spec.managedBy) -----------------------
+CONTROLLER_NAME = f"{API_GROUP}/operator"
+"""``spec.managedBy`` naming this operator (as does leaving it out). Any other value names
+the controller that runs the job instead (Kueue's MultiKueue: ``kueue.x-k8s.io/multikueue``,
+whose adapter for custom jobs reads ``spec.managedBy``); this operator and ``distgnn run``
+then leave it alone, like a batch Job's controller."""
+
+
+def job_manager(spec: Mapping[str, Any] | None) -> str:
+    """The controller of a DistGNNJob by its raw ``spec``: ``spec.managedBy``, or
+    :data:`CONTROLLER_NAME` when it is absent (also for a malformed spec)."""
+    value = spec.get("managedBy") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, str) and value else CONTROLLER_NAME
+
+
+def managed_elsewhere(spec: Mapping[str, Any] | None) -> str | None:
+    """The other controller a DistGNNJob's raw ``spec`` names, or None when it is ours."""
+    who = job_manager(spec)
+    return None if who == CONTROLLER_NAME else who
+
 
 # --- Prometheus scrape annotations (set on pods when metrics are enabled) --------
 ANN_SCRAPE = "prometheus.io/scrape"

@@ -242,6 +242,23 @@ BAD = [
         "spec.servers.resources: quantities must not be negative",
         False,
     ),
+    # a trainer process uses one GPU: a second one in its pod would idle
+    (
+        _set("spec.trainers.gpus", 2),
+        "spec.trainers.gpus: must be <= 1 (a trainer process trains on one GPU, DDP's one "
+        "device per rank as in DGL; for more GPUs raise trainers.replicas",
+        True,
+    ),
+    (
+        _set("spec.trainers.resources", {"limits": {"nvidia.com/gpu": "2"}}),
+        "spec.trainers.resources: at most one GPU",
+        False,
+    ),
+    (
+        _set("spec.trainers.resources", {"limits": {"amd.com/gpu": 4}}),
+        "spec.trainers.resources: at most one GPU",
+        False,
+    ),
 ]
 
 

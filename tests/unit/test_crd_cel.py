@@ -18,9 +18,17 @@ import jsonschema
 import pytest
 import re2
 
+from distgnn import contract
 from distgnn.api import parse_graphserver, parse_job, schema, to_dict
 from distgnn.api import types as t
-from distgnn.api.fields import CANONICAL_ETYPE, HTTP_URL, IMAGE_REF, STORAGE_SCHEMES, url_pattern
+from distgnn.api.fields import (
+    CANONICAL_ETYPE,
+    DOMAIN_PREFIXED_PATH,
+    HTTP_URL,
+    IMAGE_REF,
+    STORAGE_SCHEMES,
+    url_pattern,
+)
 from distgnn.errors import ConfigError
 
 Obj = dict[str, Any]
@@ -143,6 +151,63 @@ def test_immutable_specs(kind: str, path: str, old: Obj, new: Obj, allowed: bool
     assert cel(rule["rule"], new, old) is allowed
 
 
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "allowed"),
+    [
+        (None, None, True),
+        (MULTIKUEUE, MULTIKUEUE, True),
+        (contract.CONTROLLER_NAME, contract.CONTROLLER_NAME, True),
+        (MULTIKUEUE, contract.CONTROLLER_NAME, False),  # taken back from MultiKueue
+        (MULTIKUEUE, None, False),  # removed: this operator would start running it
+        (None, MULTIKUEUE, False),  # set later: this operator would abandon its children
+        (None, contract.CONTROLLER_NAME, False),
+    ],
+)
+def test_managed_by_is_immutable(old: str | None, new: str | None, allowed: bool) -> None:
+    """As a batch Job's spec.managedBy: neither set, changed nor removed after creation
+    (the rule sits on spec, which always exists, so that adding or removing the field is
+    seen too: a rule on the field itself runs only when both values exist)."""
+    rule = _rule("DistGNNJob", ".spec", "managedBy is immutable")
+    assert rule["fieldPath"] == ".managedBy"
+    assert "cannot be set, changed or removed" in rule["message"]
+
+    def spec(who: str | None, **trainers: Any) -> Obj:
+        s = job_spec(**trainers)
+        return s if who is None else {**s, "managedBy": who}
+
+    assert cel(rule["rule"], spec(new), spec(old)) is allowed
+    # the rest of the spec may change (Kueue flips runPolicy.suspend on admission)
+    assert cel(rule["rule"], spec(old, image="example.org/x:2"), spec(old)) is True
+
+
+MANAGERS_OK = [MULTIKUEUE, contract.CONTROLLER_NAME, "example.com/a/b:c", "a/~x%20y"]
+MANAGERS_BAD = ["multikueue", "/x", "kueue.x-k8s.io/", "Kueue.io/x", "a.b/x y", "-a.io/x", ""]
+
+
+def test_managed_by_pattern_is_batch_jobs() -> None:
+    """apimachinery's IsDomainPrefixedPath (a DNS subdomain, '/', RFC 3986 path
+    characters) in RE2 and Python alike, at most 63 characters; local mode refuses the same."""
+    for v in MANAGERS_OK:
+        assert re.search(DOMAIN_PREFIXED_PATH, v) and re2.search(DOMAIN_PREFIXED_PATH, v), v
+    for v in MANAGERS_BAD:
+        assert not re.search(DOMAIN_PREFIXED_PATH, v), v
+        assert not re2.search(DOMAIN_PREFIXED_PATH, v), v
+    node = _node("DistGNNJob", ".spec.managedBy")
+    assert node["maxLength"] == 63 and node["pattern"] == DOMAIN_PREFIXED_PATH
+    for v, ok in [(MULTIKUEUE, True), ("Kueue", False), ("a.io/" + "x" * 59, False)]:
+        obj = _job()
+        obj["spec"]["managedBy"] = v
+        assert _schema_errors(obj) == ([] if ok else ["spec.managedBy"]), v
+        if ok:
+            assert parse_job(obj).spec.managed_by == v
+        else:
+            with pytest.raises(ConfigError, match=r"spec\.managedBy"):
+                parse_job(obj)
+
+
 # --- the CEL rules and their Python twins agree -------------------------------------------
 
 TWINS: list[tuple[type, str, list[Obj]]] = [
@@ -190,6 +255,8 @@ TWINS: list[tuple[type, str, list[Obj]]] = [
             {"replicas": 2},
             {"replicas": 2, "app": {"name": "node-classification"}, "command": ["x"]},
             {"replicas": 2, "app": {"name": "node-classification"}, "args": ["--a"]},
+            {"replicas": 2, "app": {"name": "node-classification"}, "gpus": 1},
+            {"replicas": 2, "app": {"name": "node-classification"}, "gpus": 2},
         ],
     ),
     (
@@ -237,7 +304,8 @@ def _python_verdicts(cls: type, obj: Obj) -> list[bool]:
     from distgnn.api.validate import _Errors, load
 
     inst = load(cls, obj, "x", _Errors())
-    return [r.check(inst) for r in cls.RULES if r.check is not None]  # type: ignore[attr-defined]
+    rules = [r for r in cls.RULES if r.check is not None and r.cel]  # type: ignore[attr-defined]
+    return [r.check(inst) for r in rules]
 
 
 @pytest.mark.parametrize(
@@ -246,7 +314,8 @@ def _python_verdicts(cls: type, obj: Obj) -> list[bool]:
 def test_cel_rules_agree_with_their_python_twins(cls: type, path: str, samples: list[Obj]) -> None:
     node = _node("DistGNNJob", path.replace(".properties", ""))
     rules = [r for r in node["x-kubernetes-validations"] if "oldSelf" not in r["rule"]]
-    assert len(rules) == len([r for r in cls.RULES if r.check is not None])  # type: ignore[attr-defined]
+    twins = [r for r in cls.RULES if r.check is not None and r.cel]  # type: ignore[attr-defined]
+    assert len(rules) == len(twins)
     verdicts = set()
     for obj in samples:
         want = _python_verdicts(cls, obj)
@@ -426,6 +495,7 @@ def test_sample_job_is_valid() -> None:
         ({"trainers__image": "Not An Image"}, "spec.trainers.image", "does not match"),
         ({"servers__image": "ghcr.io/x/y:"}, "spec.servers.image", "does not match"),
         ({"storage__endpoint": "s3.example.com"}, "spec.storage.endpoint", "does not match"),
+        ({"trainers__gpus": 2}, "spec.trainers.gpus", "for more GPUs raise trainers.replicas"),
         ({"trainers__app__dropout": 1.0}, "spec.trainers.app.dropout", "must be < 1"),
         ({"trainers__app__dropout": -0.1}, "spec.trainers.app.dropout", "must be >= 0"),
         ({"trainers__app__lr": 0}, "spec.trainers.app.lr", "must be > 0"),

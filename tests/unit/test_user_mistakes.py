@@ -114,6 +114,31 @@ def test_a_missing_relative_dataset_says_how_it_was_resolved(
     )
 
 
+@pytest.mark.parametrize("manager", ["kueue.x-k8s.io/multikueue", "example.com/other"])
+def test_a_job_another_controller_manages_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], manager: str
+) -> None:
+    """A MultiKueue job (spec.managedBy) runs on a worker cluster, never here:
+    one line naming its controller, exit 2, before anything is resolved or started."""
+    job = _job()
+    job["spec"]["partitioning"] = {"numParts": 2}
+    job["spec"]["managedBy"] = manager
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    assert cli.main(["run", str(path), "--workdir", str(tmp_path / "w")]) == 2
+    assert capsys.readouterr().err == (
+        f"distgnn run: error: spec.managedBy: job 'j' is managed by {manager}, "
+        "not by DistGNN (distgnn.dev/operator); distgnn run runs only jobs DistGNN manages "
+        "(leave the field out to run it here)\n"
+    )
+    assert not (tmp_path / "w").exists()
+    # naming DistGNN itself is the same as leaving it out: the run goes on (to the graph)
+    job["spec"]["managedBy"] = "distgnn.dev/operator"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    assert cli.main(["run", str(path), "--workdir", str(tmp_path / "w")]) == 2
+    assert "g.npz does not exist" in capsys.readouterr().err
+
+
 def test_a_manifest_path_typed_in_another_folder_names_that_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,6 +49,13 @@ IMAGE_REF = (
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
+DOMAIN_PREFIXED_PATH = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$"
+)
+"""A domain-prefixed path (``kueue.x-k8s.io/multikueue``): a DNS subdomain, ``/``, then
+RFC 3986 path characters, as apimachinery's ``IsDomainPrefixedPath`` (batch Job's
+``spec.managedBy``)."""
 HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
 CANONICAL_ETYPE = r"^[^:\s]+:[^:\s]+:[^:\s]+$"
 """A canonical edge type ``SRC_TYPE:RELATION:DST_TYPE`` (three names, no blanks)."""
@@ -90,6 +97,8 @@ class Meta:
     shape: str | None = None
     """For a free-form (``preserve_unknown``) field: the Kubernetes type whose known
     fields it may hold (:mod:`distgnn.api.k8s_shapes`), checked when parsed."""
+    hint: str | None = None
+    """Why a number's bound is what it is, added to the error of a value beyond it."""
 
     def for_items(self) -> Meta:
         """The bounds a list's items or a map's values get (``item_minimum``/``item_maximum``;

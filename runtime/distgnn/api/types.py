@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
+from distgnn import contract
 from distgnn.api.fields import (
     ANNOTATION_KEY,
     CANONICAL_ETYPE,
     DNS_LABEL,
     DNS_SUBDOMAIN,
+    DOMAIN_PREFIXED_PATH,
     ENV_NAME,
     HTTP_URL,
     IMAGE_REF,
@@ -72,6 +74,12 @@ def _resource_name_ok(k: str) -> bool:
     if "/" not in k:
         return k in STANDARD_RESOURCES or k.startswith("hugepages-")
     return re.match(QUALIFIED_NAME, k) is not None
+
+
+def _gpu_values(r: Any) -> list[str]:
+    """The quantities of GPU resources (``nvidia.com/gpu``, ``amd.com/gpu``, ...)."""
+    both = [*(r.limits or {}).items(), *(r.requests or {}).items()]
+    return [v for k, v in both if k.endswith("/gpu")]
 
 
 def _extended(k: str) -> bool:
@@ -589,13 +597,25 @@ class Checkpoint:
     )
 
 
+ONE_GPU = (
+    "a trainer process trains on one GPU, DDP's one device per rank as in DGL; for more "
+    "GPUs raise trainers.replicas (each trainer gets its own)"
+)
+
+
 @dataclass
 class Trainers:
     """The trainer group (PyTorch DDP): exactly one of app, command."""
 
     replicas: int = fld(2, doc="Trainer processes (world size).", minimum=1, maximum=1024)
     num_samplers: int = fld(0, doc="Sampler processes per trainer.", minimum=0, maximum=64)
-    gpus: int = fld(0, doc="GPUs per trainer (nvidia.com/gpu).", minimum=0, maximum=16)
+    gpus: int = fld(
+        0,
+        doc=f"GPUs per trainer (its container's nvidia.com/gpu limit): 0 or 1; {ONE_GPU}.",
+        minimum=0,
+        maximum=1,
+        hint=ONE_GPU,
+    )
     image: str | None = fld(
         None,
         doc="Image reference ([registry/]repository[:tag][@digest]); default: the operator's "
@@ -659,6 +679,18 @@ class Trainers:
             "app.inferAfterTraining needs checkpoint (inference loads the last checkpoint)",
             lambda t: t.app is None or not t.app.infer_after_training or t.checkpoint is not None,
             field="checkpoint",
+        ),
+        Rule(
+            "!has(self.gpus) || self.gpus <= 1",
+            f"gpus must be 0 or 1: {ONE_GPU}",
+            lambda t: t.gpus <= 1,
+            field="gpus",
+        ),
+        Rule(
+            "",  # quantities in a map: checked when parsed (InvalidSpec)
+            f"at most one GPU (a */gpu resource) per trainer: {ONE_GPU}",
+            lambda t: t.resources is None or all(_q(v) <= 1 for v in _gpu_values(t.resources)),
+            field="resources",
         ),
         Rule(
             "!has(self.args) || has(self.command)",
@@ -752,8 +784,24 @@ class DistGNNJobSpec:
     servers: Servers = fld(factory=Servers, doc="Graph servers.")
     run_policy: RunPolicy = fld(factory=RunPolicy, doc="Run policy.")
     monitoring: Monitoring = fld(factory=Monitoring, doc="Metrics.")
+    managed_by: str | None = fld(
+        None,
+        doc=f"The controller that runs the job, as a batch Job's spec.managedBy: absent or "
+        f"{contract.CONTROLLER_NAME} is the DistGNN operator; any other (Kueue's MultiKueue: "
+        "kueue.x-k8s.io/multikueue, which runs the job on a worker cluster) and the operator "
+        "creates nothing and writes nothing to the job, and distgnn run refuses it. Immutable.",
+        max_length=63,
+        pattern=DOMAIN_PREFIXED_PATH,
+    )
 
     RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "has(self.managedBy) == has(oldSelf.managedBy) "
+            "&& (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+            "spec.managedBy is immutable: it cannot be set, changed or removed once the job "
+            "exists (delete the job and create it again)",
+            field="managedBy",
+        ),
         Rule(
             "!has(self.trainers.colocate) || !self.trainers.colocate "
             "|| !has(self.graph.graphServer)",

@@ -120,11 +120,12 @@ def _check_scalar(tp: Any, m: Meta, v: Any, path: str, errs: _Errors) -> Any:
                 errs.add(path, f"must be > {m.minimum:g}")
             elif v < m.minimum:
                 errs.add(path, f"must be >= {m.minimum:g}")
+        why = f" ({m.hint})" if m.hint else ""
         if m.maximum is not None:
             if m.exclusive_maximum and v >= m.maximum:
-                errs.add(path, f"must be < {m.maximum:g}")
+                errs.add(path, f"must be < {m.maximum:g}{why}")
             elif v > m.maximum:
-                errs.add(path, f"must be <= {m.maximum:g}")
+                errs.add(path, f"must be <= {m.maximum:g}{why}")
         return float(v) if tp is float else v
     raise TypeError(f"unsupported field type {tp}")
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distgnn import storage
+from distgnn import contract, storage
 from distgnn.errors import ConfigError
 from distgnn.log import kv
 
@@ -157,6 +157,13 @@ def plan_from_manifest(
     from distgnn.api.validate import parse_manifest
 
     res = parse_manifest(obj)
+    who = res.spec.managed_by if isinstance(res, DistGNNJob) else None
+    if who is not None and who != contract.CONTROLLER_NAME:
+        raise ConfigError(
+            f"spec.managedBy: job {res.metadata.name!r} is managed by {who}, "
+            f"not by DistGNN ({contract.CONTROLLER_NAME}); "
+            "distgnn run runs only jobs DistGNN manages (leave the field out to run it here)"
+        )
     base = manifest_path.resolve().parent
     name = res.metadata.name
     workdir = (workdir or base / ".distgnn").resolve()
