@@ -232,6 +232,23 @@ class StampingEmulator(kmock.KubernetesEmulator):
         return [w for w in self.writes[n:] if plural is None or w.plural == plural]
 
     async def _handle(self, request: Any) -> Any:
+        try:
+            return await self._serve(request)
+        finally:
+            self._forget(request)
+
+    def _forget(self, request: Any) -> None:
+        """Drop a served request from kmock's history (``_requests``). kmock finds the
+        reaction for each request by testing its membership in each reaction's view, a scan
+        of the whole history, so with the history kept a test's n requests cost O(n²): most
+        of a long test's time. Nothing here reads that history (writes and calls are
+        recorded above); in-flight requests (watches) stay in it, as kmock needs."""
+        for i in range(len(self._requests) - 1, -1, -1):
+            if self._requests[i] is request:
+                del self._requests[i]
+                return
+
+    async def _serve(self, request: Any) -> Any:
         plural = getattr(request.resource, "plural", None) or ""
         if request.resource is not None and plural in self.forbidden:
             return _status(403, "Forbidden", f"{plural} is forbidden: RBAC")
