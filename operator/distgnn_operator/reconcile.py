@@ -228,8 +228,18 @@ class _GraphServerView:
     ready_servers: int
     ready: bool
     missing: bool
-    failure: str | None = None
-    """its phase, reason and message while Failed or Pending (:func:`s.graphserver_failure`)"""
+    cause: str | None = None
+    """why it is not Ready, one line (:func:`s.graphserver_cause`); None: nothing to act on"""
+
+
+@dataclass(frozen=True)
+class TrainerPods:
+    """What a pass read of the trainer Job's pods (nothing while they all run)."""
+
+    stuck: list[sp.StuckPod] = field(default_factory=list)
+    """the pods that cannot start, lowest completion index first"""
+    sidecars_ready: int | None = None
+    """co-located: pods whose server sidecar is ready; None: not read"""
 
 
 @dataclass(frozen=True)
@@ -239,11 +249,12 @@ class Applied:
     changes: int
     conflicts: list[str] = field(default_factory=list)
     """children that could not be created: somebody else's object holds the name"""
+    taken: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, name) of each of those children"""
 
 
 TAKEN = "already exists and is controlled by"
 """How a ResourceExists message names a taken child (``KIND NAME already exists ...``)."""
-TAKEN_RE = re.compile(rf"(?:^|; )([A-Za-z]+) ([a-z0-9.-]+) {TAKEN} ")
 
 
 class Reconciler:
@@ -298,6 +309,7 @@ class Reconciler:
         """
         changes = 0
         conflicts: list[str] = []
+        taken: list[tuple[str, str]] = []
         keys = set()
         for obj in want:
             md = obj["metadata"]
@@ -308,6 +320,7 @@ class Reconciler:
                 created, foreign = await self._create(obj)
                 if foreign:
                     conflicts.append(foreign)
+                    taken.append(key)
                 if not created:
                     continue
                 emit("Normal", "Created", f"created {obj['kind']} {md['name']}")
@@ -319,13 +332,13 @@ class Reconciler:
                     emit("Normal", "Updated", f"updated {obj['kind']} {md['name']}")
                     changes += 1
         if not prune:
-            return Applied(changes, conflicts)
+            return Applied(changes, conflicts, taken)
         for (kind, name), cur in have.items():
             if (kind, name) not in keys:
                 await self._delete(kind, cur["metadata"]["namespace"], name)
                 emit("Normal", "Deleted", f"deleted {kind} {name}")
                 changes += 1
-        return Applied(changes, conflicts)
+        return Applied(changes, conflicts, taken)
 
     async def _create(self, obj: dict[str, Any]) -> tuple[bool, str | None]:
         """Create a missing child: (created, why somebody else's object is in the way).
@@ -360,17 +373,14 @@ class Reconciler:
         return True, None
 
     def recall_taken(self, body: dict[str, Any]) -> None:
-        """The names the resource's status reports taken (reason ``ResourceExists``, written
+        """The names the resource's status reports taken (``status.takenNames``, written
         by an earlier pass, maybe of an earlier operator process) count as found taken: the
         pass reads who holds each before it sends a create, so the first pass after an
         operator restart sends no create that would be refused again."""
         md = body.get("metadata") or {}
         owner = (str(body.get("kind")), str(md.get("namespace")), str(md.get("name")))
-        for c in (body.get("status") or {}).get("conditions") or []:
-            if c.get("reason") != s.Reason.RESOURCE_EXISTS:
-                continue
-            for kind, name in TAKEN_RE.findall(str(c.get("message") or "")):
-                self._taken.setdefault((kind, owner[1], name), owner)
+        for kind, name in s.taken_names(body.get("status") or {}):
+            self._taken.setdefault((kind, owner[1], name), owner)
 
     def forget(self, owner: Key) -> None:
         """The owner is gone: drop the names it found taken."""
@@ -571,9 +581,12 @@ class Reconciler:
             ns, contract.LABEL_JOB, meta.name, have.get(("StatefulSet", n["server"])), res
         )
         colocated = spec.trainers.colocate and gs.info is None
-        tstuck = await self._stuck_trainers(ns, tjob, tstate, colocated, res)
+        tpods = await self._stuck_trainers(ns, tjob, tstate, colocated, res)
+        tstuck = tpods.stuck
         if colocated:  # the servers are sidecars of the trainer pods
-            stuck = tstuck
+            stuck, tstuck = sp.split(tstuck)
+            if tpods.sidecars_ready is not None:  # a trainer's trouble is not the server's
+                servers_ready = tpods.sidecars_ready
         first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
         first_tstuck = sp.first_stuck(tstuck)
         obs = s.JobObservation(
@@ -608,7 +621,8 @@ class Reconciler:
             servers_stuck=first_stuck.describe() if first_stuck else None,
             server_config_error=server_error.failure().headline() if server_error else None,
             trainers_stuck=first_tstuck.describe() if first_tstuck else None,
-            graphserver_failed=gs.failure,
+            colocated=colocated,
+            graphserver_cause=gs.cause,
             output_url=inference_output_url(spec),
         )
         new = s.job_status(obs, old, iso(now))
@@ -638,7 +652,9 @@ class Reconciler:
                     want, have, emit, prune=gs_name is None or gs.info is not None
                 )
                 if done.conflicts:
-                    obs = dataclasses.replace(obs, conflict="; ".join(done.conflicts))
+                    obs = dataclasses.replace(
+                        obs, conflict="; ".join(done.conflicts), taken=tuple(done.taken)
+                    )
                     new = s.job_status(obs, old, iso(now))
             if deadline_due is not None:
                 res.due((deadline_due - now).total_seconds())
@@ -778,7 +794,7 @@ class Reconciler:
         )
         ready = info is not None and st.get("phase") == "Ready"
         ready_servers = int(st.get("partitionsReady") or 0)
-        return _GraphServerView(info, ready_servers, ready, False, s.graphserver_failure(st))
+        return _GraphServerView(info, ready_servers, ready, False, s.graphserver_cause(st))
 
     async def _pods_not_created(
         self,
@@ -843,21 +859,26 @@ class Reconciler:
         tstate: str,
         colocated: bool,
         res: PassResult,
-    ) -> list[sp.StuckPod]:
+    ) -> TrainerPods:
         """The trainer pods that cannot start (image pull, a missing Secret or key, no node;
-        a co-located pod's server sidecar crash-looping), lowest completion index first;
-        read (one list) only while the running trainer Job has active pods that are not
-        ready, a pass due again meanwhile (as :meth:`_stuck_servers`)."""
+        a co-located pod's server sidecar crash-looping), lowest completion index first,
+        and a co-located job's ready server sidecars; read (one list) only while the
+        running trainer Job has active pods that are not ready, a pass due again meanwhile
+        (as :meth:`_stuck_servers`)."""
         if tjob is None or tstate != "running":
-            return []
+            return TrainerPods()
         st = tjob.get("status") or {}
         if st.get("ready") is None or int(st["ready"]) >= int(st.get("active") or 0):
-            return []
+            return TrainerPods()
         res.due(pc.RECHECK_SECONDS)
         md = tjob.get("metadata") or {}
+        uid = str(md.get("uid") or "")
         pods = await self.api.list("Pod", ns, {"job-name": str(md.get("name"))})
         sidecars = (sp.SERVER_CONTAINER,) if colocated else ()
-        return sp.all_stuck(pods, str(md.get("uid") or ""), d.TRAINER_CONTAINER, sidecars)
+        return TrainerPods(
+            sp.all_stuck(pods, uid, d.TRAINER_CONTAINER, sidecars),
+            sp.sidecars_ready(pods, uid, sp.SERVER_CONTAINER) if colocated else None,
+        )
 
     async def _partition_outcome(
         self, ns: str, pjob: dict[str, Any] | None, pstate: str
@@ -1001,7 +1022,9 @@ class Reconciler:
         )
         done = await self.apply(want, have, emit)
         if done.conflicts:
-            obs = dataclasses.replace(obs, conflict="; ".join(done.conflicts))
+            obs = dataclasses.replace(
+                obs, conflict="; ".join(done.conflicts), taken=tuple(done.taken)
+            )
         new = s.graphserver_status(obs, old, now)
         res.status = new
         if await self._patch_status("GraphServer", body, new):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from distgnn import contract
-from distgnn.api.types import MAX_ATTACHED_JOBS
+from distgnn.api.types import MAX_ATTACHED_JOBS, MAX_TAKEN_NAMES
 from distgnn_operator import failure as f
 
 TERMINAL = ("Succeeded", "Failed")
@@ -107,6 +108,8 @@ class JobObservation:
     output_url: str | None = None
     conflict: str | None = None
     """children somebody else's objects keep from being created; the job is held"""
+    taken: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of each of those children: ``status.takenNames``"""
     pods_not_created: str | None = None
     """why children cannot create their pods (their newest FailedCreate event)"""
     servers_stuck: str | None = None
@@ -115,8 +118,11 @@ class JobObservation:
     """a server exited with the configuration-error status (2): its root cause and pod"""
     trainers_stuck: str | None = None
     """the first trainer pod that cannot start and why (``pod NAME: REASON: WHY``)"""
-    graphserver_failed: str | None = None
-    """the attached GraphServer's failure, one line (``Failed: REASON: MESSAGE``)"""
+    colocated: bool = False
+    """the servers are sidecars of the trainer pods (``trainers.colocate``)"""
+    graphserver_cause: str | None = None
+    """why the attached GraphServer is not Ready, one line (``PHASE: REASON: MESSAGE``):
+    :func:`graphserver_cause`"""
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,8 @@ class GraphServerObservation:
     """name of a ``storage.credentialsSecret`` that does not exist"""
     conflict: str | None = None
     """children somebody else's objects keep from being created"""
+    taken: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of each of those children: ``status.takenNames``"""
     pods_not_created: str | None = None
     """why children cannot create their pods (their newest FailedCreate event)"""
     servers_stuck: str | None = None
@@ -210,7 +218,7 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
         return (
             "Pending",
             Reason.WAITING_GS,
-            f"{msg}; it is {o.graphserver_failed}" if o.graphserver_failed else msg,
+            f"{msg}; it is {o.graphserver_cause}" if o.graphserver_cause else msg,
         )
     running = _trainers_phase(o)
     if o.credentials_missing and running[0] != "Running":
@@ -229,10 +237,14 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
     if o.restarting:
         return "Starting", Reason.RESTARTING, f"restarting trainer group ({o.restarts})"
     if o.servers_ready < o.num_parts:
+        # co-located: a pod's trainer that cannot start while other pods' servers load
+        # is named too, as the trainer container it is (the ServersReady condition
+        # names only a server that cannot start)
+        stuck = o.servers_stuck or (o.trainers_stuck if o.colocated else None)
         return (
             "Starting",
             Reason.SERVERS_STARTING,
-            servers_message(o.servers_ready, o.num_parts, o.servers_stuck),
+            servers_message(o.servers_ready, o.num_parts, stuck),
         )
     return running
 
@@ -412,6 +424,8 @@ def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[
         st["outputURL"] = o.output_url  # inference wrote there (index.json last)
     if old.get("progress"):  # written by distgnn_operator.progress; kept as last seen
         st["progress"] = old["progress"]
+    if o.taken:
+        st["takenNames"] = taken_names_field(o.taken)
     return st
 
 
@@ -492,7 +506,39 @@ def graphserver_status(
         st["manifestURL"] = o.manifest_url
     if o.token_secret:
         st["tokenSecret"] = o.token_secret
+    if o.taken:
+        st["takenNames"] = taken_names_field(o.taken)
     return st
+
+
+def taken_names_field(taken: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    """``status.takenNames``: each child whose name somebody else's object holds, sorted."""
+    return [{"kind": k, "name": n} for k, n in sorted(set(taken))[:MAX_TAKEN_NAMES]]
+
+
+LEGACY_TAKEN_RE = re.compile(
+    r"(?:^|; )([A-Za-z]+) ([a-z0-9.-]+) already exists and is controlled by "
+)
+"""How the operator before ``status.takenNames`` named a taken child in a ``ResourceExists``
+condition message. Frozen: read only from a status without ``takenNames`` (written by that
+operator, e.g. a job held during an upgrade), never from one this operator wrote."""
+
+
+def taken_names(st: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, name) of the children a status reports taken: its ``takenNames``; a status
+    without the field (the operator before it) gives them in its ``ResourceExists``
+    messages, parsed in that operator's wording."""
+    if "takenNames" in st:
+        return [
+            (str(t.get("kind")), str(t.get("name")))
+            for t in st.get("takenNames") or []
+            if isinstance(t, dict) and t.get("kind") and t.get("name")
+        ]
+    out = []
+    for c in st.get("conditions") or []:
+        if isinstance(c, dict) and c.get("reason") == Reason.RESOURCE_EXISTS:
+            out += LEGACY_TAKEN_RE.findall(str(c.get("message") or ""))
+    return out
 
 
 def same_status(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
@@ -513,14 +559,23 @@ GS_CAUSE_MAX = 600
 """Characters of a GraphServer's message quoted in an attached job's status."""
 
 
-def graphserver_failure(st: dict[str, Any]) -> str | None:
-    """``PHASE: REASON: MESSAGE`` of a GraphServer that users must act on (``Failed``: a
-    server or the partitioner exited with a configuration error; ``Pending``: a missing
-    credentials Secret, a name taken), one line; None in any other phase."""
+def graphserver_cause(st: dict[str, Any]) -> str | None:
+    """``PHASE: REASON: MESSAGE`` of a GraphServer that is not Ready for a reason users act
+    on, one line: ``Failed`` (a server or the partitioner exited with a configuration
+    error), ``Pending`` (a missing credentials Secret, a name taken), or ``Starting`` while
+    a server pod cannot start (its message names the pod: it says more than
+    :func:`servers_message`'s count). None in any other phase, and while it is Starting
+    with its pods on their way."""
     phase = st.get("phase")
-    if phase not in ("Failed", "Pending"):
+    if phase not in ("Failed", "Pending", "Starting"):
         return None
     reason, message = phase_reason(st)
+    if phase == "Starting":
+        count = servers_message(
+            int(st.get("partitionsReady") or 0), int(st.get("numParts") or 0), None
+        )
+        if reason != Reason.SERVERS_STARTING or message == count:
+            return None
     line = f.one_line(" ".join(message.split()), GS_CAUSE_MAX)
     return ": ".join(x for x in (str(phase), reason, line) if x)
 

@@ -15,6 +15,13 @@ crash-looping; one it does not restart (a trainer: ``restartPolicy: Never``) has
 which its Job reports, so it is not "stuck". A server container that last exited with
 :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2: a configuration or input error, which a
 restart cannot cure) is :func:`first_config_error`: it fails a DistGNNJob at once.
+
+In a pod with a sidecar read (a co-located trainer pod) the line names the stuck
+container, the sidecar's or a trainer's (``pod P (container trainer): ...``), and
+:attr:`StuckPod.server` says whose it is: the server sidecar's (its crash loop, or the
+pod unschedulable, which keeps the server from running too), or the trainers' (the
+sidecar itself is fine), so the status blames the servers only for what is theirs
+(:func:`split`). :func:`sidecars_ready` counts the pods whose server sidecar is ready.
 """
 
 from __future__ import annotations
@@ -69,9 +76,11 @@ class StuckPod:
     exit_code: int | None = None
     """the last termination's exit status (a crash loop)"""
     container: str = ""
-    """the stuck container when it is a sidecar (named in the line); "": the main one"""
+    """the stuck container, named in the line, in a pod with a sidecar read (its sidecar
+    or a trainer container); "": a pod of one kind of container"""
     server: bool = True
-    """the stuck container is a graph server (its exit 2 is a ``ServerConfigError``)"""
+    """the stuck container is a graph server (its exit 2 is a ``ServerConfigError``), or
+    the whole pod that holds one cannot be scheduled"""
 
     @property
     def config_error(self) -> bool:
@@ -112,26 +121,33 @@ def _last_termination(cs: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _restarts(c: dict[str, Any], pod_restarts: bool) -> bool:
+    """Whether the kubelet restarts the container: its own ``restartPolicy`` (a native
+    sidecar's ``Always``, a container restart rule), else the pod's."""
+    own = c.get("restartPolicy")
+    return own != "Never" if own else pod_restarts
+
+
 def _watched(
     pod: dict[str, Any], container: str, sidecars: tuple[str, ...]
-) -> Iterator[tuple[dict[str, Any], str, bool]]:
-    """(status, sidecar name or "", restarted by the kubelet) of the containers read:
-    the named sidecars first (the others wait for them), then the main container and its
-    numbered siblings."""
+) -> Iterator[tuple[dict[str, Any], str, bool, bool]]:
+    """(status, container name, a sidecar, restarted by the kubelet) of the containers
+    read: the named sidecars first (the others wait for them), then the main container
+    and its numbered siblings."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     pod_restarts = spec.get("restartPolicy", "Always") != "Never"
-    always = {
-        str(c.get("name"))
-        for c in spec.get("initContainers") or []
-        if c.get("restartPolicy") == "Always"
+    specs = {
+        str(c.get("name")): c
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     }
     for cs in st.get("initContainerStatuses") or []:
         name = str(cs.get("name") or "")
         if name in sidecars:
-            yield cs, name, name in always or pod_restarts
+            yield cs, name, True, _restarts(specs.get(name) or {}, pod_restarts)
     for cs in st.get("containerStatuses") or []:
-        if f.is_container(str(cs.get("name") or ""), container):
-            yield cs, "", pod_restarts
+        name = str(cs.get("name") or "")
+        if f.is_container(name, container):
+            yield cs, name, False, _restarts(specs.get(name) or {}, pod_restarts)
 
 
 def stuck(
@@ -149,28 +165,29 @@ def stuck(
     if md.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in _DONE:
         return None
     name, n = str(md.get("name") or "?"), index(pod)
-    for cs, side, restarts in _watched(pod, container, sidecars):
+    for cs, cname, side, restarts in _watched(pod, container, sidecars):
         if cs.get("ready"):
             continue
-        server = (side or container) == SERVER_CONTAINER
+        server = (cname if side else container) == SERVER_CONTAINER
+        shown = cname if sidecars else ""  # several kinds of container: say which
         term = _last_termination(cs)
         code = f.exit_code(term)
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
         if code not in (None, 0):
-            if not restarts:  # failed, not stuck: its Job reports it
+            if not (restarts or reason == CRASH_LOOP):  # failed, not stuck: its Job says
                 continue
             summary, detail = f.summarize(term.get("message"), term.get("reason"), code)
             if "exit code" not in summary:
                 summary = f"{summary} (exit code {code})"
-            return StuckPod(name, n, CRASH_LOOP, summary, detail, code, side, server)
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = str(waiting.get("reason") or "")
+            return StuckPod(name, n, CRASH_LOOP, summary, detail, code, shown, server)
         if reason in PULL_REASONS:
-            image = cs.get("image") or _image(pod, str(cs.get("name") or ""))
+            image = cs.get("image") or _image(pod, cname)
             why = f'cannot pull image "{image}" (kubectl describe pod {name})'
-            return StuckPod(name, n, IMAGE_PULL, why, container=side, server=server)
+            return StuckPod(name, n, IMAGE_PULL, why, container=shown, server=server)
         if reason in STUCK_REASONS:
             why = f.one_line(str(waiting.get("message") or ""))
-            return StuckPod(name, n, reason, why, container=side, server=server)
+            return StuckPod(name, n, reason, why, container=shown, server=server)
     for c in (pod.get("status") or {}).get("conditions") or []:
         if (
             c.get("type") == "PodScheduled"
@@ -178,7 +195,8 @@ def stuck(
             and c.get("reason") == UNSCHEDULABLE
         ):
             why = f.one_line(str(c.get("message") or ""))
-            return StuckPod(name, n, UNSCHEDULABLE, why, server=container == SERVER_CONTAINER)
+            holds_server = SERVER_CONTAINER in (container, *sidecars)
+            return StuckPod(name, n, UNSCHEDULABLE, why, server=holds_server)
     return None
 
 
@@ -214,3 +232,23 @@ def first_stuck(stuck_pods: list[StuckPod]) -> StuckPod | None:
 def first_config_error(stuck_pods: list[StuckPod]) -> StuckPod | None:
     """The lowest one whose graph server last exited with the configuration-error status."""
     return next((s for s in stuck_pods if s.config_error), None)
+
+
+def split(stuck_pods: list[StuckPod]) -> tuple[list[StuckPod], list[StuckPod]]:
+    """(the servers', the trainers') of a co-located job's stuck pods: a server sidecar
+    that cannot start or a pod that cannot be scheduled is the servers'; a trainer
+    container that cannot start beside a sidecar that is fine is the trainers'."""
+    return [s for s in stuck_pods if s.server], [s for s in stuck_pods if not s.server]
+
+
+def sidecars_ready(pods: Iterable[dict[str, Any]], owner_uid: str, sidecar: str) -> int:
+    """Pods of the Job ``owner_uid`` whose native sidecar ``sidecar`` is ready: a
+    co-located job's graph servers that serve, whatever its trainers do."""
+    n = 0
+    for p in pods:
+        md = p.get("metadata") or {}
+        if not d.owned_by(p, owner_uid) or md.get("deletionTimestamp"):
+            continue
+        statuses = (p.get("status") or {}).get("initContainerStatuses") or []
+        n += any(cs.get("name") == sidecar and cs.get("ready") for cs in statuses)
+    return n

@@ -31,7 +31,12 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     server_pod,
     st_msg,
 )
-from test_operator_stuck_pods import sidecar_crash_status, trainer_pod, waiting_status
+from test_operator_stuck_pods import (
+    colocated_status,
+    sidecar_crash_status,
+    trainer_pod,
+    waiting_status,
+)
 from tests.support.emulator import kopf_diffbase, kopf_finalizer_attempt
 
 from distgnn import contract
@@ -81,7 +86,8 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
 ) -> None:
     """Jobs partitioning, starting (one with a crash-looping server pod named in its
     status, one with a trainer pod that cannot pull its image, a co-located one with a
-    crash-looping server sidecar), running (own servers, co-located), suspended, and
+    crash-looping server sidecar, a co-located one whose trainer container cannot pull
+    its image beside ready servers), running (own servers, co-located), suspended, and
     pending on a missing credentials Secret and on PodGroups (succeeded and failed jobs:
     test_operator_emulator.py's lifecycle tests)."""
     c = cluster
@@ -121,11 +127,24 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         sidecar = sidecar_crash_status(1, SERVE_UNREACHABLE, 3)
         await trainer_pod(c, "colocrash-trainers", 0, sidecar, colocated=True)
         await c.patch("Job", "colocrash-trainers", {"status": {"active": 2, "ready": 0}}, "status")
+        # co-located, its servers ready, a trainer container that cannot pull its image
+        await c.create(job_manifest("colopull", graph=PARTS, trainers=colo))
+        await c.child("Job", "colopull-trainers")
+        pull = {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}
+        run = {"running": {"startedAt": "2026-11-25T14:00:01Z"}}
+        await trainer_pod(c, "colopull-trainers", 0, colocated_status(pull), colocated=True)
+        await trainer_pod(c, "colopull-trainers", 1, colocated_status(run, True), colocated=True)
+        await c.patch("Job", "colopull-trainers", {"status": {"active": 2, "ready": 1}}, "status")
 
         async def pods_named() -> bool:
             a = st_msg(await c.status("DistGNNJob", "tpend"))
             b = st_msg(await c.status("DistGNNJob", "colocrash"))
-            return "ImagePullBackOff" in a and "(container server): CrashLoopBackOff" in b
+            cp = st_msg(await c.status("DistGNNJob", "colopull"))
+            return (
+                "ImagePullBackOff" in a
+                and "(container server): CrashLoopBackOff" in b
+                and "(container trainer): ImagePullBackOff" in cp
+            )
 
         await c.until("the stuck trainer pods named", pods_named)
 
@@ -139,7 +158,7 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 2}}, "status")
         await c.phase("DistGNNJob", "colo", "Running")
         names = ["parting", "starting", "running", "sus", "colo", "nocreds", "gang", "crashing"]
-        names += ["tpend", "colocrash"]
+        names += ["tpend", "colocrash", "colopull"]
         await passes_in_quiet(c, [("DistGNNJob", n) for n in names])
 
 
@@ -147,7 +166,8 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
     cluster: Cluster,  # noqa: F811
     resync2: argparse.Namespace,
 ) -> None:
-    """GraphServers partitioning, starting (a job waiting for it), failed on a server's
+    """GraphServers partitioning, starting (a job waiting for it; another with a server
+    pod that crash-loops, which a job waiting for it names), failed on a server's
     configuration error (its pods kept; a job waiting for it names the failure) and ready
     (a job running on it), a job waiting for a GraphServer that does not exist, then a
     deletion held by the attached job (phase Terminating): nothing is written while
@@ -165,6 +185,12 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
         await c.patch("StatefulSet", "gsx-server", {"status": {"replicas": 2}}, "status")
         crash = crash_looping_status(2, SERVE_NO_OBJECT, 2)
         await c.patch("Pod", "gsx-server-1", {"status": crash})
+        await c.create(_graphserver("gsk", 2))  # Starting: a server pod crash-loops (exit 1)
+        await server_pod(c, "gsk-server", 0, contract.LABEL_GRAPHSERVER, "gsk")
+        await c.patch("StatefulSet", "gsk-server", {"status": {"replicas": 2}}, "status")
+        crash = crash_looping_status(1, SERVE_UNREACHABLE, 3)
+        await c.patch("Pod", "gsk-server-0", {"status": crash})
+        await c.create(job_manifest("onstuck", graph={"graphServer": {"name": "gsk"}}))
         await c.create(job_manifest("waits", graph={"graphServer": {"name": "gss"}}))
         await c.create(job_manifest("onfailed", graph={"graphServer": {"name": "gsx"}}))
         await c.create(job_manifest("orphan", graph={"graphServer": {"name": "nope"}}))
@@ -183,14 +209,20 @@ async def test_graphserver_states_and_attached_jobs_write_nothing_on_an_unchange
             )
 
         await c.until("the Failed GraphServer named", names_failure)
+
+        async def names_stuck_pod() -> bool:
+            msg = st_msg(await c.status("DistGNNJob", "onstuck"))
+            return "it is Starting: ServersStarting: 0/2 servers ready; pod gsk-server-0" in msg
+
+        await c.until("the GraphServer's stuck pod named", names_stuck_pod)
         await c.reason("DistGNNJob", "orphan", "GraphServerNotFound")
 
         async def attached() -> Any:
             return (await c.status("GraphServer", "gsr")).get("attachedJobs") == ["att"]
 
         await c.until("attachedJobs current", attached)
-        names = [("GraphServer", n) for n in ("gsp", "gss", "gsr", "gsx")]
-        names += [("DistGNNJob", n) for n in ("waits", "orphan", "att", "onfailed")]
+        names = [("GraphServer", n) for n in ("gsp", "gss", "gsr", "gsx", "gsk")]
+        names += [("DistGNNJob", n) for n in ("waits", "orphan", "att", "onfailed", "onstuck")]
         await passes_in_quiet(c, names)
 
         await c.delete("GraphServer", "gsr")  # held by "att"
@@ -254,3 +286,21 @@ async def test_a_held_name_sends_no_create_after_an_operator_restart(
     assert ("GET", c._url("Service", "taken-server")) in c.k.calls[calls:]
     assert ("POST", c._url("Service")) not in c.k.calls[calls:], c.k.calls[calls:]
     assert [w for w in c.k.writes_since(n) if not kopf_finalizer_attempt(w)] == []
+    st = await c.status("DistGNNJob", "taken")
+    assert st["takenNames"] == [{"kind": "Service", "name": "taken-server"}]
+    # the names are state of their own: a message in other words (a later wording) changes
+    # nothing a new operator process does but that status, written back once
+    conds = [
+        {**cd, "message": "reworded"} if cd["reason"] == "ResourceExists" else cd
+        for cd in st["conditions"]
+    ]
+    await c.patch("DistGNNJob", "taken", {"status": {"conditions": conds}}, "status")
+    calls = len(c.k.calls)
+    async with Operator(resync2):
+
+        async def rewritten() -> bool:
+            return "reworded" not in st_msg(await c.status("DistGNNJob", "taken"))
+
+        await c.until("the status written back", rewritten)
+        await passes_in_quiet(c, [("DistGNNJob", "taken")])
+    assert ("POST", c._url("Service")) not in c.k.calls[calls:], c.k.calls[calls:]

@@ -1,8 +1,10 @@
 """Trainer pods that cannot start, on the Kubernetes API emulator (the test plays the Job
 controller and the kubelet): the job's status names the lowest-index stuck trainer pod;
 a co-located pod's crash-looping server sidecar is named as its servers are, and its
-exit 2 fails the job (ServerConfigError); a job attached to a Failed GraphServer names
-that failure while it waits, and its activeDeadlineSeconds still fails it."""
+exit 2 fails the job (ServerConfigError), while its trainer container that cannot start
+is the trainers' (TrainersPending, the container named); a job attached to a Failed
+GraphServer names that failure while it waits, and its activeDeadlineSeconds still fails
+it; a job attached to a GraphServer Starting with a stuck server pod names that pod."""
 
 from __future__ import annotations
 
@@ -76,6 +78,34 @@ def sidecar_crash_status(exit_code: int, log_tail: str, restarts: int) -> dict[s
                 "started": False,
                 "restartCount": 0,
                 "state": {"waiting": {"reason": "PodInitializing"}},
+            }
+        ],
+    }
+
+
+def colocated_status(trainer: dict[str, Any], ready: bool = False) -> dict[str, Any]:
+    """A co-located trainer pod whose server sidecar is ready (its partition loaded), its
+    trainer container in state ``trainer`` (ready or not)."""
+    server = {
+        "name": "server",
+        "image": IMAGE,
+        "ready": True,
+        "started": True,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-11-25T14:00:00Z"}},
+    }
+    return {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": str(ready), "reason": "ContainersNotReady"}],
+        "initContainerStatuses": [server],
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "image": IMAGE,
+                "ready": ready,
+                "started": ready,
+                "restartCount": 0,
+                "state": trainer,
             }
         ],
     }
@@ -230,3 +260,97 @@ async def test_a_job_on_a_failed_graphserver_names_it_and_its_deadline_still_app
         st = await c.phase("DistGNNJob", "onf", "Failed", timeout=PROMPT)
         assert cond(st, "Failed")["reason"] == "DeadlineExceeded"
         assert await c.get("Job", "onf-trainers") is None
+
+
+async def test_a_job_on_a_graphserver_with_a_stuck_pod_says_so_while_it_waits(
+    cluster: Cluster,  # noqa: F811  (the emulator module's fixtures)
+    operator_args: argparse.Namespace,  # noqa: F811
+) -> None:
+    """A GraphServer only Starting because a server pod crash-loops (exit 1: the kubelet
+    retries) names that pod in its status; a job waiting for it says so in one line,
+    writes nothing more while the pod's state only repeats, and drops it once the pod
+    is on its way again."""
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(_graphserver("gsk", 2))
+        await server_pod(c, "gsk-server", 1, contract.LABEL_GRAPHSERVER, "gsk")
+        await c.patch("StatefulSet", "gsk-server", {"status": {"replicas": 2}}, "status")
+        await c.patch("StatefulSet", "gsk-server", {"status": {"readyReplicas": 1}}, "status")
+        crash = crash_looping_status(1, SERVE_UNREACHABLE, 1)
+        await c.patch("Pod", "gsk-server-1", {"status": crash})
+        line = f"pod gsk-server-1: CrashLoopBackOff: {SERVE_UNREACHABLE} (exit code 1)"
+
+        async def gs_named() -> dict[str, Any] | None:
+            st = await c.status("GraphServer", "gsk")
+            ok = st.get("conditions") and line in cond(st, "ServersReady")["message"]
+            return st if ok else None
+
+        gs = await c.until("the stuck pod in the GraphServer's status", gs_named, timeout=PROMPT)
+        assert gs["phase"] == "Starting"
+        await c.create(job_manifest("onk", graph={"graphServer": {"name": "gsk"}}))
+        want = (
+            "waiting for GraphServer gsk to be Ready; it is Starting: ServersStarting: "
+            f"1/2 servers ready; {line}"
+        )
+
+        async def job_named() -> dict[str, Any] | None:
+            st = await c.status("DistGNNJob", "onk")
+            return st if st.get("conditions") and st_msg(st) == want else None
+
+        st = await c.until("the stuck pod in the job's status", job_named, timeout=PROMPT)
+        assert st["phase"] == "Pending" and phase_reason(st) == "GraphServerNotReady"
+        # a restart more: the same line, nothing written
+        await c.patch(
+            "Pod", "gsk-server-1", {"status": crash_looping_status(1, SERVE_UNREACHABLE, 2)}
+        )
+        await assert_settled(c)
+        loading = {"phase": "Running", "containerStatuses": [
+            {"name": "server", "ready": False, "restartCount": 3, "state": {"running": {}}}
+        ]}  # fmt: skip
+        await c.patch("Pod", "gsk-server-1", {"status": loading})
+
+        async def plain() -> bool:
+            msg = st_msg(await c.status("DistGNNJob", "onk"))
+            return msg == "waiting for GraphServer gsk to be Ready"
+
+        await c.until("the job's message without the pod", plain, timeout=PROMPT)
+
+
+async def test_a_colocated_trainer_container_that_cannot_start_is_the_trainers(
+    cluster: Cluster,  # noqa: F811  (the emulator module's fixtures)
+    operator_args: argparse.Namespace,  # noqa: F811
+) -> None:
+    """``trainers.colocate``: a pod whose server sidecar is ready but whose trainer
+    container cannot pull its image is the trainers' trouble, not the servers': every
+    server ready (ServersReady True), the job TrainersPending, the message naming the
+    trainer container of that pod; Running once it runs."""
+    c = cluster
+    c.k.server_version = "1.29"
+    async with Operator(operator_args):
+        trainers = {"replicas": 2, "colocate": True, "app": {"name": "node-classification"}}
+        await c.create(job_manifest("ct", trainers=trainers))
+        await _succeed_partition(c, "ct")
+        await c.child("Job", "ct-trainers")
+        pull = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling "{IMAGE}"'}}
+        p0 = await trainer_pod(c, "ct-trainers", 0, colocated_status(pull), colocated=True)
+        running = {"running": {"startedAt": "2026-11-25T14:00:01Z"}}
+        await trainer_pod(c, "ct-trainers", 1, colocated_status(running, True), colocated=True)
+        await c.patch("Job", "ct-trainers", {"status": {"active": 2, "ready": 1}}, "status")
+        want = (
+            f"1/2 trainer pod(s) running, 1 pending; pod {p0} (container trainer): "
+            f'ImagePullBackOff: cannot pull image "{IMAGE}" (kubectl describe pod {p0})'
+        )
+
+        async def named() -> dict[str, Any] | None:
+            st = await c.status("DistGNNJob", "ct")
+            return st if st_msg(st) == want else None
+
+        st = await c.until("the trainer container named", named, timeout=PROMPT)
+        assert st["phase"] == "Starting" and phase_reason(st) == "TrainersPending"
+        servers = cond(st, "ServersReady")
+        assert (servers["status"], servers["reason"]) == ("True", "ServersReady")
+        assert st["partitionsReady"] == 2
+        await assert_settled(c)
+        await c.patch("Pod", p0, {"status": colocated_status(running, True)})
+        await c.patch("Job", "ct-trainers", {"status": {"ready": 2}}, "status")
+        await c.phase("DistGNNJob", "ct", "Running", timeout=PROMPT)

@@ -21,7 +21,15 @@ import pytest
 from distgnn.errors import ConfigError, JobFailed
 from distgnn.local.plan import LocalPlan, load_yaml, plan_from_manifest, resolve
 from distgnn.local.registry import GraphServerEntry, Registry, process_create_time
-from distgnn.local.runner import RunContext, run_job
+from distgnn.local.runner import (
+    Deadline,
+    RunContext,
+    log_root_cause,
+    run_job,
+    server_name,
+    wait_ready,
+)
+from distgnn.local.supervisor import ProcessSpec, Supervisor
 
 SERVERS = ["127.0.0.1:4100", "127.0.0.1:4101"]
 
@@ -279,3 +287,56 @@ def test_servers_gather_on_the_cpus_the_trainers_leave_free(
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setattr(runner, "available_cpus", lambda: 8)
     assert runner.server_gather_threads(LocalPlan(kind="DistGNNJob", name="j", replicas=2)) == 6
+
+
+STAND_IN_SERVER = """
+    import sys
+    print('graph server starting partition=1', flush=True)
+    print({line!r}, file=sys.stderr, flush=True)
+    sys.exit({code})
+"""
+
+
+@pytest.mark.parametrize("code", [2, 1])
+def test_a_servers_exit_2_is_one_line_and_exit_2_any_other_is_exit_1(
+    ctx: RunContext, tmp_path: Path, code: int
+) -> None:
+    """As on Kubernetes (ServerConfigError): a graph server's exit 2 (a partition missing
+    or malformed, no credentials, a port in use) fails the run in one line naming the
+    server, its partition and its error line, and distgnn run exits 2; another exit fails
+    it as before (no server restart in local mode), with the log tail, exit 1."""
+    line = (
+        "distgnn serve: error: /p/cora/part-00001/node/_N/feat.npy: partition file is missing"
+        if code == 2
+        else "distgnn serve: error: s3://p/cora.json: cannot reach the S3 endpoint"
+    )
+    argv = [sys.executable, "-c", textwrap.dedent(STAND_IN_SERVER.format(line=line, code=code))]
+    with Supervisor(ctx.stream, grace=5) as sup:
+        sup.start(ProcessSpec(server_name(1), argv))
+        with pytest.raises(JobFailed) as ei:
+            wait_ready(sup, ctx, {"server-1": (1, tmp_path / "never.ready")}, Deadline(None))
+    msg = str(ei.value)
+    if code == 2:
+        assert ei.value.exit_status == 2
+        assert msg == (
+            "graph server server-1 (partition 1) exited with a configuration error (exit "
+            f"code 2), not retried: {line}"
+        )
+    else:
+        assert ei.value.exit_status == 1
+        assert msg.splitlines()[0] == "server-1 exited before it was ready (exit code 1)"
+        assert f"server-1 | {line}" in msg and "server-1 | graph server starting" in msg
+
+
+def test_the_root_cause_of_a_log_is_its_cli_error_line() -> None:
+    lines = [
+        '{"level": "info", "msg": "graph server stopped", "partition": 0}',
+        "distgnn serve: error: 127.0.0.1:30050: port in use",
+        "some output after it",
+    ]
+    assert log_root_cause(lines) == "distgnn serve: error: 127.0.0.1:30050: port in use"
+    assert log_root_cause(["Traceback ...", "ModuleNotFoundError: No module named 'x'"]) == (
+        f"ModuleNotFoundError: No module named 'x' (not installed for {sys.executable}; "
+        "DistGNN's examples: pip install -e '.[examples]')"
+    )
+    assert log_root_cause(["nothing to see"]) is None

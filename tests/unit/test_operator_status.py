@@ -10,7 +10,7 @@ from distgnn_operator.status import (
     GraphServerObservation,
     JobObservation,
     Reason,
-    graphserver_failure,
+    graphserver_cause,
     graphserver_status,
     graphserver_terminating,
     job_phase,
@@ -316,6 +316,10 @@ def _gs(obs_: GraphServerObservation) -> dict[str, object]:
 
 GS_SERVED = GraphServerObservation(partition_needed=False, num_parts=2, servers_ready=0)
 SERVE_NO_KEY = "distgnn serve: error: s3://p/gs.json: not found (NoSuchKey) (pod gs-server-0)"
+GS_STUCK = (
+    "pod gs-server-1: CrashLoopBackOff: distgnn serve: error: s3://p/gs.json: cannot reach "
+    "the S3 endpoint http://minio:9000 (EndpointConnectionError) (exit code 1)"
+)
 
 
 @pytest.mark.parametrize(
@@ -346,7 +350,18 @@ SERVE_NO_KEY = "distgnn serve: error: s3://p/gs.json: not found (NoSuchKey) (pod
             "(spec.storage.credentialsSecret.name) not found; pods cannot start until it exists",
             id="pending-credentials",
         ),
+        pytest.param(
+            dataclasses.replace(GS_SERVED, servers_ready=1, servers_stuck=GS_STUCK),
+            f"Starting: ServersStarting: 1/2 servers ready; {GS_STUCK}",
+            id="starting-a-pod-stuck",
+        ),
         pytest.param(GS_SERVED, None, id="starting"),
+        pytest.param(dataclasses.replace(GS_SERVED, servers_ready=1), None, id="starting-1-of-2"),
+        pytest.param(
+            GraphServerObservation(partition_needed=True, partition="running", num_parts=2),
+            None,
+            id="partitioning",
+        ),
         pytest.param(dataclasses.replace(GS_SERVED, servers_ready=2), None, id="ready"),
     ],
 )
@@ -354,12 +369,17 @@ def test_an_attached_job_names_its_graphservers_failure(
     gs_obs: GraphServerObservation, want: str | None
 ) -> None:
     """A job waiting for a Failed (or Pending) GraphServer keeps waiting (the GraphServer can
-    recover; activeDeadlineSeconds still applies) and says why in one line."""
-    cause = graphserver_failure(_gs(gs_obs))
+    recover; activeDeadlineSeconds still applies) and says why in one line; so does one
+    waiting for a GraphServer Starting with a server pod that cannot start, and the line
+    stays put while that pod's state does (a pass writes nothing)."""
+    cause = graphserver_cause(_gs(gs_obs))
     assert cause == want
-    o = obs(waiting_for_graphserver="gs", trainer_job="absent", graphserver_failed=cause)
+    o = obs(waiting_for_graphserver="gs", trainer_job="absent", graphserver_cause=cause)
     phase, reason, message = job_phase(o)
     assert (phase, reason) == ("Pending", Reason.WAITING_GS)
     assert message == (f"waiting for GraphServer gs to be Ready; it is {want}" if want else
                        "waiting for GraphServer gs to be Ready")  # fmt: skip
     assert job_phase(dataclasses.replace(o, deadline_exceeded=True))[1] == Reason.DEADLINE
+    first = job_status(o, None, "t0")
+    assert graphserver_cause(graphserver_status(gs_obs, _gs(gs_obs), "t1")) == cause
+    assert job_status(o, first, "t1") == first

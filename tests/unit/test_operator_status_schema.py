@@ -62,6 +62,7 @@ JOB_CASES = [o for o, _, _ in TABLE] + [
     obs(trainer_job="absent", pods_not_created=LONG),
     obs(trainer_job="absent", servers_ready=1, servers_stuck=LONG),
     obs(trainer_job="absent", servers_ready=1, server_config_error=LONG),
+    obs(conflict=LONG, taken=tuple(("StatefulSet", "n" * 250 + f"{i:03}") for i in range(20))),
 ]
 
 
@@ -102,6 +103,7 @@ GS_CASES = [
     s.GraphServerObservation(num_parts=2, partition="succeeded", pods_not_created=LONG),
     s.GraphServerObservation(num_parts=2, partition="succeeded", servers_stuck=LONG),
     s.GraphServerObservation(num_parts=2, partition="succeeded", server_config_error=LONG),
+    s.GraphServerObservation(num_parts=2, conflict=LONG, taken=(("Service", "s" * 253),)),
     s.GraphServerObservation(
         num_parts=1024,
         endpoints=[f"p-server-{i}.p-server.ns.svc:30050" for i in range(1024)],

@@ -300,15 +300,18 @@ def trainer_pod(
     sidecar: dict[str, Any] | None = None,
     phase: str = "Pending",
     conditions: list[dict[str, Any]] | None = None,
+    restart: str | None = None,
 ) -> dict[str, Any]:
     """A trainer pod of the Indexed Job ``cora-trainers`` as the kubelet reports it:
     ``trainers`` are its trainer containers' statuses (``trainer``, ``trainer-1``, ...);
-    ``sidecar``, a co-located pod's server sidecar status (``initContainerStatuses``)."""
+    ``sidecar``, a co-located pod's server sidecar status (``initContainerStatuses``);
+    ``restart``, the trainer containers' own ``restartPolicy`` (a container restart rule)."""
     name = f"cora-trainers-{index}-x{index}k9z"
+    own = {"restartPolicy": restart} if restart else {}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [
-            {"name": "trainer" if i == 0 else f"trainer-{i}", "image": TRAINER_IMAGE}
+            {"name": "trainer" if i == 0 else f"trainer-{i}", "image": TRAINER_IMAGE, **own}
             for i in range(len(trainers))
         ],
     }
@@ -377,6 +380,23 @@ SIDECAR_CRASH = {
 }
 NO_KEY = "couldn't find key token in Secret default/cora-token"
 NO_NODE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": NO_NODE,
+}
+SIDECAR_READY = {"ready": True, "started": True, "state": {"running": {"startedAt": "t"}}}
+TRAINER_ERROR = "ConfigError: --feat (trainers.app.feat): no node feature 'x'"
+TRAINER_CRASH = {
+    "restartCount": 3,
+    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+    "lastState": {
+        "terminated": terminated(
+            2, f'{{"error": "ConfigError", "message": "{TRAINER_ERROR[13:]}"}}'
+        )
+    },
+}
 TRAINER_CASES = [
     pytest.param(
         trainer_pod(1, [wait("ImagePullBackOff", f'Back-off pulling image "{TRAINER_IMAGE}"')]),
@@ -438,10 +458,58 @@ TRAINER_CASES = [
             phase="Running",
         ),
         ("server",),
-        "pod cora-trainers-0-x0k9z: ImagePullBackOff: cannot pull image "
+        "pod cora-trainers-0-x0k9z (container trainer): ImagePullBackOff: cannot pull image "
         f'"{TRAINER_IMAGE}" (kubectl describe pod cora-trainers-0-x0k9z)',
         False,
         id="colocated-trainers-cannot-pull",
+    ),
+    pytest.param(
+        trainer_pod(
+            0,
+            [
+                {"state": {"running": {"startedAt": "t"}}},
+                wait("CreateContainerConfigError", NO_KEY),
+            ],
+            sidecar=SIDECAR_READY,
+            phase="Running",
+        ),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z (container trainer-1): CreateContainerConfigError: {NO_KEY}",
+        False,
+        id="colocated-second-trainer-missing-key",
+    ),
+    pytest.param(
+        # a trainer the kubelet restarts (a container restart rule), crash-looping
+        # beside a server that is fine: the trainers', whatever its exit status
+        trainer_pod(
+            0, [TRAINER_CRASH], sidecar=SIDECAR_READY, phase="Running", restart="OnFailure"
+        ),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z (container trainer): CrashLoopBackOff: {TRAINER_ERROR} "
+        "(exit code 2)",
+        False,
+        id="colocated-trainer-crash-loop",
+    ),
+    pytest.param(
+        # the kubelet says it restarts it: believed, whatever the policies read
+        trainer_pod(0, [TRAINER_CRASH], sidecar=SIDECAR_READY, phase="Running"),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z (container trainer): CrashLoopBackOff: {TRAINER_ERROR} "
+        "(exit code 2)",
+        False,
+        id="colocated-trainer-in-back-off",
+    ),
+    pytest.param(
+        trainer_pod(
+            0,
+            [wait("ContainerCreating")],
+            sidecar=wait("PodInitializing"),
+            conditions=[UNSCHEDULABLE],
+        ),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z: Unschedulable: {NO_NODE}",
+        False,
+        id="colocated-unschedulable",
     ),
 ]
 
@@ -453,6 +521,11 @@ def test_why_a_trainer_pod_cannot_start(
     got = sp.stuck(pod, "trainer", sidecars)
     assert got is not None and got.describe() == line
     assert got.config_error == config_error
+    # co-located: the servers' when the sidecar or the whole pod cannot start, else the
+    # trainers' (the sidecar is fine: the status does not blame the servers)
+    servers, trainers = sp.split([got])
+    theirs = bool(sidecars) and ("(container server)" in line or "Unschedulable" in line)
+    assert (len(servers), len(trainers)) == ((1, 0) if theirs else (0, 1))
     if config_error:
         assert got.failure().headline() == f"{NO_CREDS} (pod cora-trainers-0-x0k9z)"
 
@@ -550,3 +623,46 @@ def test_trainers_pending_names_the_stuck_pod_and_stays_put() -> None:
     assert {c["type"]: c for c in b["conditions"]}["Running"]["message"] == (
         "1/2 trainer pod(s) running, 1 pending (see the pods' events)"
     )
+
+
+def test_a_colocated_job_blames_its_servers_only_for_what_is_theirs() -> None:
+    """Co-located pods whose server sidecars are ready: a trainer container that cannot
+    start is the trainers' (TrainersPending names the container, ServersReady is True);
+    while another pod's server still loads, the job is ServersStarting and its message
+    names the trainer container, but the ServersReady condition does not."""
+    running = {"ready": True, "started": True, "state": {"running": {"startedAt": "t"}}}
+    stuck_pod = trainer_pod(0, [wait("ImagePullBackOff", "x")], sidecar=SIDECAR_READY)
+    pods = [stuck_pod, trainer_pod(1, [running], sidecar=SIDECAR_READY, phase="Running")]
+    servers, trainers = sp.split(sp.all_stuck(pods, JOB_UID, "trainer", ("server",)))
+    assert servers == [] and [t.index for t in trainers] == [0]
+    assert sp.sidecars_ready(pods, JOB_UID, "server") == 2
+    assert sp.sidecars_ready(pods, "another-job", "server") == 0
+    line = trainers[0].describe()
+    assert line.startswith(f"pod {stuck_pod['metadata']['name']} (container trainer): ")
+
+    def status(ready: int, prev: dict[str, Any] | None = None) -> dict[str, Any]:
+        o = JobObservation(
+            partition="succeeded",
+            num_parts=2,
+            servers_ready=ready,
+            trainer_job="running",
+            trainers_active=2,
+            trainers_ready=1,
+            trainers_stuck=line,
+            colocated=True,
+        )
+        return job_status(o, prev, "t0")
+
+    st = status(2)
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert (st["phase"], conds["Running"]["reason"]) == ("Starting", "TrainersPending")
+    assert conds["Running"]["message"] == f"1/2 trainer pod(s) running, 1 pending; {line}"
+    assert conds["ServersReady"]["status"] == "True"
+    assert status(2, st) == st  # unchanged pods: nothing to write
+    loading = trainer_pod(1, [INITIALIZING], sidecar={"state": {"running": {"startedAt": "t"}}})
+    assert sp.sidecars_ready([stuck_pod, loading], JOB_UID, "server") == 1
+    st = status(1)
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Running"]["reason"] == "ServersStarting"
+    assert conds["Running"]["message"] == f"1/2 servers ready; {line}"
+    assert conds["ServersReady"]["message"] == "1/2 servers ready"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from distgnn_operator import status as s
 from distgnn_operator.kube import ApiError
 from distgnn_operator.reconcile import OperatorContext, Reconciler
 
@@ -93,7 +94,9 @@ def _owner_body(message: str) -> dict[str, Any]:
 
 async def test_after_a_restart_the_status_says_which_names_are_taken() -> None:
     """A new operator process has no memory of the 409s; the status it wrote does: its
-    first pass reads the holders and sends no create that would be refused again."""
+    first pass reads the holders and sends no create that would be refused again. Here a
+    status as the operator before ``status.takenNames`` wrote it (a job held across the
+    upgrade): the names are in its ResourceExists message."""
     api = _Api(_svc())
     first = await Reconciler(OperatorContext(api=api)).apply([_svc([OWNER])], {}, _noop)  # type: ignore[arg-type]
     other = "Secret taken-token already exists and is controlled by nothing, not by x"
@@ -119,3 +122,43 @@ async def test_only_resource_exists_messages_are_read() -> None:
     rec.recall_taken(body)
     await rec.apply([_svc([OWNER])], {}, _noop)
     assert api.calls == ["POST"]  # not read first
+
+
+def _status_body(taken: list[dict[str, str]], message: str) -> dict[str, Any]:
+    body = _owner_body(message)
+    body["status"]["takenNames"] = taken
+    return body
+
+
+async def test_the_taken_names_come_from_the_status_field_not_the_message() -> None:
+    """``status.takenNames`` is the record: a reworded message recalls the names all the
+    same, and a message naming a child the field does not list recalls nothing."""
+    api = _Api(_svc())
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
+    rec.recall_taken(_status_body([{"kind": "Service", "name": "taken-server"}], "reworded"))
+    await rec.apply([_svc([OWNER])], {}, _noop)
+    assert api.calls == ["GET"]  # read first, no create sent
+
+    api = _Api(None)
+    rec = Reconciler(OperatorContext(api=api))  # type: ignore[arg-type]
+    legacy_words = "Service taken-server already exists and is controlled by nothing"
+    body = _status_body([{"kind": "Secret", "name": "taken-token"}], legacy_words)
+    rec.recall_taken(body)
+    await rec.apply([_svc([OWNER])], {}, _noop)
+    assert api.calls == ["POST"]  # the field does not list it: not read first
+
+
+async def test_a_pass_reports_the_taken_names_it_found() -> None:
+    api = _Api(_svc())
+    done = await Reconciler(OperatorContext(api=api)).apply([_svc([OWNER])], {}, _noop)  # type: ignore[arg-type]
+    assert done.taken == [("Service", "taken-server")]
+    o = s.JobObservation(conflict="; ".join(done.conflicts), taken=tuple(done.taken))
+    st = s.job_status(o, None, "t0")
+    assert st["takenNames"] == [{"kind": "Service", "name": "taken-server"}]
+    assert s.taken_names(st) == [("Service", "taken-server")]
+    assert "takenNames" not in s.job_status(s.JobObservation(), st, "t1")  # freed: dropped
+    gso = s.GraphServerObservation(conflict="x", taken=(("Service", "b"), ("Job", "a")))
+    assert s.graphserver_status(gso, None, "t0")["takenNames"] == [
+        {"kind": "Job", "name": "a"},
+        {"kind": "Service", "name": "b"},
+    ]

@@ -358,6 +358,36 @@ def test_a_trainer_exits_2_only_for_a_configuration_error(
     assert capsys.readouterr().err == f"distgnn train: error: {error}\n"
 
 
+def test_a_module_missing_for_distgnn_train_exits_2_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """No restart installs a module (an image without torch, say): exit 2, which the
+    operator and distgnn run do not retry, with the termination log's record; an
+    ImportError of another kind (a shared library this node lacks) stays a traceback,
+    exit 1 (retried: another node may have it)."""
+    from distgnn.train import cli as train_cli
+
+    def missing(args: Any) -> int:
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    term = tmp_path / "termination-log"
+    monkeypatch.setattr(train_cli, "_run", missing)
+    monkeypatch.setenv("DISTGNN_TERMINATION_LOG", str(term))
+    assert cli.main(["train", "node-classification"]) == 2
+    assert capsys.readouterr().err == (
+        f"distgnn train: error: No module named 'torch' (not installed for {sys.executable})\n"
+    )
+    rec = json.loads(term.read_text(encoding="utf-8"))
+    assert (rec["error"], rec["message"]) == ("ModuleNotFoundError", "No module named 'torch'")
+
+    def no_library(args: Any) -> int:
+        raise ImportError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(train_cli, "_run", no_library)
+    with pytest.raises(ImportError):  # the interpreter's traceback and exit 1
+        cli.main(["train", "node-classification"])
+
+
 class EndpointConnectionError(Exception):
     """Named as botocore's: what the object-store client raises for an unreachable endpoint."""
 

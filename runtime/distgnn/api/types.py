@@ -877,6 +877,18 @@ class Condition:
     observed_generation: int | None = fld(None, doc="Generation the condition is about.", minimum=0)
 
 
+MAX_TAKEN_NAMES = 16
+"""Bound of ``status.takenNames`` (a resource has fewer children than this)."""
+
+
+@dataclass
+class TakenName:
+    """A child whose name is held by an object the resource does not control."""
+
+    kind: str = fld(doc="Kind of the child (Service, StatefulSet, Job, ...).", max_length=64)
+    name: str = fld(doc="Name of the child.", max_length=253)
+
+
 @dataclass
 class TrainerCounts:
     """Trainer pods by state."""
@@ -937,6 +949,15 @@ class DistGNNJobStatus:
         max_length=URL_MAX,
     )
     progress: TrainingProgress | None = fld(None, doc="Live training progress of rank 0.")
+    taken_names: list[TakenName] | None = fld(
+        None,
+        doc=(
+            "Children whose names are held by objects this resource does not control "
+            "(reason ResourceExists); the operator reads who holds each before it sends "
+            "their create again."
+        ),
+        max_items=MAX_TAKEN_NAMES,
+    )
 
 
 @dataclass
@@ -958,6 +979,15 @@ class GraphServerStatus:
         None, doc="host:port of each server, partition order.", max_items=1024, max_length=320
     )
     token_secret: str | None = fld(None, doc="Secret holding the servers' token.", max_length=253)
+    taken_names: list[TakenName] | None = fld(
+        None,
+        doc=(
+            "Children whose names are held by objects this resource does not control "
+            "(reason ResourceExists); the operator reads who holds each before it sends "
+            "their create again."
+        ),
+        max_items=MAX_TAKEN_NAMES,
+    )
 
 
 # --- whole resources ----------------------------------------------------------------

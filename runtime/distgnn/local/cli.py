@@ -127,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
                 return 0
             except JobFailed as e:
                 print(f"distgnn run: GraphServer {plan.name!r} failed: {e}", file=sys.stderr)
-                return 1
+                return e.exit_status
             return 0
         try:
             metrics = run_job(plan, ctx)

@@ -37,6 +37,7 @@ from distgnn.rpc.gather import ENV_GATHER_THREADS, shared_host_threads
 log = logging.getLogger("distgnn.local")
 
 TAIL = 15
+SERVER_PREFIX = "server-"
 
 
 @dataclass
@@ -146,7 +147,7 @@ def start_servers(
     addresses: list[str] = []
     metrics_urls: list[str] = []
     for i in range(num_parts):
-        name = f"server-{i}"
+        name = server_name(i)
         port, hport = ports.take(), ports.take()
         ready = rundir / f"{name}.ready"
         ready.unlink(missing_ok=True)
@@ -220,11 +221,8 @@ def wait_ready(
             for name, (hport, ready) in list(pending.items()):
                 proc = sup.procs[name]
                 if proc.poll() is not None:
-                    raise JobFailed(
-                        failure_text(
-                            proc,
-                            f"{name} exited before it was ready ({describe_exit(proc.poll())})",
-                        )
+                    raise server_failure(
+                        proc, f"{name} exited before it was ready ({describe_exit(proc.poll())})"
                     )
                 if _is_ready(hport, ready):
                     del pending[name]
@@ -242,6 +240,43 @@ def wait_ready(
                     )
                 )
             time.sleep(0.2)
+
+
+def server_name(part: int) -> str:
+    """The process name of partition ``part``'s graph server."""
+    return f"{SERVER_PREFIX}{part}"
+
+
+def server_failure(proc: ManagedProcess, headline: str) -> JobFailed:
+    """The failure of a graph server that exited. Exit status 2 (``distgnn serve``'s for
+    what a restart cannot cure: a partition missing or malformed, no credentials, a port
+    in use) is one line naming the server, its partition and the error line of its log,
+    and ``distgnn run`` exits 2, as the operator fails a job with ``ServerConfigError``;
+    any other exit is ``headline``, its cause and last lines, exit 1 (local mode restarts
+    no server)."""
+    if not contract.is_config_error_exit(proc.poll()):
+        return JobFailed(failure_text(proc, headline))
+    proc.reader.join(timeout=2.0)  # its last lines, still in the pipe
+    lines = proc.last_lines(TAIL)
+    cause = log_root_cause(lines) or (lines[-1].strip() if lines else "it wrote no output")
+    return JobFailed(
+        f"graph server {proc.name} (partition {proc.name.removeprefix(SERVER_PREFIX)}) "
+        f"exited with a configuration error (exit code {contract.EXIT_CONFIG_ERROR}), not "
+        f"retried: {cause}",
+        exit_status=contract.EXIT_CONFIG_ERROR,
+    )
+
+
+_CLI_ERROR = re.compile(r"distgnn [a-z]+: error: .+")
+
+
+def log_root_cause(lines: list[str]) -> str | None:
+    """The root cause among a process's last lines: the ``distgnn CMD: error: ...`` line
+    its command ends with, else a missing Python module; None if neither is there."""
+    for line in reversed(lines):
+        if m := _CLI_ERROR.search(line):
+            return m.group(0).strip()
+    return missing_module(lines)
 
 
 def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) -> str:
@@ -358,7 +393,7 @@ def run_trainers(
     """Run the trainer group, restarting it up to ``backoff_limit`` times; return metrics.
 
     A trainer's exit status 2 (a configuration error) fails the job at once: no restart."""
-    server_names = [n for n in sup.procs if n.startswith("server-")]
+    server_names = [n for n in sup.procs if n.startswith(SERVER_PREFIX)]
     attempt = 0
     while True:
         for f in rundir.glob("*.termination-log"):
@@ -439,8 +474,8 @@ def _watch(
         for name in servers:
             proc = sup.procs[name]
             if proc.poll() is not None:
-                raise JobFailed(
-                    failure_text(proc, f"{name} died while training ({describe_exit(proc.poll())})")
+                raise server_failure(
+                    proc, f"{name} died while training ({describe_exit(proc.poll())})"
                 )
         done = sup.exited(trainers)
         bad = [p for p in done if p.poll() != 0]
@@ -682,9 +717,7 @@ def _serve_until_stopped(sup: Supervisor, name: str) -> None:
         dead = sup.exited(names)
         if dead:
             p = dead[0]
-            raise JobFailed(
-                failure_text(
-                    p, f"{p.name} of GraphServer {name!r} died ({describe_exit(p.poll())})"
-                )
+            raise server_failure(
+                p, f"{p.name} of GraphServer {name!r} died ({describe_exit(p.poll())})"
             )
         time.sleep(0.5)

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 import traceback
 
 from distgnn import contract
@@ -223,7 +224,7 @@ def _config(args: argparse.Namespace) -> object:
 
 
 def main(args: argparse.Namespace) -> int:
-    from distgnn.train.metrics import write_termination_log
+    from distgnn.train.finish import write_termination_log
 
     rank = contract.trainer_rank(os.environ) or "0"
     try:
@@ -238,7 +239,19 @@ def main(args: argparse.Namespace) -> int:
                 "traceback": traceback.format_exc(limit=8)[-2000:],
             }
             write_termination_log(term, json.dumps(root))
+        if isinstance(e, ModuleNotFoundError):  # not installed: no restart installs it
+            log.debug("error", exc_info=True)
+            print(f"distgnn train: error: {missing_module_line(e)}", file=sys.stderr)
+            return contract.EXIT_CONFIG_ERROR
         raise
+
+
+def missing_module_line(e: ModuleNotFoundError) -> str:
+    """A missing module in one line, with the interpreter that lacks it. Exit status 2:
+    the image or environment lacks it for good, so the operator and ``distgnn run`` do
+    not retry (an :class:`ImportError` of another kind, a shared library a node lacks,
+    stays 1: another node may have it)."""
+    return f"{e} (not installed for {sys.executable})"
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -52,3 +52,13 @@ def end_process(code: int) -> NoReturn:
     with contextlib.suppress(Exception):  # C stdio buffers of native code, too
         ctypes.CDLL(None).fflush(None)
     os._exit(code)
+
+
+def write_termination_log(path: str, text: str) -> None:
+    """Best effort: the termination log must never mask the real outcome. Torch-free, so
+    a trainer whose environment lacks torch still leaves its root cause there."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text[:4000])
+    except OSError:
+        pass

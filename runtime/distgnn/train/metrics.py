@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from distgnn import contract, storage
+from distgnn.train.finish import write_termination_log
 
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
@@ -62,12 +63,3 @@ def publish(metrics: Mapping[str, Any], metrics_file: str | None) -> str:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
     return line
-
-
-def write_termination_log(path: str, text: str) -> None:
-    """Best effort: the termination log must never mask the real outcome."""
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text[:4000])
-    except OSError:
-        pass
