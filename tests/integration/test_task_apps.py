@@ -1,7 +1,9 @@
 """The GraphStorm-style task apps as real trainer processes on Cora's derived targets
 (``examples/dgl/prepare_data.py``'s ``cora-tasks.npz``): node regression learns (its RMSE
-beats predicting the training mean) and writes its predictions; a label of the wrong
-dtype is a one-line error with exit 2."""
+beats predicting the training mean) and writes its predictions; edge classification
+learns on 2 partitions with 2 trainers (its accuracy beats the majority class) and
+writes every node's embedding; a label of the wrong dtype or a missing edge field is a
+one-line error with exit 2."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 from trainers import run_trainers
 
+from distgnn.partition.partitioner import partition_graph
 from distgnn.train.infer_output import read_output
 
 TRAIN = ["distgnn.cli", "train"]
@@ -36,6 +39,13 @@ def tasks(tmp_path_factory: pytest.TempPathFactory, cora_path: Path, repo_root: 
     out = tmp_path_factory.mktemp("tasks") / "cora-tasks.npz"
     np.savez(out, **_prepare_data(repo_root).tasks(cora))
     return out
+
+
+@pytest.fixture(scope="module")
+def tasks_parts(tmp_path_factory: pytest.TempPathFactory, tasks: Path) -> Path:
+    out = tmp_path_factory.mktemp("tasks-parts")
+    partition_graph(str(tasks), 2, str(out), "cora-tasks", progress=False)
+    return out / "cora-tasks.json"
 
 
 def test_node_regression_beats_the_mean_and_writes_predictions(tasks: Path, tmp_path: Path) -> None:
@@ -90,3 +100,39 @@ def test_a_label_of_the_wrong_dtype_is_a_one_line_error(
     line = f"distgnn train: error: --label (trainers.app.label): {message}"
     assert line in res.stderr[0].splitlines()[-1], res.stderr[0][-500:]
     assert res.metrics is None
+
+
+def test_edge_classification_beats_the_majority_class(
+    tasks: Path, tasks_parts: Path, tmp_path: Path
+) -> None:
+    argv = [
+        *TRAIN, "edge-classification", "--epochs", "4", "--hidden", "64", "--fanouts", "10,10",
+        "--batch-size", "256", "--lr", "0.005", "--checkpoint-url", str(tmp_path / "ckpt"),
+        "--infer-after-training", "--output-url", str(tmp_path / "out"),
+    ]  # fmt: skip
+    res = run_trainers(argv, 2, {"DISTGNN_MANIFEST": str(tasks_parts)}, tmp_path)
+    assert res.returncodes == [0, 0], res.explain()
+    m = res.metrics
+    assert m is not None and m["app"] == "edge-classification", m
+    with np.load(tasks, allow_pickle=False) as z:
+        y, train, test = z["edata/label"], z["edata/train_mask"], z["edata/test_mask"]
+    majority = float((y[test] == np.bincount(y[train]).argmax()).mean())
+    assert m["test_edges"] == int(test.sum()) and m["num_classes"] == 2, m
+    assert m["test_accuracy"] > majority + 0.03, (m, majority)
+    # each trainer trained on its edge_split share of the training edges
+    lines = [json.loads(x) for e in res.stderr for x in e.splitlines() if x.startswith("{")]
+    shares = [x["train_edges"] for x in lines if x.get("msg") == "training"]
+    assert sorted(shares) == [int(train.sum()) // 2, (int(train.sum()) + 1) // 2], shares
+    # inference: the encoder's embedding of every node, no per-edge output
+    out = read_output(str(tmp_path / "out"))
+    assert sorted(out) == ["embedding", "orig_id"] and out["embedding"].shape == (2708, 64)
+
+
+def test_edge_classification_names_a_missing_edge_field(tasks: Path, tmp_path: Path) -> None:
+    argv = [*TRAIN, "edge-classification", "--label", "target", "--epochs", "1"]
+    res = run_trainers(argv, 1, {"DISTGNN_MANIFEST": str(tasks)}, tmp_path)
+    assert res.returncodes == [2], res.explain()
+    assert res.stderr[0].splitlines()[-1] == (
+        "distgnn train: error: --label (trainers.app.label): edge data 'target' not found in "
+        "the graph (it has: label, test_mask, train_mask, val_mask)"
+    )

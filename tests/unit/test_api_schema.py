@@ -157,7 +157,13 @@ BAD = [
     (_set("spec.trainers.app.name", "edge-regression"), "spec.trainers.app.name: must be", True),
     (
         _set("spec.trainers.app", {"name": "node-regression", "model": "rgcn"}),
-        "spec.trainers.app.model: model rgcn is not supported by node-regression yet",
+        "spec.trainers.app.model: model rgcn is not supported by node-regression, "
+        "edge-classification yet",
+        False,
+    ),
+    (
+        _set("spec.trainers.app", {"name": "edge-classification", "model": "rgcn"}),
+        "spec.trainers.app.model: model rgcn is not supported by",
         False,
     ),
     (

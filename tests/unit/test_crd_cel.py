@@ -299,6 +299,9 @@ TWINS: list[tuple[type, str, list[Obj]]] = [
             {"name": "node-regression", "model": "gat", **L2},
             {"name": "node-regression", "model": "rgcn", **L2},
             {"name": "node-regression", "model": "rgcn", "targetNtype": "p", **L2},
+            {"name": "edge-classification", **L2},
+            {"name": "edge-classification", "model": "rgcn", **L2},
+            {"name": "edge-classification", "model": "rgcn", "targetEtype": "a:w:p", **L2},
         ],
     ),
 ]

@@ -15,7 +15,9 @@ import yaml
 from distgnn.api import parse_job
 from distgnn.api.commands import trainer_command
 from distgnn.errors import ConfigError
+from distgnn.train import edge_classification
 from distgnn.train.config import TrainConfig
+from distgnn.train.graph import TrainGraph
 from distgnn.train.objective import CLASSIFICATION, REGRESSION, Objective, add
 
 
@@ -49,15 +51,34 @@ def test_a_label_that_does_not_fit_the_task_is_refused(
     assert str(e.value).startswith("--label (trainers.app.label): ") and message in str(e.value)
 
 
-def test_node_regression_refuses_the_typed_model() -> None:
-    with pytest.raises(ConfigError, match=r"^--model \(trainers.app.model\): node-regression"):
-        TrainConfig(app="node-regression", model="rgcn", target_ntype="paper").validate()
-    assert TrainConfig(app="node-regression", model="gat").validate().model == "gat"
+@pytest.mark.parametrize("app", ["node-regression", "edge-classification"])
+def test_the_homogeneous_task_apps_refuse_the_typed_model(app: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^--model \(trainers.app.model\): {app} trains"):
+        TrainConfig(app=app, model="rgcn", target_ntype="paper").validate()
+    assert TrainConfig(app=app, model="gat").validate().model == "gat"
+
+
+def test_edge_classification_refuses_a_typed_graph(typed_graph: TrainGraph) -> None:
+    cfg = TrainConfig(app="edge-classification").validate()
+    with pytest.raises(ConfigError) as e:
+        edge_classification.check_graph(cfg, typed_graph)
+    assert str(e.value).startswith(
+        "--model (trainers.app.model): edge-classification trains sage or gat on a graph "
+        "with one node and edge type in this version; this one has node types"
+    )
+
+
+def test_edge_labels_name_edge_data() -> None:
+    with pytest.raises(ConfigError, match="edge data 'y' is float32; edge-classification needs"):
+        edge_classification.OBJECTIVE.check_labels("--label", "y", np.zeros(3, np.float32))
 
 
 @pytest.mark.parametrize(
     ("example", "app", "expected"),
-    [("cora-node-regression.yaml", "node-regression", ["--label", "target"])],
+    [
+        ("cora-node-regression.yaml", "node-regression", ["--label", "target"]),
+        ("cora-edge-classification.yaml", "edge-classification", ["--label", "label"]),
+    ],
 )
 def test_the_example_manifests_run_their_app(
     repo_root: Path, example: str, app: str, expected: list[str]

@@ -36,9 +36,15 @@ from distgnn.api.fields import (
 )
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-APPS = ("node-classification", "node-regression", "link-prediction", "inference")
+APPS = (
+    "node-classification",
+    "node-regression",
+    "link-prediction",
+    "edge-classification",
+    "inference",
+)
 """The built-in apps of ``distgnn train``."""
-HOMOGENEOUS_APPS = ("node-regression",)
+HOMOGENEOUS_APPS = ("node-regression", "edge-classification")
 """Apps that train sage or gat only (no rgcn, typed graphs, in this version)."""
 MODELS = ("sage", "gat", "rgcn")
 """The built-in models: GraphSAGE and GAT (homogeneous graphs), R-GCN (graphs with node
@@ -407,8 +413,10 @@ class App:
 
     name: str = fld(
         doc="Built-in app: node-classification (integer label, cross-entropy, accuracy), "
-        "node-regression (float label [N] or [N, k], MSE, RMSE and MAE), link-prediction, or "
-        "inference (every node's output from a checkpoint).",
+        "node-regression (float label [N] or [N, k], MSE, RMSE and MAE), link-prediction, "
+        "edge-classification (integer edge data label, edges split by the edge masks, an MLP "
+        "on the two endpoints' embeddings, accuracy), or inference (every node's output "
+        "from a checkpoint).",
         enum=APPS,
     )
     model: str = fld(
@@ -496,13 +504,25 @@ class App:
     feat: str = fld("feat", doc="Node feature name.", max_length=128)
     label: str = fld(
         "label",
-        doc="Node label name: class IDs (integer) for node-classification, a float target "
-        "for node-regression.",
+        doc="Label name: node data, class IDs (integer) for node-classification, a float "
+        "target for node-regression; edge data (integer) for edge-classification.",
         max_length=128,
     )
-    train_mask: str = fld("train_mask", doc="Training mask name.", max_length=128)
-    val_mask: str = fld("val_mask", doc="Validation mask name.", max_length=128)
-    test_mask: str = fld("test_mask", doc="Test mask name.", max_length=128)
+    train_mask: str = fld(
+        "train_mask",
+        doc="Training mask name (node data; edge data for edge-classification).",
+        max_length=128,
+    )
+    val_mask: str = fld(
+        "val_mask",
+        doc="Validation mask name (node data; edge data for edge-classification).",
+        max_length=128,
+    )
+    test_mask: str = fld(
+        "test_mask",
+        doc="Test mask name (node data; edge data for edge-classification).",
+        max_length=128,
+    )
     seed: int = fld(0, doc="Training random seed.", minimum=0, maximum=2**31 - 1)
     checkpoint_url: str | None = fld(
         None,

@@ -118,11 +118,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="32 (float32) or bf16-mixed (bfloat16 autocast forward; default 32)",
     )
     p.add_argument("--feat", default="feat", help="node feature field (default feat)")
-    p.add_argument("--label", default="label", help="node label field (default label)")
+    p.add_argument(
+        "--label",
+        default="label",
+        help="label field: node data (edge data for edge-classification; default label)",
+    )
     p.add_argument(
         "--train-mask",
         default="train_mask",
-        help="node field of training nodes (default train_mask)",
+        help="node field of training nodes (edge-classification: edge field of training "
+        "edges; default train_mask)",
     )
     p.add_argument(
         "--val-mask", default="val_mask", help="node field of validation nodes (default val_mask)"
@@ -255,7 +260,7 @@ def missing_module_line(e: ModuleNotFoundError) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from distgnn.train import inference, link_prediction, node_classification
+    from distgnn.train import edge_classification, inference, link_prediction, node_classification
     from distgnn.train.config import TrainConfig
     from distgnn.train.ddp import init_ddp, shutdown
     from distgnn.train.graph import open_train_graph
@@ -280,6 +285,7 @@ def _run(args: argparse.Namespace) -> int:
                     "node-classification": node_classification,
                     "node-regression": node_classification,
                     "link-prediction": link_prediction,
+                    "edge-classification": edge_classification,
                 }[cfg.app]
                 metrics = app.run(cfg, tg, ctx, telemetry=tel)
                 if cfg.infer_after_training:

@@ -97,6 +97,54 @@ class TrainGraph:
             return np.asarray(out, dtype=np.int64)
         return np.array_split(self.mask_ids(name), ctx.world_size)[ctx.rank]
 
+    # --- edge data (edge classification) ---------------------------------------------
+
+    def edge_field_names(self) -> list[str]:
+        """The graph's edge fields (of its only edge type)."""
+        return sorted(str(k) for k in self.g.edata.keys())  # noqa: SIM118 (a DistGraph's edata)
+
+    def require_edges(self, fields: Mapping[str, str]) -> None:
+        """ConfigError naming the option whose edge field the graph lacks, and the edge
+        fields it has."""
+        have = self.edge_field_names()
+        for option, name in fields.items():
+            if name not in have:
+                listed = ", ".join(have) or "no edge fields"
+                raise ConfigError(
+                    f"{option}: edge data {name!r} not found in the graph (it has: {listed})"
+                )
+
+    def read_edges(self, name: str, eids: torch.Tensor) -> torch.Tensor:
+        """Rows ``eids`` of edge field ``name``."""
+        data = self.g.edata[name]
+        out = data[eids.numpy() if isinstance(self.g, LocalGraph) else eids]
+        return out if isinstance(out, torch.Tensor) else torch.as_tensor(np.asarray(out))
+
+    def read_all_edges(self, name: str) -> np.ndarray:
+        """All rows of a (small) edge field, read in chunks."""
+        m = self.num_edges()
+        parts = [
+            self.read_edges(name, torch.arange(i, min(i + _CHUNK, m))).numpy()
+            for i in range(0, m, _CHUNK)
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def split_edges(self, name: str, ctx: DDPContext) -> np.ndarray:
+        """This trainer's share of the edges in edge mask ``name`` (DGL's ``edge_split``:
+        the edges of its partition first)."""
+        mask = self.read_all_edges(name).astype(bool)
+        if ctx.world_size > 1 and not isinstance(self.g, LocalGraph):
+            from distgnn.distributed.split import edge_split
+
+            out = edge_split(
+                torch.from_numpy(mask),
+                self.g.get_partition_book(),
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+            )
+            return np.asarray(out, dtype=np.int64)
+        return np.array_split(np.flatnonzero(mask).astype(np.int64), ctx.world_size)[ctx.rank]
+
     def client_stats(self) -> ClientStats | None:
         """Counters of the connections to the graph servers (None without servers)."""
         backend = getattr(getattr(self.g, "ctx", None), "backend", None)

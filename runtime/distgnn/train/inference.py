@@ -517,9 +517,14 @@ def run(
     url = resolve_checkpoint(checkpoint_url or cfg.checkpoint_url)
     ck = checkpoint.load(url)
     typed = ck.extra.get("model") == "rgcn"
-    model = (rgcn_from_checkpoint(ck) if typed else model_from_state(ck.model)).to(ctx.device)
-    tables = attach_tables(model, ck, tg, ctx) if typed else None
     app = str(ck.extra.get("app") or "node-classification")
+    state = ck.model
+    if app == "edge-classification":  # every node's embedding by its encoder
+        from distgnn.train.edge_classification import encoder_state
+
+        state = encoder_state(state)
+    model = (rgcn_from_checkpoint(ck) if typed else model_from_state(state)).to(ctx.device)
+    tables = attach_tables(model, ck, tg, ctx) if typed else None
     opts = InferOptions(
         output_url=cfg.output_url or "",
         feat=cfg.feat,
