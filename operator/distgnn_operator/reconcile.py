@@ -541,8 +541,10 @@ class Reconciler:
             servers_ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         tst = (tjob or {}).get("status") or {}
         if spec.trainers.colocate and gs.info is None:
-            # the servers are sidecars of the trainer pods: a ready pod has a ready server
-            servers_ready = int(tst.get("ready") or 0)
+            # the servers are sidecars of the trainer pods: a ready pod has a ready server,
+            # and a pod whose trainers finished served until they did (the group ends
+            # together), so a pod done first is no server to wait for
+            servers_ready = int(tst.get("ready") or 0) + int(tst.get("succeeded") or 0)
         restarting = False
         tfail: f.PodFailure | None = None
         metrics = None
@@ -586,7 +588,7 @@ class Reconciler:
         if colocated:  # the servers are sidecars of the trainer pods
             stuck, tstuck = sp.split(tstuck)
             if tpods.sidecars_ready is not None:  # a trainer's trouble is not the server's
-                servers_ready = tpods.sidecars_ready
+                servers_ready = tpods.sidecars_ready + int(tst.get("succeeded") or 0)
         first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
         first_tstuck = sp.first_stuck(tstuck)
         obs = s.JobObservation(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 import pytest
 from test_operator_emulator import (  # noqa: F401  (fixtures)
@@ -56,6 +57,18 @@ async def test_colocated_job_lifecycle(
         await c.patch("Job", "colo-trainers", {"status": {"active": 2, "ready": 2}}, "status")
         st = await c.phase("DistGNNJob", "colo", "Running")
         assert st["partitionsReady"] == 2
+
+        # one pod done before the other: its server served until then, the job runs on
+        await c.patch(
+            "Job", "colo-trainers", {"status": {"active": 1, "ready": 1, "succeeded": 1}}, "status"
+        )
+
+        async def one_done() -> dict[str, Any] | None:
+            st = await c.status("DistGNNJob", "colo")
+            return st if st.get("trainers", {}).get("succeeded") == 1 else None
+
+        st = await c.until("one pod done", one_done)
+        assert (st["phase"], st["partitionsReady"]) == ("Running", 2), st
 
         metrics = {"test_accuracy": 0.8, "val_accuracy": 0.78, "epochs": 1}
         await c.create(_pod("colo-trainers-0-abc", "colo-trainers", 0, 0, json.dumps(metrics)))

@@ -25,6 +25,7 @@ from tests.support.emulator import (
 
 from distgnn import contract
 from distgnn_operator.__main__ import build_parser, setup
+from distgnn_operator.handlers import CHILD_RESOURCES
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,14 +155,24 @@ class Cluster:
         return dict(await self.until(f"event {reason} on {name}", check, timeout))
 
 
+WATCHED = {"distgnnjobs", "graphservers", *(plural for _, _, plural in CHILD_RESOURCES)}
+"""What the operator watches (kopf: its kinds and their children)."""
+_EMULATOR: list[StampingEmulator] = []
+"""The ``cluster`` fixture's emulator while it runs (``Operator`` waits for its watches)."""
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
     async with StampingEmulator() as k, kmock.Server(k):
         declare_resources(k)
+        _EMULATOR.append(k)
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(k, tmp_path / "kubeconfig")))
         c = Cluster(k)
         await c.create(CREDS)  # the jobs' storage.credentialsSecret
-        yield c
+        try:
+            yield c
+        finally:
+            _EMULATOR.remove(k)
         # everything the operator asked for is granted by the chart's RBAC (gang scheduling
         # on: a test that forbids PodGroups makes the emulator refuse them as RBAC would)
         granted = operator_grants({"gangScheduling": {"enabled": True}})
@@ -209,8 +220,20 @@ class Operator:
         )
 
     async def __aenter__(self) -> Operator:
+        k = _EMULATOR[-1] if _EMULATOR else None
+        since = len(k.watches) if k is not None else 0
         self.runner.__enter__()
-        await asyncio.sleep(1.0)  # let the watches start before creating resources
+        if k is None:
+            await asyncio.sleep(1.0)  # let the watches start before creating resources
+            return self
+        # the watches start before resources are created (one created before a watch's
+        # request arrives comes with its first events, one created after on its stream)
+        expected = WATCHED - k.forbidden - k.unserved  # refused, as RBAC or a missing CRD
+        deadline = asyncio.get_running_loop().time() + PROMPT
+        while not expected.issubset(k.watches[since:]):
+            assert asyncio.get_running_loop().time() < deadline, ("watches", k.watches[since:])
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # each watch's stream subscribes to the emulator's events
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -196,6 +196,8 @@ class StampingEmulator(kmock.KubernetesEmulator):
         """every (group, resource, verb) the operator (kopf or its client) asked for"""
         self.calls: list[tuple[str, str]] = []
         """(method, path) of every request of the operator's own client, in order"""
+        self.watches: list[str] = []
+        """the plural of every watch request of the operator, in order"""
         self.forbidden: set[str] = set()
         """plurals answered with 403, as RBAC does for resources the operator may not use"""
         self.racing: set[str] = set()
@@ -262,13 +264,16 @@ class StampingEmulator(kmock.KubernetesEmulator):
             self.calls.append((method, request.url.path))
         if plural and agent.startswith(OPERATOR_AGENTS):  # not discovery (/apis/...)
             sub = getattr(request, "subresource", None)
+            verb = rbac_verb(method, bool(request.name), getattr(request, "params", None))
             self.requests.add(
                 Request(
                     getattr(request.resource, "group", None) or "",
                     f"{plural}/{sub}" if sub else plural,
-                    rbac_verb(method, bool(request.name), getattr(request, "params", None)),
+                    verb,
                 )
             )
+            if verb == "watch":
+                self.watches.append(plural)
         if request.resource is not None and method in ("POST", "PATCH", "PUT", "DELETE"):
             self.writes.append(
                 Write(
