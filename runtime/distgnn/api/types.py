@@ -899,6 +899,11 @@ class Condition:
 
 MAX_TAKEN_NAMES = 16
 """Bound of ``status.takenNames`` (a resource has fewer children than this)."""
+TAKEN_NAMES_DOC = (
+    "Children whose names are held by objects this resource does not control "
+    "(reason ResourceExists); the operator reads who holds each before it sends "
+    "their create again."
+)
 
 
 @dataclass
@@ -969,15 +974,7 @@ class DistGNNJobStatus:
         max_length=URL_MAX,
     )
     progress: TrainingProgress | None = fld(None, doc="Live training progress of rank 0.")
-    taken_names: list[TakenName] | None = fld(
-        None,
-        doc=(
-            "Children whose names are held by objects this resource does not control "
-            "(reason ResourceExists); the operator reads who holds each before it sends "
-            "their create again."
-        ),
-        max_items=MAX_TAKEN_NAMES,
-    )
+    taken_names: list[TakenName] | None = fld(None, doc=TAKEN_NAMES_DOC, max_items=MAX_TAKEN_NAMES)
 
 
 @dataclass
@@ -999,15 +996,7 @@ class GraphServerStatus:
         None, doc="host:port of each server, partition order.", max_items=1024, max_length=320
     )
     token_secret: str | None = fld(None, doc="Secret holding the servers' token.", max_length=253)
-    taken_names: list[TakenName] | None = fld(
-        None,
-        doc=(
-            "Children whose names are held by objects this resource does not control "
-            "(reason ResourceExists); the operator reads who holds each before it sends "
-            "their create again."
-        ),
-        max_items=MAX_TAKEN_NAMES,
-    )
+    taken_names: list[TakenName] | None = fld(None, doc=TAKEN_NAMES_DOC, max_items=MAX_TAKEN_NAMES)
 
 
 # --- whole resources ----------------------------------------------------------------
