@@ -52,6 +52,7 @@ ENV_PEERING_LIFETIME = "DISTGNN_PEERING_LIFETIME"
 ENV_EXIT_TIMEOUT = "DISTGNN_EXIT_TIMEOUT"
 ENV_GRAPHSERVER_WAIT = "DISTGNN_GRAPHSERVER_WAIT_SECONDS"
 ENV_IMAGE_PULL_SECRETS = "DISTGNN_IMAGE_PULL_SECRETS"
+ENV_KUEUE = "DISTGNN_KUEUE"
 EXIT_TIMEOUT_SECONDS = 20.0
 """Default ``--exit-timeout``: under Kubernetes' default 30 s grace period."""
 
@@ -159,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"before it fails (env {ENV_GRAPHSERVER_WAIT}; default {GRAPHSERVER_WAIT_SECONDS:g})",
     )
     p.add_argument(
+        "--kueue",
+        action="store_true",
+        default=os.environ.get(ENV_KUEUE, "").strip().lower() in ("1", "true", "yes"),
+        help="Kueue integration: a DistGNNJob labelled kueue.x-k8s.io/queue-name gets a "
+        "Workload and stays suspended until Kueue admits it (env "
+        f"{ENV_KUEUE}=1; the chart's kueue.enabled)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=_metrics_port(),
@@ -207,6 +216,7 @@ def setup(
         peering=args.peering,
         progress_seconds=args.progress_seconds,
         namespaces=tuple(namespaces(args, dict(os.environ))),
+        kueue=args.kueue,
     )
     metrics = OperatorMetrics() if args.metrics_port is not None else None
     api = KubeApi()
@@ -221,6 +231,7 @@ def setup(
         ),
         metrics=metrics,
         graphserver_wait_seconds=args.graphserver_wait_seconds,
+        kueue=args.kueue,
     )
     registry = kopf.OperatorRegistry()
     register(registry, octx, hs)
@@ -252,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 partitions_url=args.partitions_url,
                 metrics_port=args.metrics_port,
                 graphserver_wait_s=args.graphserver_wait_seconds,
+                kueue=args.kueue,
             )
         },
     )

@@ -32,6 +32,15 @@ CHILD_RESOURCES = (
 """Children whose changes (a deletion included) re-run their owner's pass at once. Not the
 token Secrets: watching them needs list/watch on every Secret of the namespaces (RBAC cannot
 narrow a watch by label or name); a deleted one is recreated by the next pass (resync)."""
+KUEUE_RESOURCES = (("kueue.x-k8s.io", "v1beta1", "workloads"),)
+"""Also watched with ``--kueue``: a job's Workload (its admission, eviction) re-runs its pass."""
+
+
+def child_resources(kueue: bool) -> tuple[tuple[str, str, str], ...]:
+    """The children watched (:data:`CHILD_RESOURCES`, and Workloads with ``--kueue``)."""
+    return CHILD_RESOURCES + (KUEUE_RESOURCES if kueue else ())
+
+
 REPORTING_COMPONENT = "distgnn-operator"
 RECONCILE_FAILED = "ReconcileFailed"
 """Warning event reason of a pass that failed (posted again only when the error changes)."""
@@ -55,6 +64,8 @@ class HandlerSettings:
     peering: str | None = None
     namespaces: tuple[str, ...] = ()
     """Watched namespaces (empty: all); where the peering objects go (:mod:`peering`)."""
+    kueue: bool = False
+    """Kueue integration (``--kueue``): Workloads are watched too."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,7 +89,7 @@ def make_settings(hs: HandlerSettings) -> kopf.OperatorSettings:
     st.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
     st.posting.event_name_prefix = f"{REPORTING_COMPONENT}-"
     managed = f"{contract.LABEL_MANAGED_BY}={contract.MANAGED_BY}"
-    for group, version, plural in CHILD_RESOURCES:  # server-side: only our children stream
+    for group, version, plural in child_resources(hs.kueue):  # only our children stream
         st.watching.label_selectors[group, version, plural] = managed
     st.peering.standalone = hs.peering is None
     if hs.peering:
@@ -357,7 +368,7 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
                 return
             await wakers.wait(key, hs.resync_seconds)
 
-    for group, version, plural in CHILD_RESOURCES:
+    for group, version, plural in child_resources(hs.kueue):
 
         @kopf.on.event(group, version, plural, labels=MANAGED, registry=registry)
         async def child_event(body: kopf.Body, **_: Any) -> None:

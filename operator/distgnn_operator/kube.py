@@ -34,6 +34,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "NetworkPolicy": ("apis/networking.k8s.io/v1", "networkpolicies"),
     "PodGroup": ("apis/scheduling.x-k8s.io/v1alpha1", "podgroups"),
+    "Workload": ("apis/kueue.x-k8s.io/v1beta1", "workloads"),
     "DistGNNJob": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "distgnnjobs"),
     "GraphServer": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "graphservers"),
     "KopfPeering": ("apis/kopf.dev/v1", "kopfpeerings"),

@@ -28,6 +28,7 @@ from distgnn.errors import ConfigError
 from distgnn_operator import desired as d
 from distgnn_operator import drift
 from distgnn_operator import failure as f
+from distgnn_operator import kueue as kq
 from distgnn_operator import podcreate as pc
 from distgnn_operator import status as s
 from distgnn_operator import stuckpods as sp
@@ -74,6 +75,9 @@ class OperatorContext:
     """How long a child may be short of pods before its FailedCreate events are read."""
     metrics: OperatorMetrics | None = None
     """Prometheus metrics (``--metrics-port``); None: off."""
+    kueue: bool = False
+    """Kueue integration (``--kueue``): a job labelled with a LocalQueue waits for the
+    admission of its Workload (:mod:`kueue`)."""
 
 
 @dataclass
@@ -540,6 +544,12 @@ class Reconciler:
             num_parts = spec.partitioning.num_parts
             servers_ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         tst = (tjob or {}).get("status") or {}
+        queue = kq.queue_name(body) if self.ctx.kueue else None
+        wl, gate = None, None
+        if queue is not None:
+            wl = await self._workload(job, queue, gs.info, emit)
+            gate = kq.decide(wl, queue)
+        held = gate is not None and not gate.run
         if spec.trainers.colocate and gs.info is None:
             # the servers are sidecars of the trainer pods: a ready pod has a ready server,
             # and a pod whose trainers finished served until they did (the group ends
@@ -611,6 +621,7 @@ class Reconciler:
             backoff_limit=rp.backoff_limit,
             restarting=restarting,
             suspended=rp.suspend,
+            waiting_for_admission=gate.message if gate is not None and held else None,
             deadline_exceeded=deadline_due is not None and now >= deadline_due,
             metrics=metrics,
             manifest_url=gs.info.manifest_url if gs.info else self._manifest(job),
@@ -632,6 +643,12 @@ class Reconciler:
             # clean up *before* the final status: once that is written, passes are frozen
             states = {n["trainers"]: tstate, n["partition"]: pstate}
             await self._clean_finished(ns, meta.name, rp.clean_pod_policy, have, states, emit)
+            if wl is not None and kq.condition(wl, "Finished") is None:
+                done_msg = s.phase_reason(new)[1] or f"job {new['phase']}"
+                patch = kq.finished_status(wl, new["phase"] == "Succeeded", done_msg, iso(now))
+                await self.api.patch(
+                    "Workload", ns, wl["metadata"]["name"], patch, subresource="status"
+                )
         else:
             token, thash = (None, None) if gs_name else self._token(have, n["token"])
             stage = d.Stage(
@@ -642,11 +659,15 @@ class Reconciler:
                 token_hash=thash,
             )
             want = d.desired_job_children(
-                job, self.ctx.desired, graphserver=gs.info, token=token, stage=stage
+                kq.with_suspend(job, True) if held else job,
+                self.ctx.desired,
+                graphserver=gs.info,
+                token=token,
+                stage=stage,
             )
-            held = await self._ensure_podgroup(want, have, emit)
-            if held:
-                obs = dataclasses.replace(obs, podgroup_unavailable=held)
+            no_pg = await self._ensure_podgroup(want, have, emit)
+            if no_pg:
+                obs = dataclasses.replace(obs, podgroup_unavailable=no_pg)
                 new = s.job_status(obs, old, iso(now))
             else:
                 # an attached job whose GraphServer is gone keeps what it has
@@ -658,6 +679,17 @@ class Reconciler:
                         obs, conflict="; ".join(done.conflicts), taken=tuple(done.taken)
                     )
                     new = s.job_status(obs, old, iso(now))
+            if wl is not None and gate is not None and gate.release and not no_pg:
+                # stopped above (as suspend does): give the quota back, as Kueue's
+                # jobframework does, so that Kueue can admit the job again
+                await self.api.patch(
+                    "Workload",
+                    ns,
+                    wl["metadata"]["name"],
+                    kq.release_status(wl, iso(now)),
+                    subresource="status",
+                )
+                emit("Normal", "QuotaReleased", f"evicted: {gate.message}")
             if deadline_due is not None:
                 res.due((deadline_due - now).total_seconds())
             if gs_wait_due is not None:
@@ -677,6 +709,29 @@ class Reconciler:
         if new["phase"] in s.TERMINAL:
             res.due(await self._ttl(body, new, now))
         return res
+
+    async def _workload(
+        self,
+        job: t.DistGNNJob,
+        queue: str,
+        graphserver: d.GraphServerInfo | None,
+        emit: Emit,
+    ) -> dict[str, Any]:
+        """The job's Workload (:mod:`kueue`), created when missing."""
+        meta = job.metadata
+        name = kq.workload_name(meta.name, meta.uid)
+        wl = await self.api.get("Workload", meta.namespace, name)
+        if wl is not None:
+            return wl
+        obj = kq.workload(job, queue, self.ctx.desired, graphserver)
+        try:
+            await self.api.create(obj)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+            return await self.api.get("Workload", meta.namespace, name) or obj
+        emit("Normal", "Created", f"created Workload {name} (LocalQueue {queue})")
+        return obj
 
     def _emit_detail(self, emit: Emit, fail: f.PodFailure | None) -> None:
         """The failing pod's traceback or log tail, as a Warning event ``PodFailed`` (the

@@ -46,6 +46,7 @@ class Reason:
     RESOURCE_EXISTS = "ResourceExists"
     POD_CREATE_FAILED = "PodCreateFailed"
     SERVER_CONFIG_ERROR = "ServerConfigError"
+    WAITING_ADMISSION = "WaitingForAdmission"
 
 
 WARNING_REASONS = frozenset(
@@ -93,6 +94,8 @@ class JobObservation:
     backoff_limit: int = 3
     restarting: bool = False
     suspended: bool = False
+    waiting_for_admission: str | None = None
+    """why Kueue holds the job (its Workload not admitted, or evicted); ``--kueue``"""
     deadline_exceeded: bool = False
     metrics: dict[str, float] | None = None
     manifest_url: str | None = None
@@ -200,6 +203,8 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
         )
     if o.suspended:
         return "Suspended", Reason.SUSPENDED, "job is suspended"
+    if o.waiting_for_admission:
+        return "Suspended", Reason.WAITING_ADMISSION, o.waiting_for_admission
     if o.podgroup_unavailable:
         return "Pending", Reason.PODGROUP_UNAVAILABLE, o.podgroup_unavailable
     if o.conflict:
@@ -339,8 +344,8 @@ def job_conditions(o: JobObservation, phase: str, reason: str, message: str) -> 
         (
             "Suspended",
             "True" if phase == "Suspended" else "False",
-            Reason.SUSPENDED if phase == "Suspended" else Reason.RESUMED,
-            "",
+            reason if phase == "Suspended" else Reason.RESUMED,
+            message if phase == "Suspended" and reason != Reason.SUSPENDED else "",
         )
     )
     conds.append(

@@ -43,6 +43,7 @@ PLURAL = {
     "NetworkPolicy": "networkpolicies",
     "Pod": "pods",
     "Event": "events",
+    "Workload": "workloads",
 }
 PREFIX = {
     "DistGNNJob": GV,
@@ -54,6 +55,7 @@ PREFIX = {
     "Service": "v1",
     "Pod": "v1",
     "Event": "v1",
+    "Workload": "kueue.x-k8s.io/v1beta1",
 }
 
 
@@ -174,8 +176,9 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         finally:
             _EMULATOR.remove(k)
         # everything the operator asked for is granted by the chart's RBAC (gang scheduling
-        # on: a test that forbids PodGroups makes the emulator refuse them as RBAC would)
-        granted = operator_grants({"gangScheduling": {"enabled": True}})
+        # and Kueue on: a test that forbids PodGroups makes the emulator refuse them as RBAC
+        # would; without --kueue the operator never asks for Workloads)
+        granted = operator_grants({"gangScheduling": {"enabled": True}, "kueue": {"enabled": True}})
         missing = sorted(r for r in k.requests if (r.group, r.resource, r.verb) not in granted)
         assert not missing, f"requests the chart's RBAC does not grant: {missing}"
 

@@ -95,7 +95,9 @@ def server_rewrites(obj: dict[str, Any]) -> None:
     walk(obj.get("spec"))
 
 
-STATUS_SUBRESOURCE = {"distgnnjobs", "graphservers", "jobs", "statefulsets"}
+CRD_GROUPS = (contract.API_GROUP, "kueue.x-k8s.io")
+"""Groups of custom resources: the API server neither defaults nor rewrites their fields."""
+STATUS_SUBRESOURCE = {"distgnnjobs", "graphservers", "jobs", "statefulsets", "workloads"}
 """Plurals served with the status subresource whose status the operator reads or writes."""
 
 
@@ -287,9 +289,10 @@ class StampingEmulator(kmock.KubernetesEmulator):
             )
         if plural in STATUS_SUBRESOURCE and isinstance(request.data, dict):
             status_subresource(request.data, request.action, request.subresource)
-        builtin = getattr(request.resource, "group", None) != contract.API_GROUP
+        # built-in kinds only: CRD fields (ours, Kueue's) are kept as sent
+        builtin = getattr(request.resource, "group", None) not in CRD_GROUPS
         if request.resource is not None and isinstance(request.data, dict) and builtin:
-            server_rewrites(request.data)  # built-in kinds only: CRD fields are kept as sent
+            server_rewrites(request.data)
             if request.action == kmock.action.CREATE and not request.subresource:
                 apply_defaults(request.data)  # what SetDefaults_* add, as a real server
         if request.resource is not None and isinstance(request.data, dict):
@@ -336,6 +339,7 @@ def declare_resources(k: kmock.KubernetesEmulator) -> None:
             verbs={"list", "watch", "get", "patch", "create", "delete"},
         )
     for gvp, kind in (
+        ("kueue.x-k8s.io/v1beta1/workloads", "Workload"),  # Kueue's CRD
         ("batch/v1/jobs", "Job"),
         ("apps/v1/statefulsets", "StatefulSet"),
         ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),

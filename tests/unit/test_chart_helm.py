@@ -378,6 +378,11 @@ NAMESPACED_RULES = {
 }
 KOPF_CLUSTER_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CREATED_ONCE}
+KUEUE = {
+    # one Workload per queued job (watched: its admission re-runs the job's pass)
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("kueue.x-k8s.io", "workloads/status"): {"get", "patch", "update"},
+}
 
 
 def rules_of(role: Obj) -> dict[tuple[str, str], set[str]]:
@@ -420,6 +425,21 @@ def test_rbac_cluster_wide_is_exactly_what_the_operator_needs() -> None:
 def test_rbac_gang_scheduling_adds_podgroups_only_when_enabled() -> None:
     role = operator_cluster_role(render({"gangScheduling": {"enabled": True}}))
     assert rules_of(role) == {**NAMESPACED_RULES, **KOPF_CLUSTER_RULES, **PODGROUPS}
+
+
+def test_kueue_adds_the_flag_and_workloads_only_when_enabled() -> None:
+    objs = render({"kueue": {"enabled": True}})
+    assert rules_of(operator_cluster_role(objs)) == {
+        **NAMESPACED_RULES,
+        **KOPF_CLUSTER_RULES,
+        **KUEUE,
+    }
+    (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--kueue" in c["args"]
+    for role in of_kind(render({"kueue": {"enabled": True}, "watchNamespaces": ["a"]}), "Role"):
+        assert rules_of(role) == {**NAMESPACED_RULES, **KUEUE}
+    (c,) = one(render({}), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--kueue" not in c["args"]
 
 
 def test_rbac_watch_namespaces_uses_a_role_per_namespace() -> None:

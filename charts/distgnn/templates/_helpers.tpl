@@ -163,4 +163,14 @@ all namespaces, in a Role per namespace otherwise).
   resources: ["podgroups"]
   verbs: ["get", "list", "create", "delete"]
 {{- end }}
+{{- if .Values.kueue.enabled }}
+# Kueue: one Workload per queued job (created, watched; GC deletes it with the job), whose
+# status the operator patches when it released the quota of an evicted job or the job ended.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["get", "patch", "update"]
+{{- end }}
 {{- end }}

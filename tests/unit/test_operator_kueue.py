@@ -1,0 +1,157 @@
+"""The Kueue integration's pure part: the Workload built for a job and what its status
+means (distgnn_operator.kueue)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from distgnn import contract
+from distgnn.api import parse_job
+from distgnn_operator import kueue as kq
+from distgnn_operator.desired import DesiredContext
+
+GV = f"{contract.API_GROUP}/{contract.API_VERSION}"
+CTX = DesiredContext(runtime_image="example.org/distgnn:test", partitions_url="s3://parts")
+JOB: dict[str, Any] = {
+    "apiVersion": GV,
+    "kind": "DistGNNJob",
+    "metadata": {
+        "name": "cora",
+        "namespace": "ml",
+        "uid": "uid-job",
+        "labels": {kq.QUEUE_LABEL: "team-a"},
+    },
+    "spec": {
+        "graph": {"partitions": {"manifestURL": "s3://p/cora.json"}},
+        "partitioning": {"numParts": 3},
+        "servers": {
+            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+            "podTemplate": {
+                "nodeSelector": {"pool": "mem"},
+                "tolerations": [{"key": "mem", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        },
+        "trainers": {
+            "replicas": 4,
+            "resources": {"limits": {"cpu": 4, "memory": "8Gi"}},
+            "app": {"name": "node-classification", "epochs": 1},
+        },
+        "runPolicy": {"suspend": True, "schedulingPolicy": {"priorityClassName": "high"}},
+    },
+}
+
+
+def _job(**spec: Any) -> Any:
+    obj = copy.deepcopy(JOB)
+    obj["spec"].update(spec)
+    return parse_job(obj)
+
+
+def test_queue_name_is_the_label() -> None:
+    assert kq.queue_name(JOB) == "team-a"
+    assert kq.queue_name({"metadata": {"labels": {}}}) is None
+    assert kq.queue_name({"metadata": {}}) is None
+
+
+def test_workload_name_is_short_stable_and_per_incarnation() -> None:
+    assert kq.workload_name("cora", "u1") == kq.workload_name("cora", "u1")
+    assert kq.workload_name("cora", "u1") != kq.workload_name("cora", "u2")
+    assert kq.workload_name("cora", "u1").startswith("distgnnjob-cora-")
+    long = kq.workload_name("x" * 63, "u")
+    assert len(long) == 63 and long.startswith("distgnnjob-xxx")
+
+
+def test_workload_pod_sets_servers_and_trainers() -> None:
+    wl = kq.workload(_job(), "team-a", CTX)
+    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta1" and wl["kind"] == "Workload"
+    md = wl["metadata"]
+    assert md["name"] == kq.workload_name("cora", "uid-job") and md["namespace"] == "ml"
+    (ref,) = md["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
+        "DistGNNJob",
+        "cora",
+        "uid-job",
+        True,
+    )
+    assert wl["spec"]["queueName"] == "team-a"
+    assert wl["spec"]["priorityClassName"] == "high"
+    servers, trainers = wl["spec"]["podSets"]
+    assert (servers["name"], servers["count"]) == ("servers", 3)  # suspend does not count
+    assert (trainers["name"], trainers["count"]) == ("trainers", 4)
+    spod = servers["template"]["spec"]
+    assert spod["nodeSelector"] == {"pool": "mem"}
+    assert spod["tolerations"][0]["key"] == "mem"
+    (sc,) = spod["containers"]
+    assert sc["resources"]["requests"]["memory"] == "2Gi"
+    assert set(sc) <= set(kq.CONTAINER_FIELDS)  # no env, probes, volumes, ...
+    tc = trainers["template"]["spec"]["containers"][0]
+    assert tc["resources"]["limits"]["memory"] == "8Gi"
+    assert "volumes" not in trainers["template"]["spec"]
+
+
+def test_workload_of_attached_and_colocated_jobs_has_only_trainers() -> None:
+    attached = _job(graph={"graphServer": {"name": "papers"}})
+    (only,) = kq.workload(attached, "q", CTX)["spec"]["podSets"]
+    assert (only["name"], only["count"]) == ("trainers", 4)
+    colocated = copy.deepcopy(JOB)
+    colocated["spec"]["trainers"]["replicas"] = 3
+    colocated["spec"]["trainers"]["colocate"] = True
+    (only,) = kq.workload(parse_job(colocated), "q", CTX)["spec"]["podSets"]
+    assert (only["name"], only["count"]) == ("trainers", 3)
+    names = [c["name"] for c in only["template"]["spec"].get("initContainers", [])]
+    assert names, "the server sidecar's resources count"
+    plain = copy.deepcopy(JOB)
+    del plain["spec"]["runPolicy"]
+    assert "priorityClassName" not in kq.workload(parse_job(plain), "q", CTX)["spec"]
+
+
+def _wl(*conds: tuple[str, str], admission: bool = False) -> dict[str, Any]:
+    st: dict[str, Any] = {
+        "conditions": [
+            {"type": t, "status": s, "reason": "R", "message": f"{t} msg"} for t, s in conds
+        ]
+    }
+    if admission:
+        st["admission"] = {"clusterQueue": "cq", "podSetAssignments": []}
+    return {"metadata": {"name": "wl"}, "status": st}
+
+
+def test_decide_runs_only_when_admitted_and_not_evicted() -> None:
+    assert not kq.decide(None, "q").run
+    assert "waiting for Kueue to admit Workload" in kq.decide(_wl(), "q").message
+    # quota reserved but admission checks pending: Admitted is not True yet
+    assert not kq.decide(_wl(("QuotaReserved", "True")), "q").run
+    assert kq.decide(_wl(("QuotaReserved", "True"), ("Admitted", "True")), "q").run
+    evicted = kq.decide(
+        _wl(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True),
+        "q",
+    )
+    assert not evicted.run and evicted.release
+    assert evicted.message.startswith("evicted by Kueue (R: Evicted msg)")
+    released = kq.decide(_wl(("QuotaReserved", "False"), ("Evicted", "True")), "q")
+    assert not released.run and not released.release and "again" in released.message
+
+
+def test_release_status_clears_the_reservation() -> None:
+    wl = _wl(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True)
+    patch = kq.release_status(wl, "2026-01-01T00:00:00Z")["status"]
+    assert patch["admission"] is None
+    conds = {c["type"]: c for c in patch["conditions"]}
+    assert conds["QuotaReserved"]["status"] == "False"
+    assert conds["QuotaReserved"]["reason"] == "Pending"
+    assert conds["QuotaReserved"]["message"] == "Evicted msg"
+    assert conds["Admitted"]["status"] == "False"
+    assert conds["Evicted"]["status"] == "True"  # Kueue's, kept
+    patched = {"metadata": wl["metadata"], "status": patch}
+    assert not kq.decide(patched, "q").release
+
+
+def test_finished_status() -> None:
+    wl = _wl(("Admitted", "True"))
+    conds = kq.finished_status(wl, False, "boom", "t")["status"]["conditions"]
+    fin = next(c for c in conds if c["type"] == "Finished")
+    assert (fin["status"], fin["reason"], fin["message"]) == ("True", "Failed", "boom")
+    assert kq.condition({"status": {"conditions": conds}}, "Finished") is not None
+    ok = kq.finished_status(wl, True, "done", "t")["status"]["conditions"]
+    assert next(c for c in ok if c["type"] == "Finished")["reason"] == "Succeeded"
