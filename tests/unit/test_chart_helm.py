@@ -380,8 +380,10 @@ KOPF_CLUSTER_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"l
 PODGROUPS = {("scheduling.x-k8s.io", "podgroups"): CREATED_ONCE}
 KUEUE = {
     # one Workload per queued job (watched: its admission re-runs the job's pass)
-    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("kueue.x-k8s.io", "workloads/status"): {"get", "patch", "update"},
+    # (delete: the API server's OwnerReferencesPermissionEnforcement asks it of whoever
+    # sets an ownerReference); the status is only patched (quota released, Finished)
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "delete"},
+    ("kueue.x-k8s.io", "workloads/status"): {"patch"},
 }
 
 

@@ -164,13 +164,15 @@ all namespaces, in a Role per namespace otherwise).
   verbs: ["get", "list", "create", "delete"]
 {{- end }}
 {{- if .Values.kueue.enabled }}
-# Kueue: one Workload per queued job (created, watched; GC deletes it with the job), whose
+# Kueue: one Workload per queued job (created, watched; GC deletes it with the job; delete:
+# the API server's OwnerReferencesPermissionEnforcement asks it of whoever sets an
+# ownerReference), whose
 # status the operator patches when it released the quota of an evicted job or the job ended.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
 {{- end }}
 {{- end }}
