@@ -128,7 +128,7 @@ def typed_task(
         load=load,
         logits=lambda m, blocks, x: m(blocks, x)[tt],
         evaluate=lambda m, mask: {"accuracy": accuracy(m, mask)},
-        train_nodes=int(train_ids.size),
+        training={"train_nodes": int(train_ids.size)},
         info={"target_ntype": tt} | sparse_info(sparse),
         checkpoint={"rgcn": model.config(), "target_ntype": tt},
         sparse=sparse,

@@ -53,7 +53,8 @@ class Task:
     evaluate: Callable[[nn.Module, str], dict[str, float]]
     """rank 0: the objective's metrics (:meth:`Objective.measure`) on the nodes of a mask
     (``cfg.val_mask`` or ``cfg.test_mask``)"""
-    train_nodes: int
+    training: dict[str, Any]
+    """the ``training`` log line's fields about the training set (``train_nodes``, ...)"""
     info: dict[str, Any] = field(default_factory=dict)
     """for the log and the metrics"""
     checkpoint: dict[str, Any] = field(default_factory=dict)
@@ -61,6 +62,9 @@ class Task:
     sparse: NodeEmbeddings | None = None
     """the R-GCN's embedding tables on the servers and their sparse optimizer"""
     objective: Objective = CLASSIFICATION
+    app: str | None = None
+    """its name in the log and the metrics (default: ``node-classification``, or the
+    regression app's name)"""
 
 
 @torch.no_grad()
@@ -125,7 +129,7 @@ def homogeneous_task(
         load=load,
         logits=lambda m, blocks, x: m(blocks, x),
         evaluate=measure,
-        train_nodes=int(train_ids.size),
+        training={"train_nodes": int(train_ids.size)},
         objective=objective,
     )
 
@@ -140,20 +144,30 @@ def run(
     """Train; returns the metrics (meaningful on rank 0)."""
     from distgnn.train import hetero_node_classification as hetero
 
-    tel = telemetry or Telemetry()
     torch.manual_seed(cfg.seed)
-    device = ctx.device
     if hetero.check_graph(cfg, tg) is not None:
         task = hetero.typed_task(cfg, tg, ctx, train_ids)
     else:
         task = homogeneous_task(cfg, tg, ctx, train_ids)
+    return train(cfg, ctx, task, telemetry)
+
+
+def train(
+    cfg: TrainConfig, ctx: DDPContext, task: Task, telemetry: Telemetry | None = None
+) -> dict[str, Any]:
+    """The supervised loop every :class:`Task` shares (node classification and regression,
+    the typed R-GCN, edge classification): train, validate on rank 0 and keep the best
+    weights, then the selected model's test and validation metrics (meaningful on rank 0)."""
+    tel = telemetry or Telemetry()
+    device = ctx.device
     model = wrap(ctx, task.model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sparse = task.sparse
     start = resume(cfg, ctx, model, opt, sparse)
     info = task.info
     obj = task.objective
-    metric, app = obj.metric, cfg.app if obj.regression else "node-classification"
+    metric = obj.metric
+    app = task.app or (cfg.app if obj.regression else "node-classification")
     short = "acc" if metric == "accuracy" else metric  # the epoch log's train_acc, val_rmse
     vkey = f"val_{short}"
     metrics: dict[str, Any] = {}
@@ -171,7 +185,7 @@ def run(
             extra=kv(
                 app=app,
                 rank=ctx.rank,
-                train_nodes=task.train_nodes,
+                **task.training,
                 steps_per_epoch=steps,
                 start_epoch=start,
                 **cfg.log_fields(),
