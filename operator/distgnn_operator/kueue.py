@@ -25,6 +25,7 @@ from typing import Any
 from distgnn import contract
 from distgnn.api import types as t
 from distgnn_operator import desired as d
+from distgnn_operator import status as s
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta1"
@@ -166,19 +167,9 @@ def decide(wl: dict[str, Any] | None, queue: str) -> Gate:
 def _set(
     conds: list[dict[str, Any]], typ: str, status: str, reason: str, msg: str, now: str
 ) -> list[dict[str, Any]]:
-    out = [c for c in conds if c.get("type") != typ]
     prev = next((c for c in conds if c.get("type") == typ), None)
-    since = prev.get("lastTransitionTime") if prev and prev.get("status") == status else None
-    out.append(
-        {
-            "type": typ,
-            "status": status,
-            "reason": reason,
-            "message": msg[:1024],
-            "lastTransitionTime": since or now,
-        }
-    )
-    return out
+    kept = [c for c in conds if c.get("type") != typ]
+    return [*kept, s.condition((typ, status, reason, msg), prev, now)]
 
 
 def release_status(wl: dict[str, Any], now: str) -> dict[str, Any]:

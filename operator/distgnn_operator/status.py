@@ -372,21 +372,25 @@ def merge_conditions(
 ) -> list[dict[str, Any]]:
     """Conditions as dicts, keeping lastTransitionTime where the status did not change."""
     prev = {c.get("type"): c for c in old or [] if isinstance(c, dict)}
-    out = []
-    for typ, status, reason, msg in new:
-        p = prev.get(typ)
-        since = p.get("lastTransitionTime") if p and p.get("status") == status else None
-        out.append(
-            {
-                "type": typ,
-                "status": status,
-                "reason": reason,
-                "message": msg[:1024],
-                "lastTransitionTime": since or now,
-                "observedGeneration": generation,
-            }
-        )
-    return out
+    return [
+        condition((typ, status, reason, msg), prev.get(typ), now)
+        | {"observedGeneration": generation}
+        for typ, status, reason, msg in new
+    ]
+
+
+def condition(new: Cond, prev: dict[str, Any] | None, now: str) -> dict[str, Any]:
+    """One condition as a dict: its ``lastTransitionTime`` kept from ``prev`` (the same type's
+    condition before) while the status is the same, else ``now``; the message cut at 1024."""
+    typ, status, reason, msg = new
+    since = prev.get("lastTransitionTime") if prev and prev.get("status") == status else None
+    return {
+        "type": typ,
+        "status": status,
+        "reason": reason,
+        "message": msg[:1024],
+        "lastTransitionTime": since or now,
+    }
 
 
 def job_status(o: JobObservation, old: dict[str, Any] | None, now: str) -> dict[str, Any]:
