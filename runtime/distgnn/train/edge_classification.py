@@ -130,7 +130,7 @@ def run(
 
     def measure(model: nn.Module, mask: str) -> dict[str, float]:
         if mask not in ids:
-            ids[mask] = np.flatnonzero(tg.read_all_edges(mask).astype(bool)).astype(np.int64)
+            ids[mask] = tg.edge_mask_ids(mask)
         return evaluate(model, tg, cfg, ids[mask], ctx.device)
 
     task = Task(

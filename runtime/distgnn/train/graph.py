@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +75,7 @@ class TrainGraph:
 
     def read_all(self, name: str) -> np.ndarray:
         """All rows of a (small) node field, read in chunks."""
-        n = self.num_nodes()
-        parts = [
-            self.read(name, torch.arange(i, min(i + _CHUNK, n))).numpy()
-            for i in range(0, n, _CHUNK)
-        ]
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return _in_chunks(self.read, name, self.num_nodes())
 
     def mask_ids(self, name: str) -> np.ndarray:
         return np.flatnonzero(self.read_all(name).astype(bool)).astype(np.int64)
@@ -122,12 +117,10 @@ class TrainGraph:
 
     def read_all_edges(self, name: str) -> np.ndarray:
         """All rows of a (small) edge field, read in chunks."""
-        m = self.num_edges()
-        parts = [
-            self.read_edges(name, torch.arange(i, min(i + _CHUNK, m))).numpy()
-            for i in range(0, m, _CHUNK)
-        ]
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return _in_chunks(self.read_edges, name, self.num_edges())
+
+    def edge_mask_ids(self, name: str) -> np.ndarray:
+        return np.flatnonzero(self.read_all_edges(name).astype(bool)).astype(np.int64)
 
     def split_edges(self, name: str, ctx: DDPContext) -> np.ndarray:
         """This trainer's share of the edges in edge mask ``name`` (DGL's ``edge_split``:
@@ -203,3 +196,9 @@ def open_train_graph(env: Mapping[str, str] | None = None) -> TrainGraph:
     except FileNotFoundError as e:  # a local .npz path
         raise StorageNotFound(f"{contract.ENV_MANIFEST}: {manifest}: not found") from e
     return TrainGraph(dg, source_for(dg, {"kind": "standalone", "manifest": manifest}))
+
+
+def _in_chunks(read: Callable[[str, torch.Tensor], torch.Tensor], name: str, n: int) -> np.ndarray:
+    """Rows ``0..n`` of field ``name`` by ``read(name, ids)``, ``_CHUNK`` at a time."""
+    parts = [read(name, torch.arange(i, min(i + _CHUNK, n))).numpy() for i in range(0, n, _CHUNK)]
+    return np.concatenate(parts) if parts else np.zeros(0)

@@ -475,31 +475,35 @@ def infer_to_storage(
     return summary
 
 
-def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | None:
-    if not opts.classify or not opts.test_mask:
+def _test_rows(tg: TrainGraph, opts: InferOptions) -> tuple[np.ndarray, torch.Tensor] | None:
+    """The nodes of ``opts.test_mask`` and their labels (None without the mask or a label,
+    or with no test node)."""
+    if not opts.test_mask:
         return None
     try:
         ids = tg.mask_ids(opts.test_mask)
-        labels = tg.read(opts.label, torch.from_numpy(ids)).long()
+        labels = tg.read(opts.label, torch.from_numpy(ids))
     except (ConfigError, KeyError):
         return None
-    if ids.size == 0:
+    return (ids, labels) if ids.size else None
+
+
+def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | None:
+    rows = _test_rows(tg, opts) if opts.classify else None
+    if rows is None:
         return None
+    ids, labels = rows
     pred = final.read(ids).argmax(1)
-    return round(float((pred == labels).float().mean().item()), 6)
+    return round(float((pred == labels.long()).float().mean().item()), 6)
 
 
 def _test_rmse(tg: TrainGraph, opts: InferOptions, final: Rows) -> float | None:
     """RMSE of a regression's written predictions on ``opts.test_mask`` (None without)."""
-    if not opts.regress or not opts.test_mask:
+    rows = _test_rows(tg, opts) if opts.regress else None
+    if rows is None:
         return None
-    try:
-        ids = tg.mask_ids(opts.test_mask)
-        y = tg.read(opts.label, torch.from_numpy(ids)).float()
-    except (ConfigError, KeyError):
-        return None
-    if ids.size == 0:
-        return None
+    ids, labels = rows
+    y = labels.float()
     d = final.read(ids).float() - y.reshape(y.shape[0], -1)
     return round(float(d.pow(2).mean().sqrt().item()), 6)
 
