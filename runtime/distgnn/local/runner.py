@@ -285,7 +285,8 @@ def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) 
     if proc.poll() is not None:
         proc.reader.join(timeout=2.0)  # its last lines, still in the pipe
     lines = proc.last_lines(TAIL)
-    cause = cause or missing_module(lines)
+    if cause is None or cause.startswith("ModuleNotFoundError:"):  # with what installs it
+        cause = missing_module(lines) or cause
     parts = [headline]
     if cause:
         parts.append(f"cause: {cause.strip()}")
