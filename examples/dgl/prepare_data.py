@@ -11,13 +11,16 @@
   ``paper:cites:paper`` (Cora's edges), ``author:writes:paper`` and its reverse
   ``paper:written-by:author``. Every paper has a citation and an author, every author
   a paper, so no node lacks in-edges of a relation into its type.
-* ``data/cora-tasks.npz``: Cora with two derived targets for the node-regression and
-  edge-classification apps (``examples/cora-node-regression.yaml``,
-  ``examples/cora-edge-classification.yaml``; Cora itself has neither): node data
-  ``target`` (float32, [N, 7]: the share of each class among a node's in-neighbours,
-  i.e. the degree-normalised mean of its neighbours' one-hot labels) with a seeded
-  random 60/20/20 node split (``train_mask``, ``val_mask``, ``test_mask``), and edge
-  data ``label`` (1 when an edge's two endpoints have the same class, else 0) with a
+* ``data/cora-tasks.npz``: Cora with derived targets for the node-regression,
+  edge-classification and edge-regression apps (``examples/cora-node-regression.yaml``,
+  ``examples/cora-edge-classification.yaml``, ``examples/cora-edge-regression.yaml``;
+  Cora itself has none): node data ``target`` (float32, [N, 7]: the share of each class
+  among a node's in-neighbours, i.e. the degree-normalised mean of its neighbours'
+  one-hot labels) with a seeded random 60/20/20 node split (``train_mask``,
+  ``val_mask``, ``test_mask``); edge data ``label`` (1 when an edge's two endpoints have
+  the same class, else 0) and ``target`` (float32, [E]: the dot product of the two
+  endpoints' class-share vectors, i.e. the chance that a random in-neighbour of one and
+  a random in-neighbour of the other have the same class; 0 to 1, mean 0.75) with a
   seeded random 60/20/20 edge split (edge data ``train_mask``, ``val_mask``,
   ``test_mask``). Cora's features ``feat`` and class ``label`` are kept.
 
@@ -106,7 +109,8 @@ def split_masks(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def tasks(cora: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
-    """Cora with a node-regression target and edge labels (see the module doc)."""
+    """Cora with a node-regression target, edge labels and an edge-regression target
+    (see the module doc)."""
     src, dst = cora["src"].astype(np.int64), cora["dst"].astype(np.int64)
     labels = cora["label"].astype(np.int64)
     n, k = labels.size, int(labels.max()) + 1
@@ -116,6 +120,7 @@ def tasks(cora: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
     out = {"src": src, "dst": dst, "feat": cora["feat"], "label": labels, "target": share}
     out |= split_masks(n, seed)
     out["edata/label"] = (labels[src] == labels[dst]).astype(np.int64)
+    out["edata/target"] = (share[src] * share[dst]).sum(1, dtype=np.float32)
     out |= {f"edata/{k}": v for k, v in split_masks(src.size, seed + 1).items()}
     return out
 

@@ -43,6 +43,8 @@ class PodFailure:
     exit_code: int | None = None
     disrupted: bool = False
     """the pod has the ``DisruptionTarget`` condition (evicted, preempted, node drained)"""
+    container: str = ""
+    """the failed container, named in the headline ("": the pod's one of its kind)"""
 
     @property
     def config_error(self) -> bool:
@@ -51,8 +53,10 @@ class PodFailure:
         return contract.is_config_error_exit(self.exit_code)
 
     def headline(self) -> str:
-        """``summary (rank R, pod NAME)``: the condition message's cause part."""
+        """``summary (rank R, pod NAME[, container C])``: the condition message's cause part."""
         where = f"rank {self.rank}, pod {self.pod}" if self.rank is not None else f"pod {self.pod}"
+        if self.container:
+            where += f", container {self.container}"
         return f"{self.summary} ({where})"
 
 

@@ -600,7 +600,7 @@ class Reconciler:
             if tpods.sidecars_ready is not None:  # a trainer's trouble is not the server's
                 servers_ready = tpods.sidecars_ready + int(tst.get("succeeded") or 0)
         first_stuck, server_error = sp.first_stuck(stuck), sp.first_config_error(stuck)
-        first_tstuck = sp.first_stuck(tstuck)
+        first_tstuck, trainer_error = sp.first_stuck(tstuck), sp.first_config_error(tstuck)
         obs = s.JobObservation(
             generation=meta.generation,
             partition_needed=partition_needed,
@@ -634,6 +634,7 @@ class Reconciler:
             servers_stuck=first_stuck.describe() if first_stuck else None,
             server_config_error=server_error.failure().headline() if server_error else None,
             trainers_stuck=first_tstuck.describe() if first_tstuck else None,
+            trainer_config_error=trainer_error.failure().headline() if trainer_error else None,
             colocated=colocated,
             graphserver_cause=gs.cause,
             output_url=inference_output_url(spec),
@@ -704,6 +705,8 @@ class Reconciler:
                 self._emit_detail(emit, pfail)
                 if server_error and s.phase_reason(new)[0] == s.Reason.SERVER_CONFIG_ERROR:
                     self._emit_detail(emit, server_error.failure())
+                if trainer_error and s.phase_reason(new)[0] == s.Reason.CONFIG_ERROR:
+                    self._emit_detail(emit, trainer_error.failure())
         if gs_name and new.get("phase") != old.get("phase"):
             res.poke.append(("GraphServer", ns, gs_name))  # its attachedJobs
         if new["phase"] in s.TERMINAL:

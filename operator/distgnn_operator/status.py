@@ -121,6 +121,10 @@ class JobObservation:
     """a server exited with the configuration-error status (2): its root cause and pod"""
     trainers_stuck: str | None = None
     """the first trainer pod that cannot start and why (``pod NAME: REASON: WHY``)"""
+    trainer_config_error: str | None = None
+    """a trainer container of a pod that has not finished exited with the
+    configuration-error status (2): restarted in place by a container restart rule, or
+    beside trainers that still run; its root cause, pod and container"""
     colocated: bool = False
     """the servers are sidecars of the trainer pods (``trainers.colocate``)"""
     graphserver_cause: str | None = None
@@ -173,14 +177,9 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
     if o.deadline_exceeded:
         return "Failed", Reason.DEADLINE, "activeDeadlineSeconds exceeded"
     if o.trainer_job == "failed" and not o.restarting and o.config_error:
-        return (
-            "Failed",
-            Reason.CONFIG_ERROR,
-            (
-                f"trainer group failed with a configuration error (exit code "
-                f"{contract.EXIT_CONFIG_ERROR}), not retried: {o.failure_message}"
-            ).rstrip(": "),
-        )
+        return "Failed", Reason.CONFIG_ERROR, trainer_failed(o.failure_message)
+    if o.trainer_config_error and not o.restarting:
+        return "Failed", Reason.CONFIG_ERROR, trainer_failed(o.trainer_config_error)
     if o.trainer_job == "failed" and not o.restarting:
         return (
             "Failed",
@@ -259,6 +258,15 @@ def servers_message(ready: int, num_parts: int, stuck: str | None) -> str:
     (``1/2 servers ready; pod NAME-server-1: CrashLoopBackOff: ...``)."""
     head = f"{ready}/{num_parts} servers ready"
     return f"{head}; {stuck}" if stuck and ready < num_parts else head
+
+
+def trainer_failed(cause: str) -> str:
+    """The message of reason ``TrainerConfigError``: a trainer exited with the
+    configuration-error status (2); the group is not restarted."""
+    return (
+        f"trainer group failed with a configuration error (exit code "
+        f"{contract.EXIT_CONFIG_ERROR}), not retried: {cause}"
+    ).rstrip(": ")
 
 
 def server_failed(cause: str, job: bool) -> str:

@@ -11,10 +11,17 @@ writes nothing. The containers read are the pod's main one and its numbered sibl
 (``trainer``, ``trainer-1``) and named native sidecars (init containers with
 ``restartPolicy: Always``, in ``initContainerStatuses``: the graph server of a
 co-located trainer pod). A container the kubelet restarts that last exited non-zero is
-crash-looping; one it does not restart (a trainer: ``restartPolicy: Never``) has failed,
-which its Job reports, so it is not "stuck". A server container that last exited with
+crash-looping (whether it restarts: its first matching ``restartPolicyRules`` rule, else
+its own ``restartPolicy``, else the pod's: KEP-5307 container restart rules); one it does
+not restart (a trainer: ``restartPolicy: Never``) has failed, which its Job reports, so it
+is not "stuck". A container that last exited with
 :data:`~distgnn.contract.EXIT_CONFIG_ERROR` (2: a configuration or input error, which a
-restart cannot cure) is :func:`first_config_error`: it fails a DistGNNJob at once.
+restart cannot cure) is :func:`first_config_error`, and preferred to the pod's other
+stuck containers: a server's fails a DistGNNJob at once (``ServerConfigError``), and so
+does a trainer container's while its pod has not finished (``TrainerConfigError``): one
+the kubelet restarts in place (a container restart rule), or one beside trainer
+containers that still run (a co-located pod), which its Job would report only once the
+whole pod has failed.
 
 In a pod with a sidecar read (a co-located trainer pod) the line names the stuck
 container, the sidecar's or a trainer's (``pod P (container trainer): ...``), and
@@ -84,8 +91,9 @@ class StuckPod:
 
     @property
     def config_error(self) -> bool:
-        """Whether a graph server exited with the configuration-error status (2)."""
-        return self.server and contract.is_config_error_exit(self.exit_code)
+        """Whether the container last exited with the configuration-error status (2): a
+        graph server's (:attr:`server`) or a trainer container's."""
+        return contract.is_config_error_exit(self.exit_code)
 
     def describe(self) -> str:
         """``pod NAME[ (container C)]: REASON: WHY``: what a status message says of it."""
@@ -98,7 +106,9 @@ class StuckPod:
         """As a failed pod (the ``PodFailed`` event and the ``Failed`` condition, whose
         message names the exit code itself)."""
         why = self.why.removesuffix(f" (exit code {self.exit_code})")
-        return f.PodFailure(self.pod, why, self.detail, exit_code=self.exit_code)
+        return f.PodFailure(
+            self.pod, why, self.detail, exit_code=self.exit_code, container=self.container
+        )
 
 
 def index(pod: dict[str, Any]) -> int:
@@ -121,21 +131,35 @@ def _last_termination(cs: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _restarts(c: dict[str, Any], pod_restarts: bool) -> bool:
-    """Whether the kubelet restarts the container: its own ``restartPolicy`` (a native
-    sidecar's ``Always``, a container restart rule), else the pod's."""
+def _exits_match(exit_codes: Any, code: int) -> bool:
+    """Whether a container restart rule's ``exitCodes`` (``operator`` ``In`` / ``NotIn``
+    ``values``) holds for exit status ``code``; a rule without them holds for any."""
+    if not isinstance(exit_codes, dict):
+        return True
+    values = exit_codes.get("values") or []
+    return (code in values) != (exit_codes.get("operator") == "NotIn")
+
+
+def _restarts(c: dict[str, Any], pod_restarts: bool, code: int) -> bool:
+    """Whether the kubelet restarts the container after it exits with ``code``: its first
+    ``restartPolicyRules`` rule that matches the exit (action ``Restart``; a native
+    sidecar, ``restartPolicy: Always``, has none), else its own ``restartPolicy``, else
+    the pod's (KEP-5307 container restart rules)."""
     own = c.get("restartPolicy")
+    if own != "Always":
+        for rule in c.get("restartPolicyRules") or []:
+            if isinstance(rule, dict) and _exits_match(rule.get("exitCodes"), code):
+                return rule.get("action") == "Restart"
     return own != "Never" if own else pod_restarts
 
 
 def _watched(
     pod: dict[str, Any], container: str, sidecars: tuple[str, ...]
-) -> Iterator[tuple[dict[str, Any], str, bool, bool]]:
-    """(status, container name, a sidecar, restarted by the kubelet) of the containers
-    read: the named sidecars first (the others wait for them), then the main container
-    and its numbered siblings."""
+) -> Iterator[tuple[dict[str, Any], str, bool, dict[str, Any]]]:
+    """(status, container name, a sidecar, spec) of the containers read: the named
+    sidecars first (the others wait for them), then the main container and its numbered
+    siblings."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
-    pod_restarts = spec.get("restartPolicy", "Always") != "Never"
     specs = {
         str(c.get("name")): c
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
@@ -143,11 +167,11 @@ def _watched(
     for cs in st.get("initContainerStatuses") or []:
         name = str(cs.get("name") or "")
         if name in sidecars:
-            yield cs, name, True, _restarts(specs.get(name) or {}, pod_restarts)
+            yield cs, name, True, specs.get(name) or {}
     for cs in st.get("containerStatuses") or []:
         name = str(cs.get("name") or "")
         if f.is_container(name, container):
-            yield cs, name, False, _restarts(specs.get(name) or {}, pod_restarts)
+            yield cs, name, False, specs.get(name) or {}
 
 
 def stuck(
@@ -160,34 +184,22 @@ def stuck(
     terminated or running again before its next crash: the same line in each, so the
     status does not flap with the kubelet's restarts. A pod being deleted is never stuck
     (its replacement will say), nor one that has finished (its Job says why it failed).
-    The ``container`` (main) or a ``sidecars`` entry named ``server`` is a graph server."""
+    The ``container`` (main) or a ``sidecars`` entry named ``server`` is a graph server.
+    A container whose last exit was the configuration-error status comes first (it fails
+    the job), else the first container that cannot start; a trainer container's exit 2
+    counts whether or not the kubelet restarts it, and its line names the container."""
     md = pod.get("metadata") or {}
     if md.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in _DONE:
         return None
     name, n = str(md.get("name") or "?"), index(pod)
-    for cs, cname, side, restarts in _watched(pod, container, sidecars):
-        if cs.get("ready"):
-            continue
-        server = (cname if side else container) == SERVER_CONTAINER
-        shown = cname if sidecars else ""  # several kinds of container: say which
-        term = _last_termination(cs)
-        code = f.exit_code(term)
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = str(waiting.get("reason") or "")
-        if code not in (None, 0):
-            if not (restarts or reason == CRASH_LOOP):  # failed, not stuck: its Job says
-                continue
-            summary, detail = f.summarize(term.get("message"), term.get("reason"), code)
-            if "exit code" not in summary:
-                summary = f"{summary} (exit code {code})"
-            return StuckPod(name, n, CRASH_LOOP, summary, detail, code, shown, server)
-        if reason in PULL_REASONS:
-            image = cs.get("image") or _image(pod, cname)
-            why = f'cannot pull image "{image}" (kubectl describe pod {name})'
-            return StuckPod(name, n, IMAGE_PULL, why, container=shown, server=server)
-        if reason in STUCK_REASONS:
-            why = f.one_line(str(waiting.get("message") or ""))
-            return StuckPod(name, n, reason, why, container=shown, server=server)
+    pod_restarts = (pod.get("spec") or {}).get("restartPolicy", "Always") != "Never"
+    found = [
+        s
+        for cs, cname, side, c in _watched(pod, container, sidecars)
+        if (s := _container_stuck(name, n, cs, cname, side, c, pod_restarts, container, sidecars))
+    ]
+    if found:
+        return next((s for s in found if s.config_error), found[0])
     for c in (pod.get("status") or {}).get("conditions") or []:
         if (
             c.get("type") == "PodScheduled"
@@ -200,12 +212,45 @@ def stuck(
     return None
 
 
-def _image(pod: dict[str, Any], container: str) -> str:
-    spec = pod.get("spec") or {}
-    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        if c.get("name") == container:
-            return str(c.get("image") or "?")
-    return "?"
+def _container_stuck(
+    pod: str,
+    n: int,
+    cs: dict[str, Any],
+    cname: str,
+    side: bool,
+    c: dict[str, Any],
+    pod_restarts: bool,
+    container: str,
+    sidecars: tuple[str, ...],
+) -> StuckPod | None:
+    """Why one container of a pod that has not finished cannot start (see :func:`stuck`)."""
+    if cs.get("ready"):
+        return None
+    server = (cname if side else container) == SERVER_CONTAINER
+    shown = cname if sidecars else ""  # several kinds of container: say which
+    term = _last_termination(cs)
+    code = f.exit_code(term)
+    waiting = (cs.get("state") or {}).get("waiting") or {}
+    reason = str(waiting.get("reason") or "")
+    if code is not None and code != 0:
+        looping = _restarts(c, pod_restarts, code) or reason == CRASH_LOOP
+        # a trainer's exit 2 fails the job whether or not it is restarted
+        config = not server and contract.is_config_error_exit(code)
+        if not (looping or config):  # failed, not stuck: its Job says
+            return None
+        summary, detail = f.summarize(term.get("message"), term.get("reason"), code)
+        if "exit code" not in summary:
+            summary = f"{summary} (exit code {code})"
+        why = CRASH_LOOP if looping else str(term.get("reason") or "Error")
+        return StuckPod(pod, n, why, summary, detail, code, cname if config else shown, server)
+    if reason in PULL_REASONS:
+        image = cs.get("image") or str(c.get("image") or "?")
+        why = f'cannot pull image "{image}" (kubectl describe pod {pod})'
+        return StuckPod(pod, n, IMAGE_PULL, why, container=shown, server=server)
+    if reason in STUCK_REASONS:
+        why = f.one_line(str(waiting.get("message") or ""))
+        return StuckPod(pod, n, reason, why, container=shown, server=server)
+    return None
 
 
 def all_stuck(
@@ -230,7 +275,8 @@ def first_stuck(stuck_pods: list[StuckPod]) -> StuckPod | None:
 
 
 def first_config_error(stuck_pods: list[StuckPod]) -> StuckPod | None:
-    """The lowest one whose graph server last exited with the configuration-error status."""
+    """The lowest one whose container last exited with the configuration-error status (a
+    list of servers' or of trainers' pods: :func:`split` a co-located job's first)."""
     return next((s for s in stuck_pods if s.config_error), None)
 
 

@@ -9,6 +9,7 @@ it; a job attached to a GraphServer Starting with a stuck server pod names that 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import pytest
@@ -112,15 +113,21 @@ def colocated_status(trainer: dict[str, Any], ready: bool = False) -> dict[str, 
 
 
 async def trainer_pod(
-    c: Cluster, job: str, index: int, status: dict[str, Any], colocated: bool = False
+    c: Cluster,
+    job: str,
+    index: int,
+    status: dict[str, Any],
+    colocated: bool = False,
+    trainer: dict[str, Any] | None = None,
 ) -> str:
-    """A pod of the Indexed trainer Job ``job`` as the Job controller creates it; its
-    status as the kubelet writes it. Returns its name."""
+    """A pod of the Indexed trainer Job ``job`` as the Job controller creates it (its
+    trainer container with the fields ``trainer`` more); its status as the kubelet writes
+    it. Returns its name."""
     tjob = await c.child("Job", job)
     name = f"{job}-{index}-q7x{index}z"
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [{"name": "trainer", "image": IMAGE}],
+        "containers": [{"name": "trainer", "image": IMAGE, **(trainer or {})}],
     }
     if colocated:
         spec["initContainers"] = [{"name": "server", "image": IMAGE, "restartPolicy": "Always"}]
@@ -223,11 +230,71 @@ async def test_a_colocated_server_sidecar_is_named_and_its_exit_2_fails_the_job(
         assert cond(st, "Failed")["reason"] == "ServerConfigError"
         assert cond(st, "Failed")["message"] == (
             "graph server exited with a configuration error (exit code 2), not retried: "
-            f"{SERVE_NO_OBJECT} (pod {pod})"
+            f"{SERVE_NO_OBJECT} (pod {pod}, container server)"
         )
         assert (await c.event("cl", "ServerConfigError"))["type"] == "Warning"
         assert (await c.event("cl", "PodFailed"))["message"].endswith(SERVE_NO_OBJECT)
         assert await c.get("Job", "cl-trainers") is None  # cleanPodPolicy Running
+        await assert_settled(c)
+
+
+async def test_a_trainer_restarted_in_place_that_exits_2_fails_the_job(
+    cluster: Cluster,  # noqa: F811  (the emulator module's fixtures)
+    operator_args: argparse.Namespace,  # noqa: F811
+) -> None:
+    """A trainer container that a container restart rule (KEP-5307) restarts in place
+    never fails its pod, so the trainer Job reports nothing but ``ready``; its exit 2
+    (``lastState.terminated``) fails the job at once as a failed pod's would
+    (TrainerConfigError naming the pod and container, a PodFailed event, the trainer Job
+    deleted), not TrainersPending."""
+    c = cluster
+    async with Operator(operator_args):
+        await c.create(job_manifest("rr", graph={"partitions": {"manifestURL": "s3://p/s.json"}}))
+        await _servers_ready(c, "rr-server", 2)
+        await c.child("Job", "rr-trainers")
+        rules = {
+            "restartPolicy": "Never",
+            "restartPolicyRules": [
+                {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}}
+            ],
+        }
+        error = {"error": "ConfigError", "message": "--feat (trainers.app.feat): no feature 'x'"}
+        crash = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "image": IMAGE,
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 2,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                    "lastState": {
+                        "terminated": {
+                            "exitCode": 2,
+                            "reason": "Error",
+                            "message": json.dumps(error),
+                            "finishedAt": "2026-11-25T14:00:02Z",
+                        }
+                    },
+                }
+            ],
+        }
+        running = {"phase": "Running", "containerStatuses": [
+            {"name": "trainer", "ready": True, "state": {"running": {"startedAt": "t"}}}
+        ]}  # fmt: skip
+        await trainer_pod(c, "rr-trainers", 0, running, trainer=rules)
+        pod = await trainer_pod(c, "rr-trainers", 1, crash, trainer=rules)
+        await c.patch("Job", "rr-trainers", {"status": {"active": 2, "ready": 1}}, "status")
+        st = await c.phase("DistGNNJob", "rr", "Failed", timeout=PROMPT)
+        assert cond(st, "Failed")["reason"] == "TrainerConfigError"
+        assert cond(st, "Failed")["message"] == (
+            "trainer group failed with a configuration error (exit code 2), not retried: "
+            f"ConfigError: {error['message']} (pod {pod}, container trainer)"
+        )
+        assert (await c.event("rr", "PodFailed"))["message"].startswith(f"pod {pod} ")
+        assert await c.get("Job", "rr-trainers") is None  # cleanPodPolicy Running
         await assert_settled(c)
 
 

@@ -2,8 +2,9 @@
 (``examples/dgl/prepare_data.py``'s ``cora-tasks.npz``): node regression learns (its RMSE
 beats predicting the training mean) and writes its predictions; edge classification
 learns on 2 partitions with 2 trainers (its accuracy beats the majority class) and
-writes every node's embedding; a label of the wrong dtype or a missing edge field is a
-one-line error with exit 2."""
+writes every node's embedding; edge regression learns on 2 partitions with 2 trainers
+(its RMSE beats predicting the training edges' mean); a label of the wrong dtype or a
+missing edge field is a one-line error with exit 2."""
 
 from __future__ import annotations
 
@@ -89,6 +90,13 @@ def test_node_regression_beats_the_mean_and_writes_predictions(tasks: Path, tmp_
             "node data 'target' is float32; node-classification needs integer class IDs (for "
             "a float target use node-regression)",
         ),
+        ("edge-regression", "label", "edge data 'label' is int64; edge-regression needs a float"),
+        (
+            "edge-classification",
+            "target",
+            "edge data 'target' is float32; edge-classification needs integer class IDs (for "
+            "a float target use edge-regression)",
+        ),
     ],
 )
 def test_a_label_of_the_wrong_dtype_is_a_one_line_error(
@@ -129,10 +137,37 @@ def test_edge_classification_beats_the_majority_class(
 
 
 def test_edge_classification_names_a_missing_edge_field(tasks: Path, tmp_path: Path) -> None:
-    argv = [*TRAIN, "edge-classification", "--label", "target", "--epochs", "1"]
+    argv = [*TRAIN, "edge-classification", "--label", "weight", "--epochs", "1"]
     res = run_trainers(argv, 1, {"DISTGNN_MANIFEST": str(tasks)}, tmp_path)
     assert res.returncodes == [2], res.explain()
     assert res.stderr[0].splitlines()[-1] == (
-        "distgnn train: error: --label (trainers.app.label): edge data 'target' not found in "
-        "the graph (it has: label, test_mask, train_mask, val_mask)"
+        "distgnn train: error: --label (trainers.app.label): edge data 'weight' not found in "
+        "the graph (it has: label, target, test_mask, train_mask, val_mask)"
     )
+
+
+def test_edge_regression_beats_the_mean(tasks: Path, tasks_parts: Path, tmp_path: Path) -> None:
+    argv = [
+        *TRAIN, "edge-regression", "--label", "target", "--epochs", "4", "--hidden", "64",
+        "--fanouts", "10,10", "--batch-size", "256", "--lr", "0.005", "--dropout", "0.2",
+        "--checkpoint-url", str(tmp_path / "ckpt"), "--infer-after-training",
+        "--output-url", str(tmp_path / "out"),
+    ]  # fmt: skip
+    res = run_trainers(argv, 2, {"DISTGNN_MANIFEST": str(tasks_parts)}, tmp_path)
+    assert res.returncodes == [0, 0], res.explain()
+    m = res.metrics
+    assert m is not None and m["app"] == "edge-regression", m
+    with np.load(tasks, allow_pickle=False) as z:
+        y, train, test = z["edata/target"], z["edata/train_mask"], z["edata/test_mask"]
+    baseline = float(np.sqrt(((y[test] - y[train].mean()) ** 2).mean()))
+    assert m["test_edges"] == int(test.sum()) and m["num_targets"] == 1, m
+    assert m["mean_test_rmse"] == pytest.approx(baseline, abs=1e-4), (m, baseline)
+    assert m["test_rmse"] < 0.7 * baseline, (m, baseline)
+    assert 0 < m["test_mae"] < m["test_rmse"] + 1e-6 and m["val_rmse"] > 0, m
+    assert m["best_epoch"] is not None and "test_accuracy" not in m, m
+    # progress and the epoch log name the regression metric
+    lines = [json.loads(x) for e in res.stderr for x in e.splitlines() if x.startswith("{")]
+    epochs = [x for x in lines if x.get("msg") == "epoch"]
+    assert epochs and all("val_rmse" in x and "train_rmse" in x for x in epochs), epochs
+    out = read_output(str(tmp_path / "out"))
+    assert out["embedding"].shape == (2708, 64)

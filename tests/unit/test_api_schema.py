@@ -154,15 +154,20 @@ BAD = [
     (_set("spec.trainers.command", ["python", "x.py"]), "spec.trainers: exactly one of app", False),
     (_set("spec.trainers.app.numLayers", 3), "spec.trainers.app.fanouts: fanouts must have", False),
     (_set("spec.trainers.app.lr", 0), "spec.trainers.app.lr: must be > 0", True),
-    (_set("spec.trainers.app.name", "edge-regression"), "spec.trainers.app.name: must be", True),
+    (_set("spec.trainers.app.name", "graph-regression"), "spec.trainers.app.name: must be", True),
     (
         _set("spec.trainers.app", {"name": "node-regression", "model": "rgcn"}),
         "spec.trainers.app.model: model rgcn is not supported by node-regression, "
-        "edge-classification yet",
+        "edge-classification, edge-regression yet",
         False,
     ),
     (
         _set("spec.trainers.app", {"name": "edge-classification", "model": "rgcn"}),
+        "spec.trainers.app.model: model rgcn is not supported by",
+        False,
+    ),
+    (
+        _set("spec.trainers.app", {"name": "edge-regression", "model": "rgcn"}),
         "spec.trainers.app.model: model rgcn is not supported by",
         False,
     ),

@@ -302,6 +302,8 @@ TWINS: list[tuple[type, str, list[Obj]]] = [
             {"name": "edge-classification", **L2},
             {"name": "edge-classification", "model": "rgcn", **L2},
             {"name": "edge-classification", "model": "rgcn", "targetEtype": "a:w:p", **L2},
+            {"name": "edge-regression", **L2},
+            {"name": "edge-regression", "model": "rgcn", **L2},
         ],
     ),
 ]

@@ -104,7 +104,23 @@ TABLE = [
         "Failed",
         Reason.SERVER_CONFIG_ERROR,
     ),
+    # a trainer container restarted in place (or beside trainers that run) exited 2
+    (
+        obs(trainers_ready=1, trainer_config_error="e (pod j-trainers-1, container trainer)"),
+        "Failed",
+        Reason.CONFIG_ERROR,
+    ),
 ]
+
+
+def test_a_trainer_container_that_exited_2_fails_the_job_naming_it() -> None:
+    cause = "ConfigError: --feat: no node feature 'x' (pod j-trainers-1-ab, container trainer-1)"
+    o = obs(trainers_ready=1, trainers_stuck="pod j-trainers-1-ab: ...", trainer_config_error=cause)
+    assert job_phase(o) == (
+        "Failed",
+        Reason.CONFIG_ERROR,
+        f"trainer group failed with a configuration error (exit code 2), not retried: {cause}",
+    )
 
 
 @pytest.mark.parametrize(("o", "phase", "reason"), TABLE, ids=[f"{p}-{r}" for _, p, r in TABLE])

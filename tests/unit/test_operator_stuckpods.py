@@ -397,20 +397,43 @@ TRAINER_CRASH = {
         )
     },
 }
+TRAINER_JUST_EXITED_2 = {
+    "restartCount": 1,
+    "state": {
+        "terminated": terminated(
+            2, f'{{"error": "ConfigError", "message": "{TRAINER_ERROR[13:]}"}}'
+        )
+    },
+}
+TRAINER_JUST_EXITED_42 = {
+    "restartCount": 1,
+    "state": {"running": {"startedAt": "t"}},
+    "lastState": {"terminated": terminated(42, "RuntimeError: retry me")},
+}
+
+
+def with_rules(pod: dict[str, Any], policy: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """``pod`` with its trainer containers' ``restartPolicy`` and ``restartPolicyRules``
+    (KEP-5307 container restart rules: the first rule that matches an exit decides)."""
+    for c in pod["spec"]["containers"]:
+        c.update(restartPolicy=policy, restartPolicyRules=rules)
+    return pod
+
+
 TRAINER_CASES = [
     pytest.param(
         trainer_pod(1, [wait("ImagePullBackOff", f'Back-off pulling image "{TRAINER_IMAGE}"')]),
         (),
         "pod cora-trainers-1-x1k9z: ImagePullBackOff: cannot pull image "
         f'"{TRAINER_IMAGE}" (kubectl describe pod cora-trainers-1-x1k9z)',
-        False,
+        None,
         id="image-pull",
     ),
     pytest.param(
         trainer_pod(0, [wait("CreateContainerConfigError", NO_KEY)]),
         (),
         f"pod cora-trainers-0-x0k9z: CreateContainerConfigError: {NO_KEY}",
-        False,
+        None,
         id="missing-secret-key",
     ),
     pytest.param(
@@ -428,14 +451,14 @@ TRAINER_CASES = [
         ),
         (),
         f"pod cora-trainers-0-x0k9z: Unschedulable: {NO_NODE}",
-        False,
+        None,
         id="unschedulable",
     ),
     pytest.param(
         trainer_pod(0, [INITIALIZING], sidecar=SIDECAR_CRASH),
         ("server",),
         f"pod cora-trainers-0-x0k9z (container server): CrashLoopBackOff: {NO_CREDS} (exit code 2)",
-        True,
+        f"{NO_CREDS} (pod cora-trainers-0-x0k9z, container server)",
         id="colocated-server-sidecar-exits-2",
     ),
     pytest.param(
@@ -447,7 +470,7 @@ TRAINER_CASES = [
         ("server",),
         f"pod cora-trainers-0-x0k9z (container server): CrashLoopBackOff: {UNREACHABLE} "
         "(exit code 1)",
-        False,
+        None,
         id="colocated-server-sidecar-exits-1",
     ),
     pytest.param(
@@ -460,7 +483,7 @@ TRAINER_CASES = [
         ("server",),
         "pod cora-trainers-0-x0k9z (container trainer): ImagePullBackOff: cannot pull image "
         f'"{TRAINER_IMAGE}" (kubectl describe pod cora-trainers-0-x0k9z)',
-        False,
+        None,
         id="colocated-trainers-cannot-pull",
     ),
     pytest.param(
@@ -475,7 +498,7 @@ TRAINER_CASES = [
         ),
         ("server",),
         f"pod cora-trainers-0-x0k9z (container trainer-1): CreateContainerConfigError: {NO_KEY}",
-        False,
+        None,
         id="colocated-second-trainer-missing-key",
     ),
     pytest.param(
@@ -487,7 +510,7 @@ TRAINER_CASES = [
         ("server",),
         f"pod cora-trainers-0-x0k9z (container trainer): CrashLoopBackOff: {TRAINER_ERROR} "
         "(exit code 2)",
-        False,
+        f"{TRAINER_ERROR} (pod cora-trainers-0-x0k9z, container trainer)",
         id="colocated-trainer-crash-loop",
     ),
     pytest.param(
@@ -496,7 +519,7 @@ TRAINER_CASES = [
         ("server",),
         f"pod cora-trainers-0-x0k9z (container trainer): CrashLoopBackOff: {TRAINER_ERROR} "
         "(exit code 2)",
-        False,
+        f"{TRAINER_ERROR} (pod cora-trainers-0-x0k9z, container trainer)",
         id="colocated-trainer-in-back-off",
     ),
     pytest.param(
@@ -508,26 +531,83 @@ TRAINER_CASES = [
         ),
         ("server",),
         f"pod cora-trainers-0-x0k9z: Unschedulable: {NO_NODE}",
-        False,
+        None,
         id="colocated-unschedulable",
+    ),
+    pytest.param(
+        # a container restart rule (KEP-5307) restarts the trainer in place on exit 2: it
+        # is a configuration error all the same, named with its container
+        with_rules(
+            trainer_pod(0, [TRAINER_JUST_EXITED_2], phase="Running"),
+            "Never",
+            [{"action": "Restart", "exitCodes": {"operator": "In", "values": [2, 42]}}],
+        ),
+        (),
+        f"pod cora-trainers-0-x0k9z (container trainer): CrashLoopBackOff: {TRAINER_ERROR} "
+        "(exit code 2)",
+        f"{TRAINER_ERROR} (pod cora-trainers-0-x0k9z, container trainer)",
+        id="restart-rule-trainer-exits-2",
+    ),
+    pytest.param(
+        # a rule restarts exit 42 in place: crash-looping, not a configuration error
+        with_rules(
+            trainer_pod(0, [TRAINER_JUST_EXITED_42], phase="Running"),
+            "Never",
+            [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}],
+        ),
+        (),
+        "pod cora-trainers-0-x0k9z: CrashLoopBackOff: RuntimeError: retry me (exit code 42)",
+        None,
+        id="restart-rule-trainer-exits-42",
+    ),
+    pytest.param(
+        # co-located, not restarted: the pod runs on with its other trainer, and its Job
+        # would say only once that one has failed too
+        trainer_pod(
+            0,
+            [{"state": {"running": {"startedAt": "t"}}}, TRAINER_JUST_EXITED_2],
+            sidecar=SIDECAR_READY,
+            phase="Running",
+        ),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z (container trainer-1): Error: {TRAINER_ERROR} (exit code 2)",
+        f"{TRAINER_ERROR} (pod cora-trainers-0-x0k9z, container trainer-1)",
+        id="colocated-second-trainer-exits-2",
+    ),
+    pytest.param(
+        # the exit 2 comes first, not the lower container that cannot start
+        trainer_pod(
+            0,
+            [wait("CreateContainerConfigError", NO_KEY), TRAINER_CRASH],
+            sidecar=SIDECAR_READY,
+            phase="Running",
+            restart="OnFailure",
+        ),
+        ("server",),
+        f"pod cora-trainers-0-x0k9z (container trainer-1): CrashLoopBackOff: {TRAINER_ERROR} "
+        "(exit code 2)",
+        f"{TRAINER_ERROR} (pod cora-trainers-0-x0k9z, container trainer-1)",
+        id="colocated-exit-2-before-a-stuck-sibling",
     ),
 ]
 
 
-@pytest.mark.parametrize(("pod", "sidecars", "line", "config_error"), TRAINER_CASES)
+@pytest.mark.parametrize(("pod", "sidecars", "line", "failure"), TRAINER_CASES)
 def test_why_a_trainer_pod_cannot_start(
-    pod: dict[str, Any], sidecars: tuple[str, ...], line: str, config_error: bool
+    pod: dict[str, Any], sidecars: tuple[str, ...], line: str, failure: str | None
 ) -> None:
+    """``failure``: the exit 2 that fails the job (a server's or a trainer's), as the
+    Failed condition names it."""
     got = sp.stuck(pod, "trainer", sidecars)
     assert got is not None and got.describe() == line
-    assert got.config_error == config_error
+    assert got.config_error == (failure is not None)
     # co-located: the servers' when the sidecar or the whole pod cannot start, else the
     # trainers' (the sidecar is fine: the status does not blame the servers)
     servers, trainers = sp.split([got])
     theirs = bool(sidecars) and ("(container server)" in line or "Unschedulable" in line)
     assert (len(servers), len(trainers)) == ((1, 0) if theirs else (0, 1))
-    if config_error:
-        assert got.failure().headline() == f"{NO_CREDS} (pod cora-trainers-0-x0k9z)"
+    if failure is not None:
+        assert got.failure().headline() == failure
 
 
 TRAINERS_NOT_STUCK = [
@@ -555,6 +635,20 @@ TRAINERS_NOT_STUCK = [
         trainer_pod(0, [{"state": {"terminated": terminated(2, NO_CREDS)}}], phase="Failed"),
         (),
         id="pod-failed",
+    ),
+    pytest.param(
+        # no rule matches exit 1: the container's restartPolicy Never holds, it failed
+        with_rules(
+            trainer_pod(
+                0,
+                [{"state": {"terminated": terminated(1, "RuntimeError: boom")}}],
+                phase="Running",
+            ),
+            "Never",
+            [{"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0, 1]}}],
+        ),
+        (),
+        id="restart-rule-not-matching",
     ),
     pytest.param(
         # without the sidecar named, its crash loop is not read (a non-co-located job

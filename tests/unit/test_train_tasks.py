@@ -18,7 +18,7 @@ from distgnn.errors import ConfigError
 from distgnn.train import edge_classification
 from distgnn.train.config import TrainConfig
 from distgnn.train.graph import TrainGraph
-from distgnn.train.objective import CLASSIFICATION, REGRESSION, Objective, add
+from distgnn.train.objective import CLASSIFICATION, REGRESSION, Objective, add, for_app
 
 
 def test_regression_measures_rmse_and_mae_over_every_value() -> None:
@@ -51,26 +51,47 @@ def test_a_label_that_does_not_fit_the_task_is_refused(
     assert str(e.value).startswith("--label (trainers.app.label): ") and message in str(e.value)
 
 
-@pytest.mark.parametrize("app", ["node-regression", "edge-classification"])
+@pytest.mark.parametrize("app", ["node-regression", "edge-classification", "edge-regression"])
 def test_the_homogeneous_task_apps_refuse_the_typed_model(app: str) -> None:
-    with pytest.raises(ConfigError, match=rf"^--model \(trainers.app.model\): {app} trains"):
+    with pytest.raises(ConfigError, match=rf"^--model \(trainers.app.model\): {app} trains") as e:
         TrainConfig(app=app, model="rgcn", target_ntype="paper").validate()
+    assert str(e.value).endswith("(rgcn trains node-classification and link-prediction)")
     assert TrainConfig(app=app, model="gat").validate().model == "gat"
 
 
-def test_edge_classification_refuses_a_typed_graph(typed_graph: TrainGraph) -> None:
-    cfg = TrainConfig(app="edge-classification").validate()
+@pytest.mark.parametrize("app", ["edge-classification", "edge-regression"])
+def test_the_edge_apps_refuse_a_typed_graph_naming_the_typed_apps(
+    typed_graph: TrainGraph, app: str
+) -> None:
+    cfg = TrainConfig(app=app).validate()
     with pytest.raises(ConfigError) as e:
         edge_classification.check_graph(cfg, typed_graph)
-    assert str(e.value).startswith(
-        "--model (trainers.app.model): edge-classification trains sage or gat on a graph "
+    msg = str(e.value)
+    assert msg.startswith(
+        f"--model (trainers.app.model): {app} trains sage or gat on a graph "
         "with one node and edge type in this version; this one has node types"
     )
+    typed = "(apps for typed graphs, with --model rgcn: node-classification, link-prediction)"
+    assert msg.endswith(typed), msg
 
 
-def test_edge_labels_name_edge_data() -> None:
-    with pytest.raises(ConfigError, match="edge data 'y' is float32; edge-classification needs"):
-        edge_classification.OBJECTIVE.check_labels("--label", "y", np.zeros(3, np.float32))
+@pytest.mark.parametrize(
+    ("app", "labels", "message"),
+    [
+        (
+            "edge-classification",
+            np.zeros(3, np.float32),
+            "edge data 'y' is float32; edge-classification needs integer class IDs (for a "
+            "float target use edge-regression)",
+        ),
+        ("edge-regression", np.zeros(3, np.int64), "edge data 'y' is int64; edge-regression"),
+    ],
+)
+def test_edge_labels_name_edge_data(app: str, labels: np.ndarray, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        for_app(app).check_labels("--label", "y", labels)
+    assert message in str(e.value)
+    assert for_app(app).regression == (app == "edge-regression")
 
 
 @pytest.mark.parametrize(
@@ -78,6 +99,7 @@ def test_edge_labels_name_edge_data() -> None:
     [
         ("cora-node-regression.yaml", "node-regression", ["--label", "target"]),
         ("cora-edge-classification.yaml", "edge-classification", ["--label", "label"]),
+        ("cora-edge-regression.yaml", "edge-regression", ["--label", "target"]),
     ],
 )
 def test_the_example_manifests_run_their_app(

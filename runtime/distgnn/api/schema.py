@@ -226,7 +226,13 @@ def job_crd() -> dict[str, Any]:
             _col("Trainers", ".status.trainers.active", "integer", "Active trainer pods"),
             _col("Epoch", ".status.progress.epoch", desc="Completed epochs of total (rank 0)"),
             _col("Accuracy", ".status.metrics.testAccuracy", "number", "Test accuracy when known"),
-            _col("RMSE", ".status.metrics.testRmse", "number", "Test RMSE (node-regression)", 1),
+            _col(
+                "RMSE",
+                ".status.metrics.testRmse",
+                "number",
+                "Test RMSE (node-regression, edge-regression)",
+                1,
+            ),
             _col("Restarts", ".status.restarts", "integer", "Trainer group restarts", priority=1),
         ],
     )

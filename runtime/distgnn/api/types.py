@@ -41,11 +41,14 @@ APPS = (
     "node-regression",
     "link-prediction",
     "edge-classification",
+    "edge-regression",
     "inference",
 )
 """The built-in apps of ``distgnn train``."""
-HOMOGENEOUS_APPS = ("node-regression", "edge-classification")
+HOMOGENEOUS_APPS = ("node-regression", "edge-classification", "edge-regression")
 """Apps that train sage or gat only (no rgcn, typed graphs, in this version)."""
+TYPED_APPS = ("node-classification", "link-prediction")
+"""Apps that train rgcn on a graph with node and edge types."""
 MODELS = ("sage", "gat", "rgcn")
 """The built-in models: GraphSAGE and GAT (homogeneous graphs), R-GCN (graphs with node
 and edge types: classifying ``targetNtype`` or predicting ``targetEtype``'s edges)."""
@@ -416,8 +419,9 @@ class App:
         doc="Built-in app: node-classification (integer label, cross-entropy, accuracy), "
         "node-regression (float label [N] or [N, k], MSE, RMSE and MAE), link-prediction, "
         "edge-classification (integer edge data label, edges split by the edge masks, an MLP "
-        "on the two endpoints' embeddings, accuracy), or inference (every node's output "
-        "from a checkpoint).",
+        "on the two endpoints' embeddings, accuracy), edge-regression (the same with a float "
+        "edge data label [E] or [E, k], MSE, RMSE and MAE), or inference (every node's "
+        "output, and an edge app's test-edge predictions, from a checkpoint).",
         enum=APPS,
     )
     model: str = fld(
@@ -506,22 +510,23 @@ class App:
     label: str = fld(
         "label",
         doc="Label name: node data, class IDs (integer) for node-classification, a float "
-        "target for node-regression; edge data (integer) for edge-classification.",
+        "target for node-regression; edge data for edge-classification (integer) and "
+        "edge-regression (float).",
         max_length=128,
     )
     train_mask: str = fld(
         "train_mask",
-        doc="Training mask name (node data; edge data for edge-classification).",
+        doc="Training mask name (node data; edge data for the edge apps).",
         max_length=128,
     )
     val_mask: str = fld(
         "val_mask",
-        doc="Validation mask name (node data; edge data for edge-classification).",
+        doc="Validation mask name (node data; edge data for the edge apps).",
         max_length=128,
     )
     test_mask: str = fld(
         "test_mask",
-        doc="Test mask name (node data; edge data for edge-classification).",
+        doc="Test mask name (node data; edge data for the edge apps).",
         max_length=128,
     )
     seed: int = fld(0, doc="Training random seed.", minimum=0, maximum=2**31 - 1)
@@ -601,7 +606,9 @@ class App:
             "!(self.name in " + str(list(HOMOGENEOUS_APPS)) + ") || !has(self.model) "
             "|| self.model != 'rgcn'",
             "model rgcn is not supported by " + ", ".join(HOMOGENEOUS_APPS) + " yet (sage or "
-            "gat, on a graph with one node and edge type)",
+            "gat, on a graph with one node and edge type; rgcn trains "
+            + " and ".join(TYPED_APPS)
+            + ")",
             lambda a: a.name not in HOMOGENEOUS_APPS or a.model != "rgcn",
             field="model",
         ),

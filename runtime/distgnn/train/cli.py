@@ -13,8 +13,8 @@ from distgnn import contract
 from distgnn.api.types import APPS, MODELS, PRECISIONS
 
 HELP = (
-    "train a GNN (node classification or regression, link prediction, edge classification) "
-    "or run inference, as one DDP trainer"
+    "train a GNN (node classification or regression, link prediction, edge classification or "
+    "regression) or run inference, as one DDP trainer"
 )
 END_PROCESS = True
 """As the process's entry, a trainer ends with :func:`distgnn.train.finish.end_process`."""
@@ -121,13 +121,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--label",
         default="label",
-        help="label field: node data (edge data for edge-classification; default label)",
+        help="label field: node data (edge data for the edge apps; default label)",
     )
     p.add_argument(
         "--train-mask",
         default="train_mask",
-        help="node field of training nodes (edge-classification: edge field of training "
-        "edges; default train_mask)",
+        help="node field of training nodes (edge apps: edge field of training edges; default "
+        "train_mask)",
     )
     p.add_argument(
         "--val-mask", default="val_mask", help="node field of validation nodes (default val_mask)"
@@ -286,6 +286,7 @@ def _run(args: argparse.Namespace) -> int:
                     "node-regression": node_classification,
                     "link-prediction": link_prediction,
                     "edge-classification": edge_classification,
+                    "edge-regression": edge_classification,
                 }[cfg.app]
                 metrics = app.run(cfg, tg, ctx, telemetry=tel)
                 if cfg.infer_after_training:

@@ -9,7 +9,7 @@ from typing import Any
 
 from distgnn import contract
 from distgnn.api.fields import CANONICAL_ETYPE
-from distgnn.api.types import HOMOGENEOUS_APPS, MODELS, PRECISIONS
+from distgnn.api.types import HOMOGENEOUS_APPS, MODELS, PRECISIONS, TYPED_APPS
 from distgnn.errors import ConfigError
 
 TARGET_NTYPE = "--target-ntype (trainers.app.targetNtype)"
@@ -81,7 +81,8 @@ class TrainConfig:
         if self.app in HOMOGENEOUS_APPS and self.model == "rgcn":
             raise ConfigError(
                 f"--model (trainers.app.model): {self.app} trains sage or gat on a homogeneous "
-                "graph; rgcn (typed graphs) is not supported by this app yet"
+                "graph; rgcn (typed graphs) is not supported by this app yet (rgcn trains "
+                f"{' and '.join(TYPED_APPS)})"
             )
         self._check_targets()
         self._check_rgcn()

@@ -1,11 +1,14 @@
-"""The built-in edge-classification app (GraphStorm's edge classification): a GraphSAGE or
-GAT encoder over sampled blocks and an MLP on the two endpoints' embeddings (concatenated)
-predicts each labelled edge's class (``--label``: integer edge data).
+"""The built-in edge-classification and edge-regression apps (GraphStorm's edge
+classification and regression): a GraphSAGE or GAT encoder over sampled blocks and an
+MLP on the two endpoints' embeddings (concatenated) predicts each labelled edge's class
+(``edge-classification``: integer edge data ``--label``, cross-entropy, accuracy) or
+target (``edge-regression``: float edge data, ``[E]`` or ``[E, k]``, MSE, RMSE and MAE).
+What differs between the two is the :class:`~distgnn.train.objective.Objective`.
 
 Edges are split by the edge masks ``--train-mask`` / ``--val-mask`` / ``--test-mask``
 (DGL's ``edge_split`` over the training mask); mini-batches are the link-prediction
 app's edge batches (:class:`~distgnn.sampling.EdgeBatcher`) without negatives. Rank 0
-measures validation accuracy every epoch and keeps the best weights, as node
+measures the validation metric every epoch and keeps the best weights, as node
 classification does. Graphs with node or edge types are refused in this version.
 """
 
@@ -17,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from distgnn.api.types import TYPED_APPS
 from distgnn.errors import ConfigError
 from distgnn.sampling import EdgeBatcher, NeighborSampler
 from distgnn.sampling.batches import EID
@@ -26,37 +30,62 @@ from distgnn.train.ddp import DDPContext, all_reduce, unwrap
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import build_model, eval_fanouts
 from distgnn.train.node_classification import Task, train
-from distgnn.train.objective import Objective, add
+from distgnn.train.objective import Objective, add, for_app
 from distgnn.train.telemetry import Telemetry
 from distgnn.train.typed import typing_of
 
-APP = "edge-classification"
-OBJECTIVE = Objective(APP, where="edge data")
+APPS = ("edge-classification", "edge-regression")
 EVAL_BATCH = 1024
 
 
-class EdgeClassifier(nn.Module):
-    """``encoder(blocks, x)`` node embeddings, then ``head([h_u, h_v])`` class logits."""
+def edge_head(hidden: int, out_feats: int) -> nn.Sequential:
+    """The MLP on ``[h_u, h_v]``: ``out_feats`` class logits or regression targets."""
+    return nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, out_feats))
 
-    def __init__(self, encoder: nn.Module, hidden: int, num_classes: int) -> None:
+
+def pair_outputs(head: nn.Module, hu: torch.Tensor, hv: torch.Tensor) -> torch.Tensor:
+    """The head's output for edges whose endpoints' embeddings are ``hu`` and ``hv``."""
+    return head(torch.cat([hu, hv], dim=1))
+
+
+class EdgeClassifier(nn.Module):
+    """``encoder(blocks, x)`` node embeddings, then ``head([h_u, h_v])``: class logits
+    (edge classification) or the predicted target (edge regression)."""
+
+    def __init__(self, encoder: nn.Module, hidden: int, out_feats: int) -> None:
         super().__init__()
         self.encoder = encoder
-        self.head = nn.Sequential(
-            nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
-        )
+        self.head = edge_head(hidden, out_feats)
 
     def forward(
         self, blocks: Any, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor
     ) -> torch.Tensor:
         h = self.encoder(blocks, x)
-        pair = torch.cat([h.index_select(0, src), h.index_select(0, dst)], dim=1)
-        return self.head(pair)
+        return pair_outputs(self.head, h.index_select(0, src), h.index_select(0, dst))
 
 
 def encoder_state(state: dict[str, Any]) -> dict[str, Any]:
-    """The encoder's weights of an edge classifier's checkpoint, as a built-in model's
-    (what inference writes every node's embedding with)."""
-    return {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+    """The encoder's weights of an edge app's checkpoint, as a built-in model's (what
+    inference computes every node's embedding with)."""
+    return _prefixed(state, "encoder.")
+
+
+def head_from_state(state: dict[str, Any]) -> nn.Module:
+    """The head of an edge app's checkpoint, weights loaded (ConfigError if absent)."""
+    head = _prefixed(state, "head.")
+    if "0.weight" not in head or "2.weight" not in head:
+        raise ConfigError("checkpoint: no head.* weights (not an edge app's model)")
+    hidden, out_feats = int(head["0.weight"].shape[0]), int(head["2.weight"].shape[0])
+    model = edge_head(hidden, out_feats)
+    try:
+        model.load_state_dict(head)
+    except RuntimeError as e:
+        raise ConfigError(f"checkpoint: head weights do not fit the edge head ({e})") from e
+    return model.eval()
+
+
+def _prefixed(state: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def check_graph(cfg: TrainConfig, tg: TrainGraph) -> None:
@@ -64,8 +93,9 @@ def check_graph(cfg: TrainConfig, tg: TrainGraph) -> None:
     typing = typing_of(tg)
     if typing is not None:
         raise ConfigError(
-            f"--model (trainers.app.model): {APP} trains sage or gat on a graph with one node "
-            f"and edge type in this version; this one has node types {typing.ntypes}"
+            f"--model (trainers.app.model): {cfg.app} trains sage or gat on a graph with one "
+            f"node and edge type in this version; this one has node types {typing.ntypes} "
+            f"(apps for typed graphs, with --model rgcn: {', '.join(TYPED_APPS)})"
         )
     tg.require({FEAT: cfg.feat})
     fields = {LABEL: cfg.label, TRAIN_MASK: cfg.train_mask, VAL_MASK: cfg.val_mask}
@@ -79,26 +109,34 @@ def _batcher(eids: np.ndarray, fanouts: list[int], batch: int, shuffle: bool, se
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, tg: TrainGraph, cfg: TrainConfig, eids: np.ndarray, device: torch.device
+    model: nn.Module,
+    tg: TrainGraph,
+    cfg: TrainConfig,
+    eids: np.ndarray,
+    device: torch.device,
+    objective: Objective,
 ) -> dict[str, float]:
-    """``{"accuracy"}`` on edges ``eids`` with evaluation blocks (see ``eval_fanouts``)."""
+    """The objective's metrics on edges ``eids`` with evaluation blocks (see
+    ``eval_fanouts``)."""
     if eids.size == 0:
-        return OBJECTIVE.measure((0.0, 0.0, 0.0))
+        return objective.measure((0.0, 0.0, 0.0))
     m = unwrap(model)
     m.eval()
     batcher = _batcher(eids, eval_fanouts(cfg, tg.num_nodes()), EVAL_BATCH, False, cfg.seed)
     sums = (0.0, 0.0, 0.0)
     for b in range(len(batcher)):
-        x, y, pairs = _load(tg, cfg, batcher.decode(batcher.make(tg.source, 0, b)))
-        sums = add(sums, OBJECTIVE.sums(_logits(m, pairs, x.to(device), device), y.to(device)))
+        x, y, pairs = _load(tg, cfg, batcher.decode(batcher.make(tg.source, 0, b)), objective)
+        sums = add(sums, objective.sums(_logits(m, pairs, x.to(device), device), y.to(device)))
     m.train()
-    return OBJECTIVE.measure(sums)
+    return objective.measure(sums)
 
 
-def _load(tg: TrainGraph, cfg: TrainConfig, batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+def _load(
+    tg: TrainGraph, cfg: TrainConfig, batch: Any, objective: Objective
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """A batch -> ``(input features, labels, (blocks, src, dst))`` on the CPU."""
     inp, pairs, _neg, blocks = batch
-    y = tg.read_edges(cfg.label, pairs.edata[EID]).long()
+    y = objective.target(tg.read_edges(cfg.label, pairs.edata[EID]))
     return tg.read(cfg.feat, inp).float(), y, (blocks, pairs.src, pairs.dst)
 
 
@@ -117,47 +155,55 @@ def run(
     """Train (the supervised loop node classification runs, :func:`train`); returns the
     metrics (meaningful on rank 0)."""
     torch.manual_seed(cfg.seed)
+    objective = for_app(cfg.app)
     check_graph(cfg, tg)
     labels = tg.read_all_edges(cfg.label)
-    OBJECTIVE.check_labels(LABEL, cfg.label, labels)
+    objective.check_labels(LABEL, cfg.label, labels)
     if train_eids is None:
         train_eids = tg.split_edges(cfg.train_mask, ctx)
-    num_classes = int(all_reduce(ctx, [float(OBJECTIVE.out_feats(labels))], op="max")[0])
+    out_feats = int(all_reduce(ctx, [float(objective.out_feats(labels))], op="max")[0])
     in_feats = int(tg.read(cfg.feat, torch.tensor([0])).shape[1])
-    net = EdgeClassifier(build_model(cfg, in_feats, cfg.hidden), cfg.hidden, num_classes)
+    net = EdgeClassifier(build_model(cfg, in_feats, cfg.hidden), cfg.hidden, out_feats)
     batcher = _batcher(train_eids, cfg.fanouts, cfg.batch_size, True, cfg.seed * 1000 + ctx.rank)
     ids: dict[str, np.ndarray] = {}  # each edge mask read once (rank 0)
 
     def measure(model: nn.Module, mask: str) -> dict[str, float]:
         if mask not in ids:
             ids[mask] = tg.edge_mask_ids(mask)
-        return evaluate(model, tg, cfg, ids[mask], ctx.device)
+        return evaluate(model, tg, cfg, ids[mask], ctx.device, objective)
 
+    width = "targets" if objective.regression else "classes"
     task = Task(
         model=net,
         loader=BatchLoader(tg.source, batcher, cfg.num_samplers),
-        load=lambda b: _load(tg, cfg, b),
+        load=lambda b: _load(tg, cfg, b, objective),
         logits=lambda m, pairs, x: _logits(m, pairs, x, ctx.device),
         evaluate=measure,
-        training={"train_edges": int(train_eids.size), "classes": num_classes},
-        objective=OBJECTIVE,
-        app=APP,
+        training={"train_edges": int(train_eids.size), width: out_feats},
+        objective=objective,
+        app=cfg.app,
     )
     metrics = train(cfg, ctx, task, telemetry)
     if ctx.is_main:
         test = ids[cfg.test_mask]
-        metrics |= {
-            "majority_test_accuracy": round(_majority(labels, train_eids, test), 4),
-            "num_classes": num_classes,
-            "test_edges": int(test.size),
-        }
+        metrics |= _baseline(objective, labels, tg.edge_mask_ids(cfg.train_mask), test)
+        metrics |= {f"num_{width}": out_feats, "test_edges": int(test.size)}
     return metrics
 
 
-def _majority(labels: np.ndarray, train: np.ndarray, test: np.ndarray) -> float:
-    """Accuracy on the test edges of always predicting the most frequent class of this
-    trainer's training edges (the trivial baseline)."""
+def _baseline(
+    objective: Objective, labels: np.ndarray, train: np.ndarray, test: np.ndarray
+) -> dict[str, float]:
+    """The trivial predictor's test metric, from the training edges (all trainers'):
+    ``majority_test_accuracy`` (always their most frequent class) or ``mean_test_rmse``
+    (always their mean target)."""
+    if objective.regression:
+        if test.size == 0 or train.size == 0:
+            return {"mean_test_rmse": 0.0}
+        y = labels.astype(np.float64).reshape(labels.shape[0], -1)
+        d = y[test] - y[train].mean(0)
+        return {"mean_test_rmse": round(float(np.sqrt((d * d).mean())), 4)}
     if test.size == 0 or train.size == 0:
-        return 0.0
+        return {"majority_test_accuracy": 0.0}
     top = int(np.bincount(labels[train].astype(np.int64)).argmax())
-    return float((labels[test] == top).mean())
+    return {"majority_test_accuracy": round(float((labels[test] == top).mean()), 4)}

@@ -523,7 +523,7 @@ def run(
     typed = ck.extra.get("model") == "rgcn"
     app = str(ck.extra.get("app") or "node-classification")
     state = ck.model
-    if app == "edge-classification":  # every node's embedding by its encoder
+    if app in ("edge-classification", "edge-regression"):  # every node's embedding by its encoder
         from distgnn.train.edge_classification import encoder_state
 
         state = encoder_state(state)

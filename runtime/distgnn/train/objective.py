@@ -1,9 +1,13 @@
 """What a supervised built-in app optimises and measures: the loss, the label dtype it
 needs, the streamed evaluation sums and the metric that selects the best epoch.
 
-* :data:`CLASSIFICATION`: integer class IDs, cross-entropy, accuracy (higher is better).
-* :data:`REGRESSION`: a float target of shape ``[N]`` or ``[N, k]``, MSE, RMSE and MAE
-  (the lowest validation RMSE is the best epoch).
+* classification (:data:`CLASSIFICATION`, ``edge-classification``): integer class IDs,
+  cross-entropy, accuracy (higher is better).
+* regression (:data:`REGRESSION`, ``edge-regression``): a float target of shape ``[N]``
+  or ``[N, k]``, MSE, RMSE and MAE (the lowest validation RMSE is the best epoch).
+
+:func:`for_app` gives each supervised app's objective (nodes or edges: what the label
+field is, for messages).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class Objective:
                 "target (for integer class IDs use the classification app)"
             )
         if not self.regression and floating:
-            hint = "node-regression" if self.where == "node data" else "a regression app"
+            hint = self.app.replace("classification", "regression")
             raise ConfigError(
                 f"{option}: {self.where} {name!r} is {labels.dtype}; {self.app} needs integer "
                 f"class IDs (for a float target use {hint})"
@@ -103,11 +107,21 @@ class Objective:
 
 CLASSIFICATION = Objective("node-classification")
 REGRESSION = Objective("node-regression", regression=True)
+OBJECTIVES = {
+    o.app: o
+    for o in (
+        CLASSIFICATION,
+        REGRESSION,
+        Objective("edge-classification", where="edge data"),
+        Objective("edge-regression", regression=True, where="edge data"),
+    )
+}
+"""The supervised apps' objectives by app name."""
 
 
 def for_app(app: str) -> Objective:
-    """The node app's objective (``node-regression``: regression; else classification)."""
-    return REGRESSION if app == "node-regression" else CLASSIFICATION
+    """The supervised app's objective (node classification for another name)."""
+    return OBJECTIVES.get(app, CLASSIFICATION)
 
 
 def add(x: tuple[float, float, float], y: tuple[float, float, float]) -> tuple[float, float, float]:
