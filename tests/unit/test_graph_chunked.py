@@ -201,6 +201,8 @@ def test_small_graph_reads(tmp_path: Path) -> None:
          r"node_data\['_N'\]\['src'\]: the name is reserved"),
         (lambda o: o["edges"].pop("_N:_E:_N"), GraphFormatError,
          r"edges\['_N:_E:_N'\]: missing"),
+        (lambda o: o.update(num_edges_per_chunk=[[2**61, 2]]), GraphFormatError,
+         r"edges\['_N:_E:_N'\]: cannot allocate 2305843009213693954 rows of int64"),
     ],
 )  # fmt: skip
 def test_bad_metadata_names_the_field(

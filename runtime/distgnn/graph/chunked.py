@@ -275,17 +275,27 @@ def parse_metadata(obj: Any, meta_url: str) -> ChunkedGraph:
 
 class _Column:
     """One array of ``total`` rows filled block by block in chunk order; allocated at the
-    first block (its dtype and row shape), checked against the declared row counts."""
+    first block (its dtype and row shape) unless ``dtype`` is given, checked against the
+    declared row count. ``field`` names it in errors."""
 
-    def __init__(self, total: int, dtype: np.dtype | None = None) -> None:
-        self.total = total
+    def __init__(self, total: int, field: str, dtype: np.dtype | None = None) -> None:
+        self.total, self.field = total, field
         self.pos = 0
-        self.out: np.ndarray | None = None if dtype is None else np.empty(total, dtype)
+        self.out = None if dtype is None else self._empty((total,), dtype)
+
+    def _empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        try:
+            return np.empty(shape, dtype=dtype)
+        except (MemoryError, ValueError) as e:  # a declared count far too large
+            raise GraphFormatError(
+                f"{self.field}: cannot allocate {shape[0]} rows of {dtype} ({str(e)[:100]}); "
+                "are the declared counts right?"
+            ) from e
 
     def add(self, block: np.ndarray, where: str) -> None:
         n = int(block.shape[0])
         if self.out is None:
-            self.out = np.empty((self.total, *block.shape[1:]), dtype=block.dtype)
+            self.out = self._empty((self.total, *block.shape[1:]), block.dtype)
         elif block.shape[1:] != self.out.shape[1:]:
             raise GraphFormatError(
                 f"{where}: rows of shape {block.shape[1:]}, the first chunk's are "
@@ -300,9 +310,9 @@ class _Column:
         self.out[self.pos : self.pos + n] = block
         self.pos += n
 
-    def result(self, where: str) -> np.ndarray:
+    def result(self) -> np.ndarray:
         if self.pos != self.total:
-            raise GraphFormatError(f"{where}: {self.pos} rows, {self.total} declared")
+            raise GraphFormatError(f"{self.field}: {self.pos} rows, {self.total} declared")
         return self.out if self.out is not None else np.zeros(self.total, np.float32)
 
 
@@ -326,7 +336,9 @@ class _Reader:
     def edges(self, name: str, etype: CanonicalEtype) -> tuple[np.ndarray, np.ndarray]:
         files, total = self.g.edges[name], self.g.num_edges[name]
         rows = self.g.edge_chunk_rows[name]
-        src, dst = _Column(total, np.dtype(np.int64)), _Column(total, np.dtype(np.int64))
+        field = f"{self.g.source}: {files.field}"
+        src = _Column(total, field, np.dtype(np.int64))
+        dst = _Column(total, field, np.dtype(np.int64))
         limits = (self.g.num_nodes[etype[0]], self.g.num_nodes[etype[2]])
         for i in range(len(files.urls)):
             where, start = self.where(files, i), src.pos
@@ -351,17 +363,16 @@ class _Reader:
                 raise GraphFormatError(
                     f"{where}: {src.pos - start} edges, num_edges_per_chunk says {rows[i]}"
                 )
-        field = f"{self.g.source}: {files.field}"
-        return src.result(field), dst.result(field)
+        return src.result(), dst.result()
 
     def data(self, files: ChunkFiles, total: int, what: str) -> np.ndarray:
         """One field: its files concatenated (as many files, of any sizes, as DGL allows)."""
-        col = _Column(total)
+        col = _Column(total, f"{self.g.source}: {files.field} ({what})")
         for i in range(len(files.urls)):
             where = self.where(files, i)
             for b in self.blocks(files, i, ids=False):
                 col.add(b, where)
-        return col.result(f"{self.g.source}: {files.field} ({what})")
+        return col.result()
 
     def arrays(self) -> dict[str, np.ndarray]:
         g = self.g
