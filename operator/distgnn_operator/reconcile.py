@@ -257,6 +257,23 @@ class Applied:
     """(kind, name) of each of those children"""
 
 
+@dataclass(frozen=True)
+class PodGroupOutcome:
+    """Why a gang-scheduled job's PodGroup is not there (nothing: it is)."""
+
+    unavailable: str | None = None
+    """it cannot be created (the API forbidden or not installed, an earlier one going)"""
+    conflicts: list[str] = field(default_factory=list)
+    """somebody else's PodGroup holds its name (as :attr:`Applied.conflicts`)"""
+    taken: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, name) of that PodGroup (as :attr:`Applied.taken`)"""
+
+    @property
+    def held(self) -> bool:
+        """Whether the job is held (nothing else created) for it."""
+        return self.unavailable is not None or bool(self.conflicts)
+
+
 TAKEN = "already exists and is controlled by"
 """How a ResourceExists message names a taken child (``KIND NAME already exists ...``)."""
 
@@ -666,9 +683,14 @@ class Reconciler:
                 token=token,
                 stage=stage,
             )
-            no_pg = await self._ensure_podgroup(want, have, emit)
-            if no_pg:
-                obs = dataclasses.replace(obs, podgroup_unavailable=no_pg)
+            pg = await self._ensure_podgroup(want, have, emit)
+            if pg.held:
+                obs = dataclasses.replace(
+                    obs,
+                    podgroup_unavailable=pg.unavailable,
+                    conflict="; ".join(pg.conflicts) or None,
+                    taken=tuple(pg.taken),
+                )
                 new = s.job_status(obs, old, iso(now))
             else:
                 # an attached job whose GraphServer is gone keeps what it has
@@ -680,7 +702,7 @@ class Reconciler:
                         obs, conflict="; ".join(done.conflicts), taken=tuple(done.taken)
                     )
                     new = s.job_status(obs, old, iso(now))
-            if wl is not None and gate is not None and gate.release and not no_pg:
+            if wl is not None and gate is not None and gate.release and not pg.held:
                 # stopped above (as suspend does): give the quota back, as Kueue's
                 # jobframework does, so that Kueue can admit the job again
                 await self.api.patch(
@@ -777,23 +799,27 @@ class Reconciler:
 
     async def _ensure_podgroup(
         self, want: list[dict[str, Any]], have: dict[tuple[str, str], dict[str, Any]], emit: Emit
-    ) -> str | None:
-        """Create the gang PodGroup first; why it cannot be (403/404), else None."""
+    ) -> PodGroupOutcome:
+        """Create the gang PodGroup first (the job is held until it exists): why it cannot
+        be (403/404, an earlier job's being deleted), or the name taken by somebody else's
+        PodGroup (a child name taken as any other: ``ResourceExists``, ``takenNames``)."""
         pg = next((w for w in want if w["kind"] == "PodGroup"), None)
         if pg is None or ("PodGroup", pg["metadata"]["name"]) in have:
-            return None
+            return PodGroupOutcome()
         try:
             created, foreign = await self._create(pg)
         except ApiError as e:
             if e.status in (403, 404):
-                return _podgroup_message(e)
+                return PodGroupOutcome(_podgroup_message(e))
             raise
         name = pg["metadata"]["name"]
+        if foreign:
+            return PodGroupOutcome(conflicts=[foreign], taken=[("PodGroup", name)])
         if not created:
-            return foreign or f"PodGroup {name} of an earlier job is being deleted"
+            return PodGroupOutcome(f"PodGroup {name} of an earlier job is being deleted")
         have[("PodGroup", name)] = pg
         emit("Normal", "Created", f"created PodGroup {name}")
-        return None
+        return PodGroupOutcome()
 
     async def _credentials_missing(self, ns: str, st: t.Storage) -> str | None:
         """Name of the credentials Secret when it does not exist (None: exists or unset)."""

@@ -109,3 +109,24 @@ def test_a_trainer_missing_a_module_is_not_retried(parts: Path, tmp_path: Path) 
     assert "cause: ModuleNotFoundError: No module named 'torch'" in res.stderr
     assert res.stderr.count("starting trainers") == 1
     assert_clean(res)
+
+
+def test_gpus_1_without_a_gpu_is_one_line_and_exit_2_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """``trainers.gpus: 1`` on a machine where torch sees no CUDA device (here:
+    ``CUDA_VISIBLE_DEVICES`` empty): ``distgnn run`` says so in one line and exits 2
+    before it partitions or starts a server (the graph named does not even exist)."""
+    obj = job("gpu", tmp_path / "no-such-graph.json")
+    obj["spec"]["trainers"]["gpus"] = 1  # type: ignore[index]
+    path = write_manifest(tmp_path / "job.yaml", obj)
+    env = {"CUDA_VISIBLE_DEVICES": ""}
+    res = run(path, "--workdir", str(tmp_path / "wd"), out_dir=tmp_path / "logs", env=env)
+    assert res.rc == 2, res.stderr[-3000:]
+    assert res.stderr.splitlines()[-1] == (
+        "distgnn run: error: spec.trainers.gpus: 1 asks for a GPU per trainer, but this "
+        "machine has no CUDA device torch can use (CUDA_VISIBLE_DEVICES=''): set "
+        "trainers.gpus to 0 to train on the CPU, or run where a GPU and a CUDA build of "
+        "torch are"
+    )
+    assert "starting" not in res.stderr and "no-such-graph" not in res.stderr

@@ -44,6 +44,7 @@ PLURAL = {
     "Pod": "pods",
     "Event": "events",
     "Workload": "workloads",
+    "PodGroup": "podgroups",
 }
 PREFIX = {
     "DistGNNJob": GV,
@@ -56,6 +57,7 @@ PREFIX = {
     "Pod": "v1",
     "Event": "v1",
     "Workload": "kueue.x-k8s.io/v1beta1",
+    "PodGroup": "scheduling.x-k8s.io/v1alpha1",
 }
 
 
@@ -1395,6 +1397,45 @@ async def test_gang_job_without_podgroups_is_held_and_reported(
         await asyncio.sleep(1.5)
         assert await c.get("StatefulSet", "gang-server") is None  # held: nothing created
         assert await c.get("Secret", "gang-token") is None
+
+
+async def test_a_podgroup_name_held_by_somebody_else_is_a_taken_name(
+    cluster: Cluster, operator_args: argparse.Namespace
+) -> None:
+    """A gang job's PodGroup name held by a PodGroup nothing of ours controls is a taken
+    child name as any other (ResourceExists naming it, ``status.takenNames``), not
+    PodGroupUnavailable; the job stays held (nothing created before its PodGroup) and
+    goes on once the name is free."""
+    c = cluster
+    c.k.unserved.discard("podgroups")  # scheduler-plugins installed
+    theirs = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "gpg"},
+        "spec": {"minMember": 1},
+    }
+    await c.create(theirs)
+    async with Operator(operator_args):
+        await c.create(
+            job_manifest(
+                "gpg",
+                graph={"partitions": {"manifestURL": "s3://p/g.json"}},
+                runPolicy={"schedulingPolicy": {"gang": {"enabled": True}}},
+            )
+        )
+        st = await c.reason("DistGNNJob", "gpg", "ResourceExists")
+        assert st["phase"] == "Pending"
+        assert "PodGroup gpg already exists and is controlled by nothing" in st_msg(st)
+        assert st["takenNames"] == [{"kind": "PodGroup", "name": "gpg"}]
+        assert (await c.event("gpg", "ResourceExists"))["type"] == "Warning"
+        await assert_settled(c)
+        assert await c.get("StatefulSet", "gpg-server") is None  # held: nothing created
+        await c.delete("PodGroup", "gpg")
+        pg = await c.child("PodGroup", "gpg", timeout=PROMPT)
+        assert pg["metadata"]["ownerReferences"][0]["name"] == "gpg"
+        await c.child("StatefulSet", "gpg-server", timeout=PROMPT)
+        st = await c.reason("DistGNNJob", "gpg", "ServersStarting")
+        assert "takenNames" not in st
 
 
 async def test_deleted_children_come_back_at_once_and_servers_roll_on_new_token(

@@ -16,7 +16,8 @@ from distgnn.api import (
     trainer_command,
     trainer_env,
 )
-from distgnn.api.commands import balance_mask
+from distgnn.api.commands import SCRIPT_RUNNER as RUNNER
+from distgnn.api.commands import balance_mask, user_command
 from distgnn.errors import ConfigError
 
 BASE: dict[str, Any] = {
@@ -106,7 +107,28 @@ def test_user_command_and_args() -> None:
     obj = copy.deepcopy(BASE)
     obj["spec"]["trainers"].pop("app")
     obj["spec"]["trainers"].update(command=["python", "-m", "mytrain"], args=["--x", "1"])
-    assert trainer_command(parse_job(obj)) == ["python", "-m", "mytrain", "--x", "1"]
+    assert trainer_command(parse_job(obj)) == [
+        "python", "-m", "distgnn.train.script", "-m", "mytrain", "--x", "1"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "runs"),
+    [
+        # a script or a module: through the runner (a missing module exits 2)
+        (["python", "train.py", "--x"], ["python", "-m", RUNNER, "train.py", "--x"]),
+        (["python3", "sub/t.py"], ["python3", "-m", RUNNER, "sub/t.py"]),
+        (["python", "-m", "pkg.train"], ["python", "-m", RUNNER, "-m", "pkg.train"]),
+        # anything else as written
+        (["python", "-c", "print(1)"], ["python", "-c", "print(1)"]),
+        (["python", "-u", "train.py"], ["python", "-u", "train.py"]),
+        (["python"], ["python"]),
+        (["/opt/venv/bin/python", "t.py"], ["/opt/venv/bin/python", "t.py"]),
+        (["torchrun", "t.py"], ["torchrun", "t.py"]),
+    ],
+)
+def test_a_user_script_runs_through_the_script_runner(command: list[str], runs: list[str]) -> None:
+    assert user_command(command) == runs
 
 
 def test_trainer_env() -> None:

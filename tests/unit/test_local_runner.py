@@ -173,6 +173,28 @@ def test_a_missing_module_is_the_cause_with_what_installs_it(
     assert msg.rstrip().endswith("No module named 'distgnn_not_installed_xyz'")
 
 
+def test_a_scripts_missing_module_is_not_retried(ctx: RunContext, tmp_path: Path) -> None:
+    """``command: [python, SCRIPT]`` runs through the script runner, as on Kubernetes: a
+    module missing from the environment exits 2, so the job fails at its first attempt
+    whatever ``backoffLimit`` allows, the cause naming the module and what installs it."""
+    (tmp_path / "train.py").write_text("import distgnn_not_installed_xyz\n", encoding="utf-8")
+    obj = job("", backoffLimit=3)
+    obj["spec"]["trainers"]["command"] = ["python", "train.py"]
+    plan = plan_of(obj, tmp_path)
+    assert plan.trainer_argv == [sys.executable, "-m", "distgnn.train.script", "train.py"]
+    with pytest.raises(JobFailed) as ei:
+        run_job(plan, ctx)
+    msg = str(ei.value)
+    assert ei.value.exit_status == 2
+    # first attempt: no "after N attempts"
+    assert "failed, not retried: a trainer exited with 2 (a configuration error)" in msg
+    assert (
+        "\ncause: ModuleNotFoundError: No module named 'distgnn_not_installed_xyz' "
+        f"(not installed for {sys.executable}; DistGNN's examples: pip install -e "
+        "'.[examples]')\n"
+    ) in msg
+
+
 def test_active_deadline_is_enforced_with_progress(
     ctx: RunContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -92,12 +92,29 @@ def _num(v: float) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
+PYTHONS = ("python", "python3")
+SCRIPT_RUNNER = "distgnn.train.script"
+"""Runs a user's ``python SCRIPT`` / ``python -m MODULE`` as plain python does, but a
+module missing from the environment exits 2 (:mod:`distgnn.train.script`)."""
+
+
+def user_command(argv: list[str]) -> list[str]:
+    """A user command as the trainers run it: ``python SCRIPT ARGS`` / ``python -m MODULE
+    ARGS`` through :data:`SCRIPT_RUNNER` (``python -m distgnn.train.script SCRIPT ARGS``),
+    so that a missing module exits 2 as for ``distgnn train``; any other command (``python
+    -c``, interpreter options, another program) as written."""
+    if len(argv) >= 2 and argv[0] in PYTHONS and (argv[1] == "-m" or argv[1][:1] != "-"):
+        return [argv[0], "-m", SCRIPT_RUNNER, *argv[1:]]
+    return list(argv)
+
+
 def trainer_command(job: t.DistGNNJob | t.DistGNNJobSpec) -> list[str]:
-    """``distgnn train APP --flag value ...`` (every option explicit) or the user's command."""
+    """``distgnn train APP --flag value ...`` (every option explicit) or the user's command
+    (:func:`user_command`: ``python SCRIPT`` through the script runner)."""
     spec = job.spec if isinstance(job, t.DistGNNJob) else job
     tr = spec.trainers
     if tr.command is not None:
-        return [*tr.command, *(tr.args or [])]
+        return user_command([*tr.command, *(tr.args or [])])
     app = tr.app
     if app is None:
         raise ConfigError("spec.trainers: exactly one of app, command must be set")

@@ -89,6 +89,8 @@ class LocalPlan:
     """``spec.trainers.colocate``: trainers read their partition from its server's memory."""
     feature_cache_mb: int = 0
     """``spec.trainers.featureCacheMB``: each trainer's feature cache (0: none)."""
+    gpus: int = 0
+    """``spec.trainers.gpus``: 1, a CUDA device per trainer (:mod:`distgnn.local.gpus`)."""
 
 
 def load_yaml(path: Path) -> Any:
@@ -214,6 +216,7 @@ def plan_from_manifest(
             num_samplers=tr.num_samplers,
             colocate=tr.colocate,
             feature_cache_mb=tr.feature_cache_mb,
+            gpus=tr.gpus,
             checkpoint_url=(
                 resolve(tr.checkpoint.url, base, "spec.trainers.checkpoint.url")
                 if tr.checkpoint

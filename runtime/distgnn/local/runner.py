@@ -26,6 +26,7 @@ from distgnn import contract
 from distgnn import log as dlog
 from distgnn.cpus import available_cpus
 from distgnn.errors import ConfigError, JobFailed
+from distgnn.local import gpus as gpu
 from distgnn.local.plan import LocalPlan, distgnn_argv
 from distgnn.local.ports import LOOPBACK, PortAllocator
 from distgnn.local.progress import ProgressWatch
@@ -285,7 +286,8 @@ def failure_text(proc: ManagedProcess, headline: str, cause: str | None = None) 
     if proc.poll() is not None:
         proc.reader.join(timeout=2.0)  # its last lines, still in the pipe
     lines = proc.last_lines(TAIL)
-    cause = cause or missing_module(lines)
+    if cause is None or cause.startswith("ModuleNotFoundError:"):  # with what installs it
+        cause = missing_module(lines) or cause
     parts = [headline]
     if cause:
         parts.append(f"cause: {cause.strip()}")
@@ -333,8 +335,11 @@ def trainer_specs(
     rundir: Path,
     tports: TrainerPorts,
     log_format: str | None = None,
+    devices: list[str] | None = None,
 ) -> list[ProcessSpec]:
-    """One ProcessSpec per trainer replica with the contract environment."""
+    """One ProcessSpec per trainer replica with the contract environment; ``devices``:
+    each trainer's ``CUDA_VISIBLE_DEVICES`` (``trainers.gpus``: :mod:`distgnn.local.gpus`;
+    the job's own ``podTemplate.env`` wins)."""
     assert plan.trainer_argv is not None
     threads = max(1, available_cpus() // max(1, plan.replicas))
     specs = []
@@ -355,6 +360,7 @@ def trainer_specs(
             contract.ENV_TERMINATION_LOG: str(rundir / f"trainer-{rank}.termination-log"),
             contract.ENV_PROGRESS_PORT: str(tports.progress) if rank == 0 else "off",
             contract.ENV_HTTP_BIND: LOOPBACK,
+            **({gpu.VISIBLE: devices[rank]} if devices else {}),
             **plan.env,
         }
         if tports.metrics:
@@ -389,8 +395,10 @@ def run_trainers(
     rundir: Path,
     ports: PortAllocator,
     deadline: Deadline,
+    devices: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run the trainer group, restarting it up to ``backoff_limit`` times; return metrics.
+    """Run the trainer group, restarting it up to ``backoff_limit`` times; return metrics;
+    ``devices``: each trainer's ``CUDA_VISIBLE_DEVICES`` (:func:`job_devices`).
 
     A trainer's exit status 2 (a configuration error) fails the job at once: no restart."""
     server_names = [n for n in sup.procs if n.startswith(SERVER_PREFIX)]
@@ -400,7 +408,7 @@ def run_trainers(
             f.unlink()
         (rundir / "metrics.json").unlink(missing_ok=True)
         tports = TrainerPorts.take(ports, plan)
-        specs = trainer_specs(plan, servers, rundir, tports, ctx.resolved_log_format())
+        specs = trainer_specs(plan, servers, rundir, tports, ctx.resolved_log_format(), devices)
         log.info(
             "starting trainers",
             extra=kv(replicas=plan.replicas, attempt=attempt + 1, samplers=plan.num_samplers),
@@ -597,11 +605,26 @@ def _supervisor(ctx: RunContext, plan: LocalPlan) -> Supervisor:
     )
 
 
+def job_devices(plan: LocalPlan) -> list[str] | None:
+    """Each trainer's ``CUDA_VISIBLE_DEVICES`` for ``trainers.gpus: 1`` (logged), None for
+    0; a ConfigError when there is no CUDA device (:mod:`distgnn.local.gpus`)."""
+    devices = gpu.trainer_devices(plan.gpus, plan.replicas)
+    if devices is not None:
+        shared = len(set(devices)) < len(devices)
+        log.info(
+            "trainers.gpus: one GPU per trainer, round-robin (CUDA_VISIBLE_DEVICES)%s",
+            "; more trainers than GPUs: they share them" if shared else "",
+            extra=kv(gpus=",".join(f"trainer-{i}={d}" for i, d in enumerate(devices))),
+        )
+    return devices
+
+
 def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) -> dict[str, Any]:
     """Run a DistGNNJob plan; returns the final metrics or raises JobFailed."""
     from distgnn.local.plan import prepare_partitions
 
     deadline = deadline or Deadline(plan.active_deadline)
+    devices = job_devices(plan)  # before anything starts: no GPU is a ConfigError (exit 2)
     ports = PortAllocator()
     started_servers = False
     try:
@@ -634,7 +657,7 @@ def run_job(plan: LocalPlan, ctx: RunContext, deadline: Deadline | None = None) 
                         metrics=plan.metrics,
                         gather_threads=server_gather_threads(plan),
                     )
-                metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline)
+                metrics = run_trainers(sup, ctx, plan, servers, rundir, ports, deadline, devices)
             finally:
                 # first thing, before the (up to --grace seconds) stop of the processes
                 token_path.unlink(missing_ok=True)

@@ -255,8 +255,11 @@ def missing_module_line(e: ModuleNotFoundError) -> str:
     """A missing module in one line, with the interpreter that lacks it. Exit status 2:
     the image or environment lacks it for good, so the operator and ``distgnn run`` do
     not retry (an :class:`ImportError` of another kind, a shared library a node lacks,
-    stays 1: another node may have it)."""
-    return f"{e} (not installed for {sys.executable})"
+    stays 1: another node may have it). A user command's runner says the same
+    (:mod:`distgnn.train.script`)."""
+    from distgnn.train import script
+
+    return script.missing_module_line(e)
 
 
 def _run(args: argparse.Namespace) -> int:
