@@ -108,10 +108,11 @@ def _extended_ok(r: Any, k: str) -> bool:
 
 @dataclass
 class UrlSource:
-    """A raw graph (``.npz`` file or folder of ``.npy`` files) to partition."""
+    """A raw graph to partition (``.npz``, folder of ``.npy``, chunked graph's metadata.json)."""
 
     url: str = fld(
-        doc="URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
+        doc="URL of the input graph: a .npz file, a folder of .npy files or a chunked "
+        "graph's metadata.json (s3://bucket/cora.npz, s3://bucket/mag/metadata.json).",
         max_length=URL_MAX,
         min_length=1,
         schemes=STORAGE_SCHEMES,
