@@ -70,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target-ntype",
         default=None,
-        help="the node type to classify (--model rgcn: required on a graph with node types)",
+        help="the node type to classify or regress (--model rgcn: required on a graph with node "
+        "types)",
     )
     p.add_argument(
         "--target-etype",
