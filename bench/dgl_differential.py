@@ -957,7 +957,6 @@ INTENDED: dict[str, str] = {
     "sample_neighbors(edge_dir='out')": "servers keep in-edges only (documented)",
     "len(DistDataLoader)": "DistGNN's loaders also have len()",
     "dgl.distributed.DistNodeDataLoader": "DGL 0.x's name kept (DGL 2.1: dgl.dataloading)",
-    "DistNodeDataLoader(num_workers=2)": "sampler processes are the job's (documented)",
     "DistTensor((60,2)) policy inferred": "DistGNN infers the one type of that size",
     "DistTensor name/shape/dtype/len": "DGL's name has the policy ('node~_N~dt1'); left",
     "DistTensor write wrong shape": "both raise: torch's RuntimeError / ValueError; left",

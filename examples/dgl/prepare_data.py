@@ -10,7 +10,14 @@
   so authors carry label signal. Edge types:
   ``paper:cites:paper`` (Cora's edges), ``author:writes:paper`` and its reverse
   ``paper:written-by:author``. Every paper has a citation and an author, every author
-  a paper, so no node lacks in-edges of a relation into its type.
+  a paper, so no node lacks in-edges of a relation into its type. Targets for the typed
+  task apps (``examples/cora-hetero-node-regression.yaml``,
+  ``examples/cora-hetero-edge-classification.yaml``): paper data ``target`` (float32,
+  [N, 7]: the class mix of the papers its authors wrote, i.e. the mean one-hot class
+  over every (author of the paper, paper of that author) pair); on ``author:writes:paper``
+  edge data ``label`` (1 when the paper is on the author's home topic, else 0),
+  ``target`` (float32: the share of the author's papers in the paper's class) and a
+  seeded random 60/20/20 edge split (``train_mask``, ``val_mask``, ``test_mask``).
 * ``data/cora-tasks.npz``: Cora with derived targets for the node-regression,
   edge-classification and edge-regression apps (``examples/cora-node-regression.yaml``,
   ``examples/cora-edge-classification.yaml``, ``examples/cora-edge-regression.yaml``;
@@ -80,6 +87,7 @@ def heterogeneous(
     np.add.at(author_feat, w, feat[p_])
     author_feat /= np.bincount(w, minlength=num_authors)[:, None]
     return {
+        **typed_targets(labels, w, p_, home, seed),
         "num_nodes/paper": np.array(n_papers),
         "num_nodes/author": np.array(num_authors),
         "edges/paper:cites:paper/src": cora["src"].astype(np.int64),
@@ -95,6 +103,27 @@ def heterogeneous(
         "ndata/paper/val_mask": cora["val_mask"],
         "ndata/paper/test_mask": cora["test_mask"],
     }
+
+
+def typed_targets(
+    labels: np.ndarray, writer: np.ndarray, paper: np.ndarray, home: np.ndarray, seed: int
+) -> dict[str, np.ndarray]:
+    """The typed task apps' targets (see the module doc) of the writes edges
+    ``writer -> paper``."""
+    n, k = labels.size, int(labels.max()) + 1
+    mix = np.zeros((home.size, k), np.float32)  # each author's class mix of their papers
+    np.add.at(mix, (writer, labels[paper]), 1.0)
+    mix /= mix.sum(1, keepdims=True)
+    target = np.zeros((n, k), np.float32)  # a paper's authors' mixes, weighted by papers
+    np.add.at(target, paper, mix[writer] * np.bincount(writer)[writer, None])
+    target /= np.maximum(target.sum(1, keepdims=True), 1e-9)
+    et = "edata/author:writes:paper"
+    out = {
+        "ndata/paper/target": target,
+        f"{et}/label": (labels[paper] == home[writer]).astype(np.int64),
+        f"{et}/target": mix[writer, labels[paper]].astype(np.float32),
+    }
+    return out | {f"{et}/{m}": v for m, v in split_masks(writer.size, seed + 2).items()}
 
 
 def split_masks(n: int, seed: int) -> dict[str, np.ndarray]:

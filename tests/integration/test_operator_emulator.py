@@ -259,15 +259,17 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def cond(st: dict[str, Any], typ: str) -> dict[str, Any]:
-    return next(c for c in st["conditions"] if c["type"] == typ)
+    """The condition of that type; an empty one before the operator's first status write
+    (a poll may come first)."""
+    return next((c for c in st.get("conditions", []) if c["type"] == typ), {})
 
 
 def phase_reason(st: dict[str, Any]) -> str:
-    return str(cond(st, "Failed" if st.get("phase") == "Failed" else "Running")["reason"])
+    return str(cond(st, "Failed" if st.get("phase") == "Failed" else "Running").get("reason", ""))
 
 
 def st_msg(st: dict[str, Any]) -> str:
-    return str(cond(st, "Failed" if st.get("phase") == "Failed" else "Running")["message"])
+    return str(cond(st, "Failed" if st.get("phase") == "Failed" else "Running").get("message", ""))
 
 
 async def assert_settled(c: Cluster, seconds: float = 3.5) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.support.chunked import write_chunked
 
 from distgnn.errors import StorageError
 from distgnn.graph.io import load_graph
@@ -51,3 +52,20 @@ def test_wrong_credentials_fail_clearly(s3) -> None:  # type: ignore[no-untyped-
         load_manifest(s3.url("explicit", "cora.json"), bad)
     assert "not-the-secret" not in str(ei.value) and s3.secret not in str(ei.value)
     assert "cora.json" in str(ei.value)
+
+
+def test_chunked_graph_in_s3(  # type: ignore[no-untyped-def]
+    s3, cora_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DGL's chunked format in S3: chunks found relative to metadata.json, the graph the
+    same as the .npz (csv edges, parquet data, read through s3fs)."""
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    import s3fs
+
+    with np.load(cora_path, allow_pickle=False) as z:
+        write_chunked({k: z[k] for k in z.files}, tmp_path / "c", data_format="parquet")
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3.storage_options())
+    fs.put(str(tmp_path / "c") + "/", f"{s3.bucket}/chunked/", recursive=True)
+    m = partition_graph(s3.url("chunked", "metadata.json"), 2, s3.url("cp"), "cora", progress=False)
+    assert m.input_fingerprint == load_graph(str(cora_path)).fingerprint()

@@ -1,10 +1,11 @@
 """The GraphStorm-style task apps as real trainer processes on Cora's derived targets
 (``examples/dgl/prepare_data.py``'s ``cora-tasks.npz``): node regression learns (its RMSE
 beats predicting the training mean) and writes its predictions; edge classification
-learns on 2 partitions with 2 trainers (its accuracy beats the majority class) and
-writes every node's embedding; edge regression learns on 2 partitions with 2 trainers
-(its RMSE beats predicting the training edges' mean); a label of the wrong dtype or a
-missing edge field is a one-line error with exit 2."""
+learns on 2 partitions with 2 trainers (its accuracy beats the majority class), edge
+regression too (its RMSE beats predicting the training edges' mean), and both write
+every node's embedding and their test edges' predictions, whose metric is the one
+reported; a label of the wrong dtype or a missing edge field is a one-line error with
+exit 2."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from trainers import run_trainers
+from servers import running_servers
+from trainers import TrainResult, run_trainers
 
 from distgnn.partition.partitioner import partition_graph
-from distgnn.train.infer_output import read_output
+from distgnn.train.infer_output import read_edge_output, read_output
 
 TRAIN = ["distgnn.cli", "train"]
 
@@ -118,8 +120,7 @@ def test_edge_classification_beats_the_majority_class(
         "--batch-size", "256", "--lr", "0.005", "--checkpoint-url", str(tmp_path / "ckpt"),
         "--infer-after-training", "--output-url", str(tmp_path / "out"),
     ]  # fmt: skip
-    res = run_trainers(argv, 2, {"DISTGNN_MANIFEST": str(tasks_parts)}, tmp_path)
-    assert res.returncodes == [0, 0], res.explain()
+    res = _on_servers(argv, tasks_parts, tmp_path)
     m = res.metrics
     assert m is not None and m["app"] == "edge-classification", m
     with np.load(tasks, allow_pickle=False) as z:
@@ -131,9 +132,17 @@ def test_edge_classification_beats_the_majority_class(
     lines = [json.loads(x) for e in res.stderr for x in e.splitlines() if x.startswith("{")]
     shares = [x["train_edges"] for x in lines if x.get("msg") == "training"]
     assert sorted(shares) == [int(train.sum()) // 2, (int(train.sum()) + 1) // 2], shares
-    # inference: the encoder's embedding of every node, no per-edge output
+    # inference: the encoder's embedding of every node, and the test edges' predictions
     out = read_output(str(tmp_path / "out"))
     assert sorted(out) == ["embedding", "orig_id"] and out["embedding"].shape == (2708, 64)
+    edges = _test_edge_predictions(tasks, tmp_path / "out")
+    assert sorted(edges) == ["dst_id", "edge_id", "pred", "prob", "src_id"]
+    assert edges["pred"].dtype == np.int64 and edges["prob"].dtype == np.float32
+    assert ((edges["prob"] >= 0.5) & (edges["prob"] <= 1)).all()
+    acc = float((edges["pred"] == y[edges["edge_id"]]).mean())
+    assert acc == pytest.approx(m["inference_test_accuracy"], abs=1e-5)
+    # the written predictions are the last checkpoint's: their accuracy is the final one
+    assert acc == pytest.approx(m["final_test_accuracy"], abs=2e-3), (acc, m)
 
 
 def test_edge_classification_names_a_missing_edge_field(tasks: Path, tmp_path: Path) -> None:
@@ -153,8 +162,7 @@ def test_edge_regression_beats_the_mean(tasks: Path, tasks_parts: Path, tmp_path
         "--checkpoint-url", str(tmp_path / "ckpt"), "--infer-after-training",
         "--output-url", str(tmp_path / "out"),
     ]  # fmt: skip
-    res = run_trainers(argv, 2, {"DISTGNN_MANIFEST": str(tasks_parts)}, tmp_path)
-    assert res.returncodes == [0, 0], res.explain()
+    res = _on_servers(argv, tasks_parts, tmp_path)
     m = res.metrics
     assert m is not None and m["app"] == "edge-regression", m
     with np.load(tasks, allow_pickle=False) as z:
@@ -170,4 +178,55 @@ def test_edge_regression_beats_the_mean(tasks: Path, tasks_parts: Path, tmp_path
     epochs = [x for x in lines if x.get("msg") == "epoch"]
     assert epochs and all("val_rmse" in x and "train_rmse" in x for x in epochs), epochs
     out = read_output(str(tmp_path / "out"))
-    assert out["embedding"].shape == (2708, 64)
+    assert sorted(out) == ["embedding", "orig_id"] and out["embedding"].shape == (2708, 64)
+    edges = _test_edge_predictions(tasks, tmp_path / "out")
+    assert sorted(edges) == ["dst_id", "edge_id", "pred", "src_id"]
+    assert edges["pred"].dtype == np.float32 and edges["pred"].shape == (int(test.sum()),)
+    d = edges["pred"] - y[edges["edge_id"]]
+    rmse = float(np.sqrt((d * d).mean()))
+    assert rmse == pytest.approx(m["inference_test_rmse"], abs=1e-5)
+    assert float(np.abs(d).mean()) == pytest.approx(m["inference_test_mae"], abs=1e-5)
+    assert rmse == pytest.approx(m["final_test_rmse"], abs=1e-3), (rmse, m)
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert index["app"] == "edge-regression" and index["edge_types"]["_E"]["edges"] == "test_mask"
+    assert index["edge_types"]["_E"]["arrays"]["pred"] == {"dtype": "float32", "shape": []}
+
+
+def _on_servers(argv: list[str], manifest: Path, tmp_path: Path) -> TrainResult:
+    """2 trainers on 2 graph servers (inference's layers live on the servers: trainers
+    of a standalone graph would each hold their own)."""
+    with running_servers(str(manifest), num_parts=2) as srv:
+        res = run_trainers(argv, 2, srv.env(), tmp_path)
+    assert res.returncodes == [0, 0], res.explain()
+    return res
+
+
+def _test_edge_predictions(tasks: Path, out: Path) -> dict[str, np.ndarray]:
+    """The written per-edge predictions, checked against the graph: one row per test
+    edge (both partitions' shards), with the edge's original source and destination."""
+    edges = read_edge_output(str(out))
+    with np.load(tasks, allow_pickle=False) as z:
+        src, dst, test = z["src"], z["dst"], z["edata/test_mask"]
+    e = edges["edge_id"]
+    assert np.array_equal(np.sort(e), np.flatnonzero(test))
+    assert np.array_equal(edges["src_id"], src[e]) and np.array_equal(edges["dst_id"], dst[e])
+    index = json.loads((out / "index.json").read_text())
+    assert [s["part"] for s in index["edge_types"]["_E"]["shards"]] == [0, 1]
+    return edges
+
+
+def test_inference_by_several_trainers_without_servers_is_refused_before_training(
+    tasks_parts: Path, tmp_path: Path
+) -> None:
+    argv = [
+        *TRAIN, "edge-classification", "--epochs", "1", "--checkpoint-url", str(tmp_path / "c"),
+        "--infer-after-training", "--output-url", str(tmp_path / "out"),
+    ]  # fmt: skip
+    res = run_trainers(argv, 2, {"DISTGNN_MANIFEST": str(tasks_parts)}, tmp_path)
+    assert res.returncodes == [2, 2], res.explain()
+    assert res.stderr[0].splitlines()[-1] == (
+        "distgnn train: error: layer-wise inference: 2 trainers without graph servers would "
+        "each hold their own layers (the others' nodes' rows missing); run one trainer on "
+        "DISTGNN_MANIFEST, or with the job's servers (DISTGNN_SERVERS)"
+    )
+    assert not (tmp_path / "c").exists()  # nothing trained

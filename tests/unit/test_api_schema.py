@@ -157,8 +157,7 @@ BAD = [
     (_set("spec.trainers.app.name", "graph-regression"), "spec.trainers.app.name: must be", True),
     (
         _set("spec.trainers.app", {"name": "node-regression", "model": "rgcn"}),
-        "spec.trainers.app.model: model rgcn is not supported by node-regression, "
-        "edge-classification, edge-regression yet",
+        "spec.trainers.app.targetNtype: model rgcn needs targetNtype",
         False,
     ),
     (

@@ -284,3 +284,25 @@ def test_edge_loader_on_a_typed_graph(hetero: str) -> None:
         assert sorted(torch.cat(seen).tolist()) == seeds.tolist()
         with pytest.raises(ConfigError, match="dict etype"):
             DistEdgeDataLoader(g, seeds, NeighborSampler([2]))
+
+
+def test_dgl_dropped_loader_keywords_are_accepted_others_refused(
+    hetero: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """DGL 2.1's distributed loaders drop ``num_workers`` and ``pin_memory`` and refuse
+    other DataLoader keywords; a DGL script passing them runs unchanged, the same batches."""
+    seeds = {"user": torch.arange(0, 12)}
+    with DistGraph.standalone(hetero) as g, caplog.at_level("INFO", "distgnn.dataloading"):
+        plain = DistNodeDataLoader(g, seeds, NeighborSampler([2]), batch_size=4, seed=3)
+        kept = DistNodeDataLoader(
+            g, seeds, NeighborSampler([2]), batch_size=4, seed=3, num_workers=2, pin_memory=True
+        )
+        assert kept.num_samplers == plain.num_samplers == 0
+        assert [o["user"].tolist() for _i, o, _b in kept] == [
+            o["user"].tolist() for _i, o, _b in plain
+        ]
+        with pytest.raises(TypeError, match="use_ddp"):
+            DistNodeDataLoader(g, seeds, NeighborSampler([2]), use_ddp=True)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="persistent_workers"):
+            DistEdgeDataLoader(g, {"follows": [0]}, NeighborSampler([2]), persistent_workers=True)  # type: ignore[call-arg]
+    assert "num_workers=2 ignored" in caplog.text and "pin_memory ignored" in caplog.text

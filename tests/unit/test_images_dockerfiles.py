@@ -219,7 +219,7 @@ def test_torch_pin_is_consistent() -> None:
     runs = " ".join(rest for op, rest in stages[0].instructions if op == "RUN")
     assert '"torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"' in runs
     # torch is installed before the project, so that pip never replaces it with another build.
-    assert runs.index("torch==") < runs.index("pip install .")
+    assert runs.index("torch==") < runs.index('pip install ".[parquet]"')
 
 
 def test_dockerignore_excludes_what_images_never_need() -> None:

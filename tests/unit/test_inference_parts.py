@@ -95,6 +95,10 @@ def test_output_written_read_and_hidden_layer(tmp_path: Path) -> None:
     f = idx["node_types"]["_N"]["shards"][0]["files"]["prob"]
     prob = np.load(tmp_path / "out" / f["path"], allow_pickle=False)
     assert prob.shape == (150,) and np.all((prob > 0.49) & (prob <= 1.0))
+    # a node app's output has no per-edge part (the edge apps': tests/integration)
+    assert "edge_types" not in idx
+    with pytest.raises(StorageError, match="the output has no per-edge predictions"):
+        fmt.read_edge_output(out)
     # the last hidden layer instead (ReLU output of layer 0), LP-style (no predictions)
     hid = str(tmp_path / "hid")
     infer_to_storage(tg, model, CTX, InferOptions(hid, embedding_layer="hidden", classify=False))

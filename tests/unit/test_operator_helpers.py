@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import kopf
 import pytest
 
+from distgnn.api.schema import job_crd
 from distgnn_operator.__main__ import build_parser, namespaces, setup
 from distgnn_operator.desired import DesiredContext, owned_by
 from distgnn_operator.handlers import HandlerSettings, make_settings
@@ -51,6 +52,22 @@ def test_parse_metrics() -> None:
     assert parse_metrics("Traceback: boom") is None
     assert parse_metrics("[1, 2]") is None
     assert parse_metrics("") is None
+
+
+def test_edge_regression_metrics_fill_the_rmse_column() -> None:
+    # an edge-regression job's final line (examples/cora-edge-regression.yaml): the
+    # printer column reads status.metrics.testRmse, as for node regression
+    line = (
+        '{"app": "edge-regression", "best_epoch": 8, "final_test_rmse": 0.1072, '
+        '"inference_edges": 2112, "inference_test_mae": 0.078014, "inference_test_rmse": '
+        '0.107192, "mean_test_rmse": 0.2724, "model": "sage", "num_targets": 1, '
+        '"output_url": "/x", "test_edges": 2112, "test_mae": 0.0831, "test_rmse": 0.1113}'
+    )
+    got = parse_metrics(line)
+    assert got is not None and got["testRmse"] == 0.1113 and got["meanTestRmse"] == 0.2724
+    assert got["inferenceTestRmse"] == 0.107192 and "testAccuracy" not in got
+    cols = job_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert next(c for c in cols if c["name"] == "RMSE")["jsonPath"] == ".status.metrics.testRmse"
 
 
 def test_owned_by_needs_controller_ref() -> None:

@@ -3,7 +3,11 @@
 ``GLOO_CHILD`` is the cause caught in the 1M-node benchmark's core dump, made
 deterministic: a gloo worker thread that needs the GIL while the interpreter finalizes
 (there: dropping the last reference to a finished all-reduce; here: a completion
-callback that waits until teardown has begun). ``CHILD`` plants a crash in module
+callback that takes the GIL back every 10 ms until finalizing has begun). It used to
+wait on a lock that a ``__del__`` released in module teardown; when the worker was
+already waiting, that ``__del__`` never ran before the wait's 20 s timeout (finalizing
+stalled on the waiting worker first), so the test took 21 s about half the time, and
+ended on another abort. ``CHILD`` plants a crash in module
 teardown and leaves stdout block-buffered (a pipe, ``PYTHONUNBUFFERED`` unset) to show
 that nothing a finished trainer wrote is lost.
 """
@@ -26,21 +30,13 @@ from distgnn.train.finish import end_process
 
 store = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=60))
 dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-teardown = _thread.allocate_lock()
-teardown.acquire()
-
-class InTeardown:
-    def __del__(self):  # runs in interpreter teardown
-        teardown.release()
-        time.sleep(1.0)  # GIL released: the worker wakes while the interpreter finalizes
-
-MARK = InTeardown()
 main, ran_in = _thread.get_ident(), []
 
-def until_teardown(f):  # in gloo's worker: needs the GIL back once teardown has begun
+def until_teardown(f, finalizing=sys.is_finalizing, sleep=time.sleep, t0=time.monotonic()):
+    # in gloo's worker: takes the GIL back every 10 ms until the interpreter finalizes
     ran_in.append(_thread.get_ident())
-    if ran_in[-1] != main:
-        teardown.acquire(timeout=20)
+    while ran_in[-1] != main and not finalizing() and time.monotonic() - t0 < 60:
+        sleep(0.01)
 
 for _ in range(10000):  # a callback added to a finished future runs at once, in this thread
     ran_in.clear()
@@ -81,6 +77,7 @@ def test_without_end_process_that_gloo_thread_aborts_a_finished_run() -> None:
     p = _gloo_child("exit")
     assert p.returncode == -signal.SIGABRT, p.stderr
     assert "results: 42" in p.stdout
+    assert "terminate called" in p.stderr, p.stderr  # std::terminate, not another abort
 
 
 CHILD = """

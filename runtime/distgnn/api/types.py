@@ -45,9 +45,11 @@ APPS = (
     "inference",
 )
 """The built-in apps of ``distgnn train``."""
-HOMOGENEOUS_APPS = ("node-regression", "edge-classification", "edge-regression")
+HOMOGENEOUS_APPS = ("edge-classification", "edge-regression")
 """Apps that train sage or gat only (no rgcn, typed graphs, in this version)."""
-TYPED_APPS = ("node-classification", "link-prediction")
+NODE_APPS = ("node-classification", "node-regression")
+"""Apps whose rgcn learns ``targetNtype``'s nodes."""
+TYPED_APPS = (*NODE_APPS, "link-prediction")
 """Apps that train rgcn on a graph with node and edge types."""
 MODELS = ("sage", "gat", "rgcn")
 """The built-in models: GraphSAGE and GAT (homogeneous graphs), R-GCN (graphs with node
@@ -108,10 +110,11 @@ def _extended_ok(r: Any, k: str) -> bool:
 
 @dataclass
 class UrlSource:
-    """A raw graph (``.npz`` file or folder of ``.npy`` files) to partition."""
+    """A raw graph to partition (``.npz``, folder of ``.npy``, chunked graph's metadata.json)."""
 
     url: str = fld(
-        doc="URL of the input graph (s3://bucket/cora.npz, file:///data/g).",
+        doc="URL of the input graph: a .npz file, a folder of .npy files or a chunked "
+        "graph's metadata.json (s3://bucket/cora.npz, s3://bucket/mag/metadata.json).",
         max_length=URL_MAX,
         min_length=1,
         schemes=STORAGE_SCHEMES,
@@ -432,9 +435,9 @@ class App:
     )
     target_ntype: str | None = fld(
         None,
-        doc="The node type to classify (model rgcn, node-classification: required): its "
-        "feat, label and masks; every type's feat is an input (a type without it gets a "
-        "learnt embedding).",
+        doc="The node type to classify or regress (model rgcn, node-classification and "
+        "node-regression: required): its feat, label and masks; every type's feat is an "
+        "input (a type without it gets a learnt embedding).",
         min_length=1,
         max_length=128,
     )
@@ -573,17 +576,18 @@ class App:
             field="outputURL",
         ),
         Rule(
-            "self.name != 'node-classification' || !has(self.model) || self.model != 'rgcn' "
-            "|| has(self.targetNtype)",
-            "model rgcn needs targetNtype (the node type to classify)",
-            lambda a: a.name != "node-classification" or a.model != "rgcn" or bool(a.target_ntype),
+            "!(self.name in " + str(list(NODE_APPS)) + ") || !has(self.model) "
+            "|| self.model != 'rgcn' || has(self.targetNtype)",
+            "model rgcn needs targetNtype (the node type to classify or regress)",
+            lambda a: a.name not in NODE_APPS or a.model != "rgcn" or bool(a.target_ntype),
             field="targetNtype",
         ),
         Rule(
             "!has(self.targetNtype) || (has(self.model) && self.model == 'rgcn' "
             "&& self.name != 'link-prediction')",
             "targetNtype is for model rgcn (sage and gat are homogeneous) in "
-            "node-classification or inference (link-prediction takes targetEtype)",
+            "node-classification, node-regression or inference (link-prediction takes "
+            "targetEtype)",
             lambda a: a.target_ntype is None or (a.model == "rgcn" and a.name != "link-prediction"),
             field="targetNtype",
         ),
@@ -606,7 +610,7 @@ class App:
             "|| self.model != 'rgcn'",
             "model rgcn is not supported by " + ", ".join(HOMOGENEOUS_APPS) + " yet (sage or "
             "gat, on a graph with one node and edge type; rgcn trains "
-            + " and ".join(TYPED_APPS)
+            + ", ".join(TYPED_APPS)
             + ")",
             lambda a: a.name not in HOMOGENEOUS_APPS or a.model != "rgcn",
             field="model",

@@ -8,6 +8,7 @@ per node (edge) type yield typed blocks and per-type ``input_nodes``/``output_no
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -25,6 +26,8 @@ from distgnn.sampling.blocks import EID, Block
 from distgnn.sampling.loader import BatchLoader
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.sampling.source import source_for
+
+log = logging.getLogger("distgnn.dataloading")
 
 EXCLUDE = {None: "none", "self": "self", "reverse_id": "reverse_id", "reverse": "reverse"}
 
@@ -73,6 +76,19 @@ def _local_key(k: Any, names: list[str]) -> str:
     if len(found) == 1:
         return found[0]
     raise ConfigError(f"fanouts: unknown edge type {k!r} (graph has {names})")
+
+
+def _dropped(num_workers: int | None, pin_memory: bool | None) -> None:
+    """DGL's distributed loaders drop ``num_workers`` and ``pin_memory`` (its
+    ``_remove_kwargs_dist``); so do these, saying where sampler processes come from."""
+    if num_workers:
+        log.info(
+            "num_workers=%d ignored, as DGL's distributed loaders do: sampler processes are "
+            "the job's spec.trainers.numSamplers (or num_samplers=)",
+            num_workers,
+        )
+    if pin_memory:
+        log.info("pin_memory ignored: distributed loaders do not pin memory (as DGL's)")
 
 
 def _check_sampler(sampler: Any) -> NeighborSampler:
@@ -138,7 +154,8 @@ class DistNodeDataLoader(_Loader):
     which makes ``input_nodes``/``output_nodes`` dicts and the blocks typed
     (``input_nodes``: every node type; ``output_nodes``: the types of the batch's seeds,
     as DGL's). ``num_samplers`` defaults to ``DISTGNN_NUM_SAMPLERS``; ``seed`` (default: from
-    torch's random state) fixes the shuffling.
+    torch's random state) fixes the shuffling. ``num_workers`` and ``pin_memory`` are
+    accepted and ignored, as DGL's distributed loaders do.
     """
 
     def __init__(
@@ -154,7 +171,10 @@ class DistNodeDataLoader(_Loader):
         queue_size: int | None = None,
         num_samplers: int | None = None,
         seed: int | None = None,
+        num_workers: int | None = None,
+        pin_memory: bool | None = None,
     ) -> None:
+        _dropped(num_workers, pin_memory)
         sampler = _check_sampler(graph_sampler)
         typing = graph_typing(g)
         self._typed = isinstance(nids, Mapping)
@@ -251,7 +271,10 @@ class DistEdgeDataLoader(_Loader):
         queue_size: int | None = None,
         num_samplers: int | None = None,
         seed: int | None = None,
+        num_workers: int | None = None,
+        pin_memory: bool | None = None,
     ) -> None:
+        _dropped(num_workers, pin_memory)
         if isinstance(graph_sampler, EdgePredictionSampler):
             ep = graph_sampler
             sampler = ep.sampler

@@ -1,4 +1,5 @@
-"""Read and validate input graphs: ``.npz`` files or directories of ``.npy`` at any fsspec URL.
+"""Read and validate input graphs at any fsspec URL: ``.npz`` files, directories of ``.npy``,
+and DGL's chunked graph format (``metadata.json``, see :mod:`distgnn.graph.chunked`).
 
 Everything is validated before anything is returned, so a bad graph fails before a
 partitioner writes a byte. Local directories are memory-mapped, never copied.
@@ -17,6 +18,7 @@ import numpy as np
 
 from distgnn import storage
 from distgnn.errors import GraphFormatError, StorageError, StorageNotFound
+from distgnn.graph import chunked
 from distgnn.graph.data import (
     DEFAULT_ETYPE,
     DEFAULT_NTYPE,
@@ -34,7 +36,8 @@ _DATA_KINDS = "biuf"
 def read_arrays(
     url: str, storage_options: Mapping[str, Any] | None = None
 ) -> dict[str, np.ndarray]:
-    """All arrays of a ``.npz`` file or a directory of ``.npy`` files, by key.
+    """All arrays of a ``.npz`` file, a directory of ``.npy`` files or a chunked graph
+    (its ``.json`` metadata or the folder holding ``metadata.json``), by key.
 
     Keys of a directory are the relative paths without ``.npy`` (``edata/w``).
     Local directories are memory-mapped. Unreadable URLs raise StorageError.
@@ -44,6 +47,8 @@ def read_arrays(
     try:
         if not fs.exists(path):
             raise StorageNotFound(f"{where}: not found")
+        if chunked.is_chunked(url, storage_options):
+            return chunked.read_chunked(url, storage_options)
         if fs.isdir(path):
             return _read_dir(fs, path, where, storage.is_local(url))
         return _read_npz(fs, path, where, storage.is_local(url))
@@ -64,7 +69,10 @@ def _load_npy(data: Any, name: str) -> np.ndarray:
 
 def _read_npz(fs: Any, path: str, where: str, local: bool) -> dict[str, np.ndarray]:
     if not path.endswith(".npz"):
-        raise GraphFormatError(f"{where}: expected a .npz file or a directory of .npy files")
+        raise GraphFormatError(
+            f"{where}: expected a .npz file, a directory of .npy files or a chunked "
+            "graph's metadata.json"
+        )
     src: Any = path if local else io.BytesIO(fs.cat_file(path))
     try:
         npz = np.load(src, allow_pickle=False)

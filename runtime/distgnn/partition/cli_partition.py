@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-HELP = "partition a graph (.npz or folder of .npy, any fsspec URL) into N parts"
+HELP = "partition a graph (.npz, folder of .npy, DGL chunked metadata.json; any fsspec URL)"
 
 
 def error_status(e: BaseException) -> int:
@@ -22,7 +22,12 @@ def error_status(e: BaseException) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("graph", metavar="GRAPH", help="input graph: .npz file or folder of .npy")
+    p.add_argument(
+        "graph",
+        metavar="GRAPH",
+        help="input graph: .npz file, folder of .npy files, or a chunked graph's metadata.json "
+        "(DGL's chunked graph format: csv, numpy or parquet chunks)",
+    )
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
     p.add_argument("--out", required=True, help="output folder URL (local path, s3://...)")
     p.add_argument("--name", required=True, help="graph name: writes OUT/NAME.json + OUT/NAME/")

@@ -70,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target-ntype",
         default=None,
-        help="the node type to classify (--model rgcn: required on a graph with node types)",
+        help="the node type to classify or regress (--model rgcn: required on a graph with node "
+        "types)",
     )
     p.add_argument(
         "--target-etype",
@@ -267,6 +268,7 @@ def _run(args: argparse.Namespace) -> int:
     from distgnn.train.config import TrainConfig
     from distgnn.train.ddp import init_ddp, shutdown
     from distgnn.train.graph import open_train_graph
+    from distgnn.train.layerwise import check_shared_rows
     from distgnn.train.metrics import publish
     from distgnn.train.proc import configure_trainer_process
     from distgnn.train.telemetry import Telemetry
@@ -279,6 +281,8 @@ def _run(args: argparse.Namespace) -> int:
     tel = Telemetry.start(ctx.rank)
     try:
         tg = open_train_graph()
+        if cfg.infer_after_training:  # refused now, not after training
+            check_shared_rows(tg, ctx.world_size)
         tel.attach(tg.client_stats(), tg.local_stats(), tg.local_sample_stats(), tg.cache_stats())
         try:
             if cfg.app == "inference":

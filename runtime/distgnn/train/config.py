@@ -82,7 +82,7 @@ class TrainConfig:
             raise ConfigError(
                 f"--model (trainers.app.model): {self.app} trains sage or gat on a homogeneous "
                 "graph; rgcn (typed graphs) is not supported by this app yet (rgcn trains "
-                f"{' and '.join(TYPED_APPS)})"
+                f"{', '.join(TYPED_APPS)})"
             )
         self._check_targets()
         self._check_rgcn()

@@ -77,8 +77,10 @@ def hetero_infer_to_storage(
     if len(set(widths.values())) != 1:
         raise ConfigError(f"--embedding-layer: node types have different widths {widths}")
     dim = next(iter(widths.values()))
-    ntypes = sorted(set(emb_t) & set(final_t)) if opts.classify else sorted(emb_t)
-    final = hl.HomoView(typing, final_t, int(next(iter(final_t.values())).t.shape[1]))
+    predict = opts.classify or opts.regress
+    ntypes = sorted(set(emb_t) & set(final_t)) if predict else sorted(emb_t)
+    out_dim = int(next(iter(final_t.values())).t.shape[1])
+    final = hl.HomoView(typing, final_t, out_dim)
     emb = final if emb_t is final_t else hl.HomoView(typing, emb_t, dim)
     learned = {t: e for t, e in (learned or {}).items() if t in ntypes}
     written = write_shards(tg, ctx, opts, run, final, emb, manifest_url, ntypes, learned)
@@ -91,14 +93,14 @@ def hetero_infer_to_storage(
             **(info or {}),
         }
         widths = {t: int(e.embedding_dim) for t, e in learned.items()}
-        index = build_index(tg, opts, run, dim, meta, ntypes, widths)
+        index = build_index(tg, opts, run, dim, meta, ntypes, widths, pred_width=out_dim)
         fmt.write_index(opts.output_url, index)
         fmt.remove_stale_runs(opts.output_url, run)
-    acc = _test_accuracy(tg, opts, final_t) if ctx.is_main else None
+    test = _test_metric(tg, opts, final_t) if ctx.is_main else None
     barrier(ctx)
     for r in {id(x): x for x in (final, emb)}.values():
         r.release()
-    summary: dict[str, Any] = {} if acc is None else {"inference_test_accuracy": acc}
+    summary: dict[str, Any] = {} if test is None else dict([test])
     summary |= {
         "output_url": opts.output_url,
         "inference_node_types": ntypes,
@@ -113,10 +115,13 @@ def hetero_infer_to_storage(
     return summary
 
 
-def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: hl.TypedRows) -> float | None:
-    """Accuracy of the predictions on ``opts.target_ntype``'s test mask (None without)."""
+def _test_metric(
+    tg: TrainGraph, opts: InferOptions, final: hl.TypedRows
+) -> tuple[str, float] | None:
+    """Accuracy (``inference_test_accuracy``) or RMSE (``inference_test_rmse``, node
+    regression) of the predictions on ``opts.target_ntype``'s test mask (None without)."""
     tt = opts.target_ntype
-    if not opts.classify or not opts.test_mask or not tt or tt not in final:
+    if not (opts.classify or opts.regress) or not opts.test_mask or not tt or tt not in final:
         return None
     data = tg.g.nodes[tt].data
     if opts.test_mask not in data or opts.label not in data:
@@ -125,6 +130,10 @@ def _test_accuracy(tg: TrainGraph, opts: InferOptions, final: hl.TypedRows) -> f
     ids = np.flatnonzero(np.asarray(data[opts.test_mask][torch.arange(n)]).astype(bool))
     if ids.size == 0:
         return None
-    pred = final[tt].read(ids).argmax(1)
-    labels = data[opts.label][torch.from_numpy(ids)].long()
-    return round(float((pred == labels).float().mean().item()), 6)
+    out = final[tt].read(ids)
+    labels = data[opts.label][torch.from_numpy(ids)]
+    if opts.regress:
+        d = out.float() - labels.float().reshape(ids.size, -1)
+        return "inference_test_rmse", round(float(d.pow(2).mean().sqrt().item()), 6)
+    acc = (out.argmax(1) == labels.long()).float().mean().item()
+    return "inference_test_accuracy", round(float(acc), 6)

@@ -1,8 +1,10 @@
-"""Node classification on a heterogeneous graph (``--model rgcn --target-ntype NTYPE``):
-the built-in :class:`~distgnn.nn.RGCN` trained on the target node type's masks and
-labels, with the library's typed loader (:class:`~distgnn.dataloading.DistNodeDataLoader`
-seeded per node type: typed blocks, inputs per node type). The training loop is the
-homogeneous app's (:func:`distgnn.train.node_classification.run`)."""
+"""Node classification and regression on a heterogeneous graph (``--model rgcn
+--target-ntype NTYPE``): the built-in :class:`~distgnn.nn.RGCN` trained on the target
+node type's masks and labels (class IDs, or a float target: the
+:class:`~distgnn.train.objective.Objective` of ``cfg.app``), with the library's typed
+loader (:class:`~distgnn.dataloading.DistNodeDataLoader` seeded per node type: typed
+blocks, inputs per node type). The training loop is the homogeneous app's
+(:func:`distgnn.train.node_classification.train`)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from distgnn.train.config import LABEL, TARGET_NTYPE, TrainConfig
 from distgnn.train.ddp import DDPContext, all_reduce, unwrap
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import eval_fanouts
-from distgnn.train.objective import CLASSIFICATION
+from distgnn.train.objective import add, for_app
 from distgnn.train.typed import (
     build_rgcn,
     check_feat,
@@ -63,7 +65,8 @@ def check_graph(cfg: TrainConfig, tg: TrainGraph) -> GraphTyping | None:
 def typed_task(
     cfg: TrainConfig, tg: TrainGraph, ctx: DDPContext, train_ids: np.ndarray | None = None
 ) -> Any:
-    """The R-GCN, its typed loader and evaluation on ``cfg.target_ntype``."""
+    """The R-GCN, its typed loader and evaluation on ``cfg.target_ntype`` (classes or a
+    regression target: ``cfg.app``)."""
     from distgnn.distributed.split import node_split
     from distgnn.train.node_classification import Task
 
@@ -79,11 +82,11 @@ def typed_task(
             train_ids = np.asarray(split, dtype=np.int64)
         else:
             train_ids = mask_ids(g, tt, cfg.train_mask)
+    objective = for_app(cfg.app)
     labels_all = read_all(g, tt, cfg.label)
-    CLASSIFICATION.check_labels(LABEL, cfg.label, labels_all)
-    top = int(labels_all.max(initial=0))
-    num_classes = int(all_reduce(ctx, [float(top + 1)], op="max")[0])
-    model, sparse = build_rgcn(cfg, tg, typing, num_classes)
+    objective.check_labels(LABEL, cfg.label, labels_all)
+    out_feats = int(all_reduce(ctx, [float(objective.out_feats(labels_all))], op="max")[0])
+    model, sparse = build_rgcn(cfg, tg, typing, out_feats)
     loader = DistNodeDataLoader(
         g,
         {tt: torch.from_numpy(train_ids)},
@@ -97,39 +100,40 @@ def typed_task(
 
     def load(batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
         input_nodes, seeds, blocks = batch
-        return inputs(input_nodes), labels[seeds[tt]].long(), blocks
+        return inputs(input_nodes), objective.target(labels[seeds[tt]]), blocks
 
     ids: dict[str, np.ndarray] = {}  # each mask read once
 
     @torch.no_grad()
-    def accuracy(model: nn.Module, mask: str) -> float:
+    def measure(model: nn.Module, mask: str) -> dict[str, float]:
         if mask not in ids:
             ids[mask] = mask_ids(g, tt, mask)
+        sums = (0.0, 0.0, 0.0)
         if ids[mask].size == 0:
-            return 0.0
+            return objective.measure(sums)
         m = unwrap(model)
         m.eval()
         fanouts = eval_fanouts(cfg, int(tg.num_nodes()))
         seeds = {tt: torch.from_numpy(ids[mask])}
         sampler = NeighborSampler(fanouts)
         loader = DistNodeDataLoader(g, seeds, sampler, batch_size=4096, num_samplers=0, seed=0)
-        correct = 0
         with loader:
             for input_nodes, out_nodes, blocks in loader:
                 x = {t: v.to(ctx.device) for t, v in inputs(input_nodes).items()}
-                y = labels[out_nodes[tt]].long().to(ctx.device)
-                correct += int((m(blocks, x)[tt].argmax(1) == y).sum().item())
+                y = objective.target(labels[out_nodes[tt]]).to(ctx.device)
+                sums = add(sums, objective.sums(m(blocks, x)[tt], y))
         m.train()
-        return correct / ids[mask].size
+        return objective.measure(sums)
 
     return Task(
         model=model,
         loader=loader,
         load=load,
         logits=lambda m, blocks, x: m(blocks, x)[tt],
-        evaluate=lambda m, mask: {"accuracy": accuracy(m, mask)},
+        evaluate=measure,
         training={"train_nodes": int(train_ids.size)},
         info={"target_ntype": tt} | sparse_info(sparse),
         checkpoint={"rgcn": model.config(), "target_ntype": tt},
         sparse=sparse,
+        objective=objective,
     )

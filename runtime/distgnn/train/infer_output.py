@@ -11,7 +11,17 @@ Layout under the output URL (see docs/inference.md)::
                                                      learnt input, its DistEmbedding row)
 
 Arrays every type has are listed in the index's ``arrays``; one only some types have
-(``input_embedding``) under ``node_types.NTYPE.arrays``.
+(``input_embedding``) under ``node_types.NTYPE.arrays``. The edge apps also write their
+test edges' predictions (:mod:`distgnn.train.edge_output`)::
+
+    URL/run-RUN/_E/part-00000/src_id.npy             int64 (m,)  original source node IDs
+    URL/run-RUN/_E/part-00000/dst_id.npy             int64 (m,)  original destination IDs
+    URL/run-RUN/_E/part-00000/edge_id.npy            int64 (m,)  original edge IDs
+    URL/run-RUN/_E/part-00000/pred.npy               int64 (m,) class, or float32 target
+    URL/run-RUN/_E/part-00000/prob.npy               float32 (m,) (edge classification)
+
+listed under the index's ``edge_types._E`` (``num_edges``, ``edges``: the mask,
+``arrays``, ``shards``).
 
 Each run writes its own ``run-RUN`` folder; the index names it, so a reader never mixes
 runs, and a run killed before its index leaves the previous complete output intact.
@@ -56,9 +66,11 @@ class Index:
     arrays: dict[str, dict[str, Any]]
     node_types: dict[str, dict[str, Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    edge_types: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """the edge apps' per-edge predictions (:mod:`distgnn.train.edge_output`), by edge type"""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT,
             "version": VERSION,
             "run": self.run,
@@ -67,6 +79,7 @@ class Index:
             "node_types": self.node_types,
             **self.info,
         }
+        return out | ({"edge_types": self.edge_types} if self.edge_types else {})
 
 
 def write_index(base: str, index: Index) -> str:
@@ -130,8 +143,28 @@ def read_output(
         raise StorageError(f"node type {ntype!r} is not in the output ({sorted(types)})")
     own = list(types[ntype].get("arrays", {}))  # this type's own arrays (input_embedding)
     names = arrays or ["orig_id", *[a for a in [*idx["arrays"], *own] if a != "orig_id"]]
+    return _read_shards(base, types[ntype]["shards"], names, verify)
+
+
+def read_edge_output(
+    base: str, arrays: list[str] | None = None, verify: bool = True
+) -> dict[str, np.ndarray]:
+    """The edge apps' per-edge predictions, shards concatenated in partition order:
+    ``{"src_id", "dst_id", "edge_id", "pred", ...}``; StorageError when the output has
+    none."""
+    idx = read_index(base)
+    types = idx.get("edge_types") or {}
+    if len(types) != 1:
+        raise StorageError(f"{storage.redact(base)}: the output has no per-edge predictions")
+    entry = next(iter(types.values()))
+    return _read_shards(base, entry["shards"], arrays or list(entry["arrays"]), verify)
+
+
+def _read_shards(
+    base: str, shards: list[dict[str, Any]], names: list[str], verify: bool
+) -> dict[str, np.ndarray]:
     out: dict[str, list[np.ndarray]] = {a: [] for a in names}
-    for shard in types[ntype]["shards"]:
+    for shard in shards:
         for a in names:
             if a not in shard["files"]:
                 raise StorageError(f"array {a!r} is not in the output")

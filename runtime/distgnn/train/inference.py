@@ -34,6 +34,13 @@ from distgnn.train import checkpoint
 from distgnn.train import infer_output as fmt
 from distgnn.train.config import FEAT
 from distgnn.train.ddp import DDPContext, barrier
+from distgnn.train.edge_output import (
+    ETYPE,
+    EdgePredictions,
+    array_specs,
+    pred_specs,
+    predictions,
+)
 from distgnn.train.graph import TrainGraph
 from distgnn.train.layerwise import (
     FeatureRows,
@@ -44,6 +51,7 @@ from distgnn.train.layerwise import (
     rows_factory,
     run_id,
 )
+from distgnn.train.objective import for_app
 from distgnn.train.telemetry import Telemetry
 
 log = logging.getLogger("distgnn.train")
@@ -51,6 +59,7 @@ CHUNK = 1 << 16
 INPUT_EMBEDDING = "input_embedding"
 """the learnt input embedding of a featureless node type (its ``DistEmbedding`` row)"""
 EMBEDDING_LAYERS = ("last", "hidden")
+EDGE_APPS = ("edge-classification", "edge-regression")
 
 
 @dataclass(frozen=True)
@@ -271,13 +280,10 @@ def _write_segment(
         "orig_id": (np.dtype(np.int64), (s.count,)),
         "embedding": (np.dtype(np.float32), (s.count, dim)),
     }
-    width = 1  # a regression's targets per node
-    if opts.regress:
+    if opts.regress or opts.classify:
         width = int(final.read(np.arange(first, first + min(1, tg.num_nodes()))).shape[1])
-        specs["pred"] = (np.dtype(np.float32), (s.count,) if width == 1 else (s.count, width))
-    elif opts.classify:
-        specs["pred"] = (np.dtype(np.int64), (s.count,))
-        specs["prob"] = (np.dtype(np.float32), (s.count,))
+        preds = pred_specs(opts.regress, width)
+        specs |= {a: (dt, (s.count, *shape)) for a, (dt, shape) in preds.items()}
     if table is not None:
         specs[INPUT_EMBEDDING] = (np.dtype(np.float32), (s.count, int(table.embedding_dim)))
     writers = {
@@ -294,14 +300,10 @@ def _write_segment(
                 writers["orig_id"].write(orig[s.row + lo : s.row + hi] - s.type_offset)
             e = emb.read(ids)
             writers["embedding"].write(e.numpy())
-            if opts.regress:
-                out = (e if emb is final else final.read(ids)).float().numpy()
-                writers["pred"].write(out[:, 0] if width == 1 else out)
-            elif opts.classify:
-                logits = e if emb is final else final.read(ids)
-                prob, pred = torch.softmax(logits.float(), dim=1).max(dim=1)
-                writers["pred"].write(pred.numpy())
-                writers["prob"].write(prob.numpy())
+            if opts.regress or opts.classify:
+                out = predictions(e if emb is final else final.read(ids), opts.regress)
+                for a, v in out.items():
+                    writers[a].write(v)
             if table is not None:
                 typed = np.arange(s.type_start + lo, s.type_start + hi, dtype=np.int64)
                 writers[INPUT_EMBEDDING].write(table.tensor.pull_numpy(typed))
@@ -341,11 +343,8 @@ def build_index(
         t["shards"].append({"part": s.part, "rows": int(rec["rows"]), "files": rec["files"]})
     arrays["orig_id"] = {"dtype": "int64", "shape": []}
     arrays["embedding"] = {"dtype": "float32", "shape": [dim]}
-    if opts.regress:
-        arrays["pred"] = {"dtype": "float32", "shape": [] if pred_width == 1 else [pred_width]}
-    elif opts.classify:
-        arrays["pred"] = {"dtype": "int64", "shape": []}
-        arrays["prob"] = {"dtype": "float32", "shape": []}
+    if opts.regress or opts.classify:
+        arrays |= array_specs(pred_specs(opts.regress, pred_width))
     total = sum(int(t["num_nodes"]) for t in types.values())
     return fmt.Index(run, total, arrays, types, info)
 
@@ -363,9 +362,12 @@ def infer_to_storage(
     info: dict[str, Any] | None = None,
     manifest_url: str | None = None,
     telemetry: Telemetry | None = None,
+    edges: EdgePredictions | None = None,
 ) -> dict[str, Any]:
     """Layer-wise inference of ``model`` over ``tg``, written to ``opts.output_url``;
-    returns the summary (test accuracy on rank 0 for node classification)."""
+    returns the summary (test accuracy on rank 0 for node classification). ``edges``: an
+    edge app's head, whose test-edge predictions are written too
+    (:mod:`distgnn.train.edge_output`)."""
     import os
 
     opts = opts.validate()
@@ -432,6 +434,9 @@ def infer_to_storage(
     emb = rows[hidden_i] if opts.embedding_layer == "hidden" else final
     assert final is not None and emb is not None
     written = write_shards(tg, ctx, opts, run, final, emb, manifest_url)
+    edge_metrics = None
+    if edges is not None:
+        edge_metrics = edges.write(tg, ctx, opts.output_url, run, final, manifest_url)
     barrier(ctx)
     summary: dict[str, Any] = {}
     if ctx.is_main:
@@ -443,10 +448,15 @@ def infer_to_storage(
             **(info or {}),
         }
         index = build_index(tg, opts, run, dims, meta, pred_width=lw.dims[-1])
+        if edges is not None:
+            index.edge_types = edges.index(tg, opts.output_url, run)
         fmt.write_index(opts.output_url, index)
         fmt.remove_stale_runs(opts.output_url, run)
         summary["inference_test_accuracy"] = _test_accuracy(tg, opts, final)
         summary["inference_test_rmse"] = _test_rmse(tg, opts, final)
+        if edge_metrics is not None:  # of the written test-edge predictions
+            summary |= {f"inference_test_{k}": round(v, 6) for k, v in edge_metrics.items()}
+            summary["inference_edges"] = index.edge_types[ETYPE]["num_edges"]
     barrier(ctx)
     for r in {id(x): x for x in (final, emb)}.values():
         r.release()
@@ -458,7 +468,7 @@ def infer_to_storage(
         "inference_compute_seconds": round(t_compute, 3),
         "inference_nodes_per_second": round(tg.num_nodes() / max(t_compute, 1e-9), 1),
     }
-    for k in ("inference_test_accuracy", "inference_test_rmse"):
+    for k in ("inference_test_accuracy", "inference_test_rmse", "inference_test_mae"):
         if summary.get(k) is None:
             summary.pop(k, None)
     log.info(
@@ -523,10 +533,14 @@ def run(
     typed = ck.extra.get("model") == "rgcn"
     app = str(ck.extra.get("app") or "node-classification")
     state = ck.model
-    if app in ("edge-classification", "edge-regression"):  # every node's embedding by its encoder
-        from distgnn.train.edge_classification import encoder_state
+    edges = None
+    if app in EDGE_APPS:  # every node's embedding by the encoder, the test edges' by the head
+        from distgnn.train.edge_classification import encoder_state, head_from_state
 
         state = encoder_state(state)
+        head = head_from_state(ck.model).to(ctx.device)
+        width = int(ck.model["head.2.weight"].shape[0])
+        edges = EdgePredictions(head, width, for_app(app), cfg.test_mask, cfg.label)
     model = (rgcn_from_checkpoint(ck) if typed else model_from_state(state)).to(ctx.device)
     tables = attach_tables(model, ck, tg, ctx) if typed else None
     opts = InferOptions(
@@ -557,5 +571,5 @@ def run(
         out = hetero_infer_to_storage(tg, model, ctx, opts, info, learned=learned)
         del tables  # the model's tables stay on the servers for the job
     else:
-        out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry)
+        out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry, edges=edges)
     return {"app": "inference", "checkpoint_epoch": ck.epoch} | out

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from distgnn import contract
 from distgnn.dataloading.types import graph_typing
 from distgnn.errors import ConfigError
 from distgnn.log import kv
@@ -159,10 +160,25 @@ class DistRows(ServerRows):
         self.t = DistTensor((g.num_nodes(), dim), torch.float32, name, part_policy=policy, ctx=g)
 
 
+def check_shared_rows(tg: TrainGraph, world: int) -> None:
+    """ConfigError when ``world`` trainers could not share the layers' rows: without
+    graph servers (an in-memory or standalone graph) each trainer holds its own, so the
+    rows of the other trainers' nodes would stay zero."""
+    ctx = getattr(tg.g, "ctx", None)
+    standalone = isinstance(tg.g, LocalGraph) or bool(getattr(ctx, "standalone", False))
+    if world > 1 and standalone:
+        raise ConfigError(
+            f"layer-wise inference: {world} trainers without graph servers would each hold "
+            "their own layers (the others' nodes' rows missing); run one trainer on "
+            f"{contract.ENV_MANIFEST}, or with the job's servers ({contract.ENV_SERVERS})"
+        )
+
+
 def owned_nodes(tg: TrainGraph, rank: int, world: int) -> np.ndarray:
     """This trainer's nodes: its partition's ID range (``node_split(force_even=True)``)."""
     from distgnn.distributed.split import split_even
 
+    check_shared_rows(tg, world)
     n = tg.num_nodes()
     if isinstance(tg.g, LocalGraph):
         return np.array_split(np.arange(n, dtype=np.int64), world)[rank]

@@ -1,6 +1,6 @@
 """The built-in node-classification and node-regression apps (GraphSAGE or GAT, DDP,
-sampled mini-batches; for classification also the R-GCN on a heterogeneous graph's target
-node type, see :mod:`distgnn.train.hetero_node_classification`). What differs between
+sampled mini-batches; on a heterogeneous graph the R-GCN on its target node type, see
+:mod:`distgnn.train.hetero_node_classification`). What differs between
 the two is the :class:`~distgnn.train.objective.Objective` (loss, label dtype, metrics)."""
 
 from __future__ import annotations

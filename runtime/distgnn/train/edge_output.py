@@ -1,0 +1,224 @@
+"""The edge apps' inference output: a prediction for each test edge, written beside the
+nodes' embeddings, as GraphStorm writes its edge tasks' predictions (the test edges,
+with their source and destination node IDs).
+
+For the edges of ``--test-mask`` (edge data), ``pred`` is the head's output on the two
+endpoints' final embeddings (the layer-wise pass's last layer: the encoder's output):
+the argmax class and its softmax ``prob`` (``edge-classification``) or the predicted
+target, float32 (``edge-regression``). ``src_id`` / ``dst_id`` are the endpoints'
+original node IDs and ``edge_id`` the edge's original ID (its row in the input graph's
+edge arrays). Shards are per partition (the edges a partition holds), written by rank
+``p % world_size``, under ``run-RUN/_E/part-P/`` in the format of
+:mod:`distgnn.train.infer_output`, listed under the index's ``edge_types``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from distgnn import contract, storage
+from distgnn.errors import ConfigError, StorageError
+from distgnn.log import kv
+from distgnn.npy import ShardWriter
+from distgnn.sampling.local import LocalGraph
+from distgnn.train import infer_output as fmt
+from distgnn.train.config import TEST_MASK
+from distgnn.train.ddp import DDPContext, all_reduce
+from distgnn.train.edge_classification import pair_outputs
+from distgnn.train.graph import TrainGraph
+from distgnn.train.layerwise import Rows
+from distgnn.train.objective import Objective, add
+
+log = logging.getLogger("distgnn.train")
+ETYPE = "_E"
+"""the edge type's name in the output (DGL's default edge type)"""
+CHUNK = 1 << 16
+IDS = ("src_id", "dst_id", "edge_id")
+
+
+def pred_specs(regress: bool, width: int = 1) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """The prediction arrays and their per-row dtype and shape: ``pred`` float32 (``()``
+    or ``(width,)``) for a regression, ``pred`` int64 and ``prob`` float32 for classes."""
+    if regress:
+        return {"pred": (np.dtype(np.float32), () if width == 1 else (width,))}
+    return {"pred": (np.dtype(np.int64), ()), "prob": (np.dtype(np.float32), ())}
+
+
+def predictions(out: torch.Tensor, regress: bool) -> dict[str, np.ndarray]:
+    """Rows of model output -> the arrays of :func:`pred_specs`."""
+    out = out.detach().float()
+    if regress:
+        a = out.cpu().numpy()
+        return {"pred": a[:, 0] if a.shape[1] == 1 else a}
+    prob, pred = torch.softmax(out, dim=1).max(dim=1)
+    return {"pred": pred.cpu().numpy(), "prob": prob.cpu().numpy()}
+
+
+def array_specs(specs: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> dict[str, Any]:
+    """The index's ``arrays`` entry of per-row specs."""
+    return {a: {"dtype": dt.name, "shape": list(shape)} for a, (dt, shape) in specs.items()}
+
+
+class OrigIds:
+    """New (partitioned) node and edge IDs -> the input graph's, from the partitions'
+    ``graph/orig_nid.npy`` / ``orig_eid.npy``, each read once when first needed. An
+    in-memory graph's IDs are the original ones."""
+
+    def __init__(self, tg: TrainGraph, manifest_url: str | None) -> None:
+        self.man = None if isinstance(tg.g, LocalGraph) else tg.g.manifest
+        if self.man is not None and not manifest_url:
+            raise ConfigError(f"{contract.ENV_MANIFEST}: needed to map IDs to original IDs")
+        self.url = manifest_url or ""
+        self.arrays: dict[tuple[str, int], np.ndarray] = {}
+
+    def nodes(self, ids: np.ndarray) -> np.ndarray:
+        return self._map(ids, "graph/orig_nid.npy", "node_offsets")
+
+    def edges(self, ids: np.ndarray) -> np.ndarray:
+        return self._map(ids, "graph/orig_eid.npy", "edge_offsets")
+
+    def _map(self, ids: np.ndarray, rel: str, offsets_name: str) -> np.ndarray:
+        if self.man is None:
+            return ids.astype(np.int64)
+        from distgnn.partition.loader import read_part_array
+
+        offsets = np.asarray(getattr(self.man, offsets_name), dtype=np.int64)
+        part = np.searchsorted(offsets, ids, side="right") - 1
+        out = np.empty(ids.shape, dtype=np.int64)
+        for p in np.unique(part).tolist():
+            if (rel, p) not in self.arrays:
+                self.arrays[rel, p] = read_part_array(self.url, self.man, p, rel)
+            sel = part == p
+            out[sel] = self.arrays[rel, p][ids[sel] - offsets[p]]
+        return out
+
+
+@dataclass
+class EdgePredictions:
+    """What the edge apps' inference adds: their head and objective, and the test mask
+    and label (edge data) it predicts and measures."""
+
+    head: nn.Module
+    width: int
+    """the head's outputs: classes, or a regression's targets per edge"""
+    objective: Objective
+    test_mask: str | None
+    label: str
+
+    @property
+    def specs(self) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+        ids = {a: (np.dtype(np.int64), ()) for a in IDS}
+        return ids | pred_specs(self.objective.regression, self.width)
+
+    def write(
+        self,
+        tg: TrainGraph,
+        ctx: DDPContext,
+        output_url: str,
+        run: str,
+        final: Rows,
+        manifest_url: str | None,
+    ) -> dict[str, float] | None:
+        """Write this rank's partitions' shards (every rank calls it); returns the
+        objective's metrics of the written predictions on all test edges (None without
+        the label)."""
+        if not self.test_mask:
+            raise ConfigError(f"{TEST_MASK}: the edge apps' inference predicts the test edges")
+        tg.require_edges({TEST_MASK: self.test_mask})
+        labelled = self.label in tg.edge_field_names()
+        test = tg.edge_mask_ids(self.test_mask)
+        ids = OrigIds(tg, manifest_url)
+        sums = (0.0, 0.0, 0.0)
+        for p, lo, hi in edge_parts(tg):
+            if p % ctx.world_size != ctx.rank:
+                continue
+            eids = test[(test >= lo) & (test < hi)]
+            t0 = time.monotonic()
+            files, s = self._write_part(tg, output_url, run, p, eids, final, ids, labelled)
+            sums = add(sums, s)
+            rec = {"etype": ETYPE, "part": p, "rows": int(eids.size), "files": files}
+            rel = f"run-{run}/{ETYPE}/part-{p:05d}/shard.json"
+            storage.write_bytes(storage.join(output_url, rel), json.dumps(rec).encode())
+            log.info(
+                "inference edge shard written",
+                extra=kv(
+                    rank=ctx.rank,
+                    part=p,
+                    rows=int(eids.size),
+                    seconds=round(time.monotonic() - t0, 3),
+                ),
+            )
+        total = all_reduce(ctx, list(sums))
+        return self.objective.measure((total[0], total[1], total[2])) if labelled else None
+
+    @torch.no_grad()
+    def _write_part(
+        self,
+        tg: TrainGraph,
+        output_url: str,
+        run: str,
+        part: int,
+        eids: np.ndarray,
+        final: Rows,
+        ids: OrigIds,
+        labelled: bool,
+    ) -> tuple[dict[str, dict[str, Any]], tuple[float, float, float]]:
+        n = int(eids.size)
+        writers = {
+            a: ShardWriter(output_url, fmt.shard_path(run, ETYPE, part, a), dt, (n, *shape))
+            for a, (dt, shape) in self.specs.items()
+        }
+        device = next(self.head.parameters()).device
+        sums = (0.0, 0.0, 0.0)
+        try:
+            for lo in range(0, n, CHUNK):
+                chunk = eids[lo : lo + CHUNK]
+                src, dst = tg.source.find_edges(chunk)
+                hu, hv = final.read(src).float().to(device), final.read(dst).float().to(device)
+                out = pair_outputs(self.head, hu, hv).float()
+                cols = {"src_id": ids.nodes(src), "dst_id": ids.nodes(dst)}
+                cols |= {"edge_id": ids.edges(chunk)} | predictions(out, self.objective.regression)
+                for a, w in writers.items():
+                    w.write(cols[a])
+                if labelled:
+                    y = self.objective.target(tg.read_edges(self.label, torch.from_numpy(chunk)))
+                    sums = add(sums, self.objective.sums(out, y.to(device)))
+            return {a: vars(w.close()) for a, w in writers.items()}, sums
+        except BaseException:
+            for w in writers.values():
+                w.abort()
+            raise
+
+    def index(self, tg: TrainGraph, output_url: str, run: str) -> dict[str, Any]:
+        """Rank 0: the index's ``edge_types`` entry from every shard's record."""
+        shards = []
+        for p, _lo, _hi in edge_parts(tg):
+            rel = f"run-{run}/{ETYPE}/part-{p:05d}/shard.json"
+            try:
+                rec = json.loads(storage.read_bytes(storage.join(output_url, rel)))
+            except (StorageError, ValueError) as e:
+                raise StorageError(f"inference output incomplete: {rel} ({e})") from e
+            shards.append({"part": p, "rows": int(rec["rows"]), "files": rec["files"]})
+        entry = {
+            "num_edges": sum(s["rows"] for s in shards),
+            "edges": self.test_mask,
+            "arrays": array_specs(self.specs),
+            "shards": shards,
+        }
+        return {ETYPE: entry}
+
+
+def edge_parts(tg: TrainGraph) -> list[tuple[int, int, int]]:
+    """``(partition, first, end)``: the new edge IDs each partition holds."""
+    if isinstance(tg.g, LocalGraph):
+        return [(0, 0, tg.num_edges())]
+    off = [int(x) for x in tg.g.manifest.edge_offsets]
+    return [(p, off[p], off[p + 1]) for p in range(len(off) - 1)]
