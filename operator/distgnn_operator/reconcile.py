@@ -60,6 +60,12 @@ Key = tuple[str, str, str]
 subset = drift.subset  # re-exported: the drift comparison
 
 
+def _started_keys(n: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The children whose presence means a job has started: its pods carry what admission
+    assigned."""
+    return (("Job", n["partition"]), ("StatefulSet", n["server"]), ("Job", n["trainers"]))
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -572,6 +578,11 @@ class Reconciler:
             gate = kq.decide(wl, queue)
             if gate.run:  # admitted: what the assigned flavors put on the pods
                 infos, missing = await self._flavors(wl)
+                started = any(k in have for k in _started_keys(n))
+                if missing and started:
+                    # a started job is not stopped (nor its templates patched) over a
+                    # flavor it can no longer read: the pass fails and is retried
+                    raise ApiError(404, f"{missing} (the running job is left as it is)")
                 if missing:
                     gate = kq.Gate(False, False, missing)
                 else:

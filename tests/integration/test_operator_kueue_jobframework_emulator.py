@@ -277,3 +277,29 @@ async def test_workload_recreated_when_pod_sets_change_before_admission(
         assert [p["count"] for p in wl["spec"]["podSets"]] == [2, 4]
         assert wl["spec"]["active"] is False
         await assert_settled(c)
+
+
+async def test_a_started_job_is_left_running_when_its_flavor_cannot_be_read(
+    cluster: Cluster,  # noqa: F811
+) -> None:
+    """A flavor deleted (or forbidden) after admission does not stop a started job nor
+    patch its pods' node labels away: the pass fails, is retried and says so once; read
+    again, nothing is written."""
+    c = cluster
+    await _flavor(c, "spot", SPOT, [SPOT_TOLERATION])
+    async with Operator(make_args(1, "--kueue")):
+        await c.create(_queued("gone"))
+        name = (await _workload(c))["metadata"]["name"]
+        await c.patch("Workload", name, {"status": _admitted(servers="spot")}, "status")
+        await _servers_ready(c, "gone-server", 2)
+        await c.child("Job", "gone-trainers")
+        await c._req("DELETE", f"{FLAVORS}/spot")
+        ev = await c.event("gone", "ReconcileFailed")
+        assert "ResourceFlavor spot" in ev["message"]
+        await assert_settled(c, 2.5)  # retried pass after pass: no write
+        servers = _pod_spec(await c.get("StatefulSet", "gone-server"))
+        assert servers["nodeSelector"] == SPOT and servers["tolerations"] == [SPOT_TOLERATION]
+        assert await c.get("Job", "gone-trainers") is not None
+        assert (await c.status("DistGNNJob", "gone")).get("phase") != "Suspended"
+        await _flavor(c, "spot", SPOT, [SPOT_TOLERATION])
+        await assert_settled(c)
