@@ -18,7 +18,10 @@ does for its built-in jobs:
   pod's share once it succeeded, and :func:`finished_status` the one that marks it
   ``Finished``.
 
-The flavors' node labels and tolerations are :mod:`kueue_podsets`'.
+A job labelled :data:`PREBUILT_LABEL` (MultiKueue's copy on a worker cluster) has its
+Workload made for it: :func:`equivalent` tells whether it is the job's, :func:`adopt_patch`
+makes the job its controller. The flavors' node labels and tolerations are
+:mod:`kueue_podsets`'.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 from distgnn import contract
 from distgnn.api import types as t
 from distgnn_operator import desired as d
+from distgnn_operator import drift
 from distgnn_operator import kueue_podsets as kp
 from distgnn_operator import status as s
 
@@ -54,6 +58,14 @@ CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")
 ANN_SPEC = "distgnn.dev/workload-spec"
 """Annotation of a Workload: the hash of the spec it was built with, ``active`` aside
 (:func:`matches`; the API server and Kueue's webhook may default fields of the spec)."""
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+"""The label naming a Workload created for the job beforehand (MultiKueue's, on a worker
+cluster): the job's Workload is that one, not one this operator builds (:func:`prebuilt`)."""
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+"""The label Kueue's jobframework puts on a prebuilt Workload it takes: the job's uid."""
+OUT_OF_SYNC = "OutOfSync"
+"""Reason of the ``Finished`` condition of a prebuilt Workload whose pod sets are not the
+job's (Kueue's ``WorkloadFinishedReasonOutOfSync``)."""
 FAILED_TO_START = "FailedToStart"
 """Reason of the ``Finished`` condition of a Workload whose job cannot take its admission
 (a flavor's node label conflicts with the pod template), as Kueue's jobframework writes."""
@@ -63,6 +75,12 @@ def queue_name(body: dict[str, Any]) -> str | None:
     """The LocalQueue a DistGNNJob names (its ``kueue.x-k8s.io/queue-name`` label)."""
     q = ((body.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
     return q if isinstance(q, str) and q else None
+
+
+def prebuilt(body: dict[str, Any]) -> str | None:
+    """The prebuilt Workload a DistGNNJob names (its :data:`PREBUILT_LABEL`), if any."""
+    v = ((body.get("metadata") or {}).get("labels") or {}).get(PREBUILT_LABEL)
+    return v if isinstance(v, str) and v else None
 
 
 def workload_name(job: str, uid: str) -> str:
@@ -257,3 +275,58 @@ def reclaim_status(wl: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "status": {"reclaimablePods": [*kept, {"name": kp.PARTITION, "count": sets[kp.PARTITION]}]}
     }
+
+
+def _resources(containers: Any) -> list[Any]:
+    return [drift.canonicalize((c or {}).get("resources") or {}) for c in containers or []]
+
+
+def equivalent(stored: dict[str, Any], built: dict[str, Any]) -> bool:
+    """Whether a prebuilt Workload ``stored`` is the one ``built`` for the job, as Kueue's
+    jobframework compares them (``equivalentToWorkload``): the same pod sets, in order, each
+    with the same name, count, tolerations and containers' resources (images and the rest
+    of the templates may differ between clusters)."""
+    have = (stored.get("spec") or {}).get("podSets") or []
+    want = built["spec"]["podSets"]
+    if len(have) != len(want):
+        return False
+    for h, w in zip(have, want, strict=True):
+        hs, ws = (h.get("template") or {}).get("spec") or {}, w["template"]["spec"]
+        if (h.get("name"), int(h.get("count") or 0)) != (w["name"], w["count"]):
+            return False
+        if (hs.get("tolerations") or []) != (ws.get("tolerations") or []):
+            return False
+        for key in ("initContainers", "containers"):
+            if _resources(hs.get(key)) != _resources(ws.get(key)):
+                return False
+    return True
+
+
+def adopt_patch(wl: dict[str, Any], job: t.DistGNNJob) -> dict[str, Any] | None:
+    """Metadata patch making ``job`` the controller of its prebuilt Workload ``wl`` (owner
+    reference, so that it goes with the job and its events reach the job's pass; the labels
+    the operator watches Workloads by, and :data:`JOB_UID_LABEL`), as the jobframework
+    takes a prebuilt Workload; None when it already is."""
+    md = wl.get("metadata") or {}
+    refs = [r for r in md.get("ownerReferences") or [] if isinstance(r, dict)]
+    labels = md.get("labels") or {}
+    want = {
+        contract.LABEL_MANAGED_BY: contract.MANAGED_BY,
+        contract.LABEL_JOB: job.metadata.name,
+        JOB_UID_LABEL: job.metadata.uid,
+    }
+    owned = any(r.get("controller") and r.get("uid") == job.metadata.uid for r in refs)
+    if owned and all(labels.get(k) == v for k, v in want.items()):
+        return None
+    out: dict[str, Any] = {"labels": want}
+    if not owned:
+        out["ownerReferences"] = [*refs, d.owner_ref("DistGNNJob", job.metadata)]
+    return {"metadata": out}
+
+
+def foreign_controller(wl: dict[str, Any], uid: str) -> str | None:
+    """``KIND NAME`` of another controller of the Workload than the job ``uid``, else None."""
+    for r in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(r, dict) and r.get("controller") and r.get("uid") != uid:
+            return f"{r.get('kind')} {r.get('name')}"
+    return None

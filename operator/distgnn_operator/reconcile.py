@@ -3,7 +3,8 @@
 Each pass is idempotent: it reads the world, so a missed event or an operator restart
 only delays convergence. A malformed resource is reported in its status and events,
 never raised to kopf. A finished job (Succeeded or Failed) is frozen: its pass makes no
-writes and posts no events, apart from the TTL deletion when that falls due.
+writes and posts no events, apart from the TTL deletion when that falls due and, once,
+the ``Finished`` condition of a prebuilt Workload (MultiKueue's copy on a worker cluster).
 """
 
 from __future__ import annotations
@@ -475,6 +476,7 @@ class Reconciler:
         if md.get("deletionTimestamp"):  # being deleted: garbage collection does the rest
             return PassResult(old)
         if old.get("phase") in s.TERMINAL:
+            await self._finish_prebuilt(body, old, now)
             return await self._finished(body, old, now)
         self.recall_taken(body)
         try:
@@ -572,12 +574,17 @@ class Reconciler:
         queue = kq.queue_name(body) if self.ctx.kueue else None
         wl, gate, start_error = None, None, None
         infos: dict[str, kp.PodSetInfo] = {}
+        prebuilt = kq.prebuilt(body) if queue is not None else None
         if queue is not None:
             built = kq.workload(job, queue, self.ctx.desired, gs.info)
-            wl = await self._workload(built, emit)
-            await self._activate(wl, not rp.suspend, emit)
-            gate = kq.decide(wl, queue)
-            if gate.run:  # admitted: what the assigned flavors put on the pods
+            why = None
+            if prebuilt is not None:  # MultiKueue's copy on a worker: its Workload is given
+                wl, why = await self._prebuilt(prebuilt, built, job, iso(now), emit)
+            else:
+                wl = await self._workload(built, emit)
+                await self._activate(wl, not rp.suspend, emit)
+            gate = kq.decide(wl, queue) if why is None else kq.Gate(False, False, why)
+            if gate.run and wl is not None:  # admitted: what its flavors put on the pods
                 infos, missing = await self._flavors(wl)
                 started = any(k in have for k in _started_keys(n))
                 if missing and started:
@@ -684,7 +691,9 @@ class Reconciler:
             # clean up *before* the final status: once that is written, passes are frozen
             states = {n["trainers"]: tstate, n["partition"]: pstate}
             await self._clean_finished(ns, meta.name, rp.clean_pod_policy, have, states, emit)
-            if wl is not None and kq.condition(wl, "Finished") is None:
+            # a prebuilt Workload is finished after the job's final status (the next pass,
+            # _finish_prebuilt): MultiKueue copies the status back once it sees it finished
+            if wl is not None and prebuilt is None and kq.condition(wl, "Finished") is None:
                 done_msg = s.phase_reason(new)[1] or f"job {new['phase']}"
                 patch = kq.finished_status(
                     wl,
@@ -840,6 +849,63 @@ class Reconciler:
             return await self.api.get("Workload", ns, name) or built
         emit("Normal", "Created", f"created Workload {name} (LocalQueue {queue})")
         return built
+
+    async def _prebuilt(
+        self, name: str, built: dict[str, Any], job: t.DistGNNJob, now: str, emit: Emit
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The job's prebuilt Workload (:data:`kueue.PREBUILT_LABEL`: MultiKueue's, on a
+        worker cluster), taken as Kueue's jobframework takes one: made the job's (controller
+        owner reference), never replaced nor (de)activated; one whose pod sets are not the
+        job's is finished (reason ``OutOfSync``). Else why the job waits."""
+        ns = job.metadata.namespace
+        label = f"Workload {name} ({kq.PREBUILT_LABEL})"
+        wl = await self.api.get("Workload", ns, name)
+        if wl is None or (wl.get("metadata") or {}).get("deletionTimestamp"):
+            return None, f"waiting for {label} to exist"
+        other = kq.foreign_controller(wl, job.metadata.uid)
+        if other is not None:
+            return None, f"{label} is controlled by {other}, not by this job"
+        adopt = kq.adopt_patch(wl, job)
+        if adopt is not None:
+            await self.api.patch("Workload", ns, name, adopt)
+            emit("Normal", "Adopted", f"took {label} as the job's Workload")
+        fin = kq.condition(wl, "Finished")
+        if fin is None and not kq.equivalent(wl, built):
+            msg = "The prebuilt workload is out of sync with its user job"
+            patch = kq.finished_status(wl, False, msg, now, reason=kq.OUT_OF_SYNC)
+            await self.api.patch("Workload", ns, name, patch, subresource="status")
+            emit(
+                "Warning",
+                kq.OUT_OF_SYNC,
+                f"{label}: its pod sets' counts or resources are not the job's; finished it",
+            )
+            fin = {"reason": kq.OUT_OF_SYNC, "message": msg}
+        if fin is not None:
+            return None, f"{label} is finished ({fin.get('reason')}: {fin.get('message')})"
+        return wl, None
+
+    async def _finish_prebuilt(
+        self, body: dict[str, Any], old: dict[str, Any], now: dt.datetime
+    ) -> None:
+        """A finished job's prebuilt Workload gets ``Finished`` in the pass after the job's
+        final status (as the jobframework reads a finished job): MultiKueue copies the
+        status back to the manager when it sees the Workload finished, then deletes this
+        copy. A read per pass of a finished job labelled so; one write."""
+        name = kq.prebuilt(body) if self.ctx.kueue and kq.queue_name(body) else None
+        if name is None:
+            return
+        md = body["metadata"]
+        wl = await self.api.get("Workload", md["namespace"], name)
+        if wl is None or kq.condition(wl, "Finished") is not None:
+            return
+        if not d.owned_by(wl, str(md.get("uid"))):  # never taken: not this job's
+            return
+        why, msg = s.phase_reason(old)
+        reason = kq.FAILED_TO_START if why == s.Reason.FAILED_TO_START else ""
+        patch = kq.finished_status(
+            wl, old["phase"] == "Succeeded", msg or f"job {old['phase']}", iso(now), reason
+        )
+        await self.api.patch("Workload", md["namespace"], name, patch, subresource="status")
 
     async def _activate(self, wl: dict[str, Any], active: bool, emit: Emit) -> None:
         """``spec.active`` follows the user's suspend, as Kueue's jobframework sets it for a

@@ -14,13 +14,19 @@ import pytest
 from test_operator_emulator import (  # noqa: F401  (fixtures)
     Cluster,
     Operator,
+    _servers_ready,
+    assert_settled,
     cluster,
     cond,
     job_manifest,
     make_args,
+    st_msg,
 )
 from test_operator_managed_by import CHILDREN, OPERATOR_AGENTS
 
+from distgnn.api import parse_job
+from distgnn_operator import kueue as kq
+from distgnn_operator.desired import DesiredContext
 from distgnn_operator.finalizer import FINALIZER
 
 pytestmark = pytest.mark.timeout(180)
@@ -232,3 +238,123 @@ async def test_multikueue_job_suspended_deactivates_its_workload(
             assert await c.status("DistGNNJob", job) == {}
             assert await c.events(job) == []
             await _left_alone(c, job)
+
+
+PREBUILT = "kueue.x-k8s.io/prebuilt-workload-name"
+ORIGIN = "kueue.x-k8s.io/multikueue-origin"
+
+
+def _copy(name: str, workload: str, **spec: Any) -> dict[str, Any]:
+    """The worker's copy of a dispatched job, as MultiKueue's generic adapter creates it:
+    ``spec.managedBy`` removed, the prebuilt Workload and origin labels added."""
+    obj = _dispatched(name, **spec)
+    del obj["spec"]["managedBy"]
+    obj["metadata"]["labels"] |= {PREBUILT: workload, ORIGIN: "manager"}
+    return obj
+
+
+def _remote_workload(name: str, workload: str, **spec: Any) -> dict[str, Any]:
+    """The worker's Workload as MultiKueue creates it: the manager's (built by the manager's
+    operator for the job there), its name, labels and spec, no owner; origin label."""
+    manager = _dispatched(name, **spec)
+    manager["metadata"] |= {"namespace": "default", "uid": "manager-uid"}
+    ctx = DesiredContext(runtime_image="example.org/distgnn:test", partitions_url="s3://parts")
+    wl = kq.workload(parse_job(manager), "team-a", ctx)
+    md = wl["metadata"]
+    wl["metadata"] = {
+        "name": workload,
+        "namespace": md["namespace"],
+        "labels": {**md["labels"], ORIGIN: "manager"},
+        "annotations": md["annotations"],
+    }
+    return wl
+
+
+async def test_worker_copy_runs_on_the_prebuilt_workload_and_finishes_it_after_its_status(
+    cluster: Cluster,  # noqa: F811
+) -> None:
+    """On a worker cluster the copy's Workload is MultiKueue's (its label names it): the
+    operator waits for it, takes it (owner reference) instead of building its own, runs the
+    copy once it is admitted, and marks it Finished only after the copy's final status is
+    written (MultiKueue copies that status back when it sees the Workload finished)."""
+    c = cluster
+    wname = "distgnnjob-mkw-0a1b2"
+    async with Operator(make_args(1, "--kueue")):
+        job = await c.create(_copy("mkw", wname))
+        st = await c.reason("DistGNNJob", "mkw", "WaitingForAdmission")
+        assert f"waiting for Workload {wname} ({PREBUILT}) to exist" in st_msg(st)
+        await c.create(_remote_workload("mkw", wname))
+
+        async def taken() -> dict[str, Any] | None:
+            got = await c.get("Workload", wname)
+            refs = (got or {}).get("metadata", {}).get("ownerReferences") or []
+            return got if refs else None
+
+        wl = await c.until("the prebuilt Workload taken", taken)
+        (ref,) = wl["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["uid"], ref["controller"]) == (
+            "DistGNNJob",
+            job["metadata"]["uid"],
+            True,
+        )
+        assert wl["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == job["metadata"]["uid"]
+        await c.reason("DistGNNJob", "mkw", "WaitingForAdmission")
+        assert [w["metadata"]["name"] for w in await c.items("Workload")] == [wname]
+        await assert_settled(c)  # waiting for the worker's Kueue: nothing written
+        # the worker's Kueue admits it: the copy runs
+        await c.patch("Workload", wname, {"status": ADMITTED}, "status")
+        await _servers_ready(c, "mkw-server", 2)
+        await c.child("Job", "mkw-trainers")
+        done = {"succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]}
+        n = len(c.k.writes)
+        await c.patch("Job", "mkw-trainers", {"status": done}, "status")
+
+        async def finished() -> dict[str, Any] | None:
+            got = await c.get("Workload", wname)
+            fin = cond(got["status"], "Finished") if got else {}
+            return got if fin.get("status") == "True" else None
+
+        wl = await c.until("the prebuilt Workload Finished", finished)
+        assert cond(wl["status"], "Finished")["reason"] == "Succeeded"
+        assert (await c.status("DistGNNJob", "mkw"))["phase"] == "Succeeded"
+        order = [
+            w.plural
+            for w in c.k.writes_since(n)
+            if w.agent.startswith(OPERATOR_AGENTS)
+            and w.path.endswith("/status")
+            and w.plural in ("distgnnjobs", "workloads")
+        ]
+        assert order.index("distgnnjobs") < order.index("workloads"), order
+        assert [w["metadata"]["name"] for w in await c.items("Workload")] == [wname]
+        await assert_settled(c)  # finished: nothing more
+
+
+async def test_worker_copy_whose_prebuilt_workload_is_out_of_sync_finishes_it(
+    cluster: Cluster,  # noqa: F811
+) -> None:
+    """A prebuilt Workload whose pod sets are not the copy's (here 3 trainers for 2) is
+    finished with reason OutOfSync, as Kueue's jobframework does; the copy never runs."""
+    c = cluster
+    wname = "distgnnjob-mko-0a1b2"
+    async with Operator(make_args(1, "--kueue")):
+        trainers = {"replicas": 3, "app": {"name": "node-classification", "epochs": 1}}
+        wl = _remote_workload("mko", wname, trainers=trainers)
+        wl["status"] = ADMITTED
+        await c.create(wl)
+        await c.patch("Workload", wname, {"status": ADMITTED}, "status")
+        await c.create(_copy("mko", wname))
+
+        async def finished() -> dict[str, Any] | None:
+            got = await c.get("Workload", wname)
+            fin = cond(got["status"], "Finished") if got else {}
+            return got if fin.get("status") == "True" else None
+
+        wl = await c.until("the prebuilt Workload Finished", finished)
+        assert cond(wl["status"], "Finished")["reason"] == "OutOfSync"
+        st = await c.reason("DistGNNJob", "mko", "WaitingForAdmission")
+        assert "is finished (OutOfSync: The prebuilt workload is out of sync" in st_msg(st)
+        await c.event("mko", "OutOfSync")
+        assert await c.get("Job", "mko-trainers") is None
+        sts = await c.get("StatefulSet", "mko-server")
+        assert sts is None or sts["spec"]["replicas"] == 0
+        await assert_settled(c)

@@ -213,3 +213,63 @@ def test_finished_status_reason_failed_to_start() -> None:
     conds = kq.finished_status(_wl(), False, "conflict", "t", reason=kq.FAILED_TO_START)
     fin = conds["status"]["conditions"][-1]
     assert (fin["type"], fin["reason"], fin["message"]) == ("Finished", "FailedToStart", "conflict")
+
+
+def test_prebuilt_is_the_label() -> None:
+    obj = copy.deepcopy(JOB)
+    assert kq.prebuilt(obj) is None
+    obj["metadata"]["labels"][kq.PREBUILT_LABEL] = "distgnnjob-cora-abcde"
+    assert kq.prebuilt(obj) == "distgnnjob-cora-abcde"
+
+
+def test_equivalent_compares_counts_tolerations_and_resources_only() -> None:
+    built = kq.workload(_job(), "team-a", CTX)
+    stored = copy.deepcopy(built)
+    assert kq.equivalent(stored, built)
+    other_image = copy.deepcopy(built)  # another cluster's operator settings: same Workload
+    for ps in other_image["spec"]["podSets"]:
+        for c in ps["template"]["spec"]["containers"]:
+            c["image"] = "mirror.example.org/distgnn:test"
+    assert kq.equivalent(other_image, built)
+    canonical = copy.deepcopy(built)  # quantities as a server may store them
+    res = canonical["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["cpu"] = "1000m"
+    assert kq.equivalent(canonical, built)
+    for change in ("count", "resources", "tolerations", "name", "length"):
+        bad = copy.deepcopy(built)
+        ps = bad["spec"]["podSets"][1]
+        spec = ps["template"]["spec"]
+        if change == "count":
+            ps["count"] += 1
+        elif change == "resources":
+            spec["containers"][0]["resources"] = {"limits": {"cpu": "5"}}
+        elif change == "tolerations":
+            spec["tolerations"] = [{"key": "x", "operator": "Exists"}]
+        elif change == "name":
+            ps["name"] = "workers"
+        else:
+            bad["spec"]["podSets"].pop()
+        assert not kq.equivalent(bad, built), change
+
+
+def test_adopt_patch_makes_the_job_its_controller_once() -> None:
+    job = _job()
+    wl: dict[str, Any] = {
+        "metadata": {"name": "w", "labels": {"kueue.x-k8s.io/multikueue-origin": "m"}}
+    }
+    patch = kq.adopt_patch(wl, job)
+    assert patch is not None
+    (ref,) = patch["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["uid"], ref["controller"]) == ("DistGNNJob", "uid-job", True)
+    assert patch["metadata"]["labels"] == {
+        contract.LABEL_MANAGED_BY: contract.MANAGED_BY,
+        contract.LABEL_JOB: "cora",
+        kq.JOB_UID_LABEL: "uid-job",
+    }
+    taken = copy.deepcopy(wl)
+    taken["metadata"]["ownerReferences"] = patch["metadata"]["ownerReferences"]
+    taken["metadata"]["labels"].update(patch["metadata"]["labels"])
+    assert kq.adopt_patch(taken, job) is None
+    assert kq.foreign_controller(taken, "uid-job") is None
+    assert kq.foreign_controller(taken, "uid-other") == "DistGNNJob cora"
+    assert kq.foreign_controller(wl, "uid-job") is None
