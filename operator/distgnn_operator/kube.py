@@ -35,13 +35,14 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "NetworkPolicy": ("apis/networking.k8s.io/v1", "networkpolicies"),
     "PodGroup": ("apis/scheduling.x-k8s.io/v1alpha1", "podgroups"),
     "Workload": ("apis/kueue.x-k8s.io/v1beta1", "workloads"),
+    "ResourceFlavor": ("apis/kueue.x-k8s.io/v1beta1", "resourceflavors"),
     "DistGNNJob": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "distgnnjobs"),
     "GraphServer": (f"apis/{contract.API_GROUP}/{contract.API_VERSION}", "graphservers"),
     "KopfPeering": ("apis/kopf.dev/v1", "kopfpeerings"),
     "ClusterKopfPeering": ("apis/kopf.dev/v1", "clusterkopfpeerings"),
 }
 """kind -> (API prefix, plural); namespaced but for :data:`CLUSTER_SCOPED`."""
-CLUSTER_SCOPED = frozenset({"ClusterKopfPeering"})
+CLUSTER_SCOPED = frozenset({"ClusterKopfPeering", "ResourceFlavor"})
 
 
 USER_AGENT = f"distgnn-operator/{__version__}"

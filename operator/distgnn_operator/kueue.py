@@ -5,26 +5,34 @@ integration creates; this module is that integration's pure part, as Kueue's job
 does for its built-in jobs:
 
 * :func:`workload` builds the one Workload of a job labelled ``kueue.x-k8s.io/queue-name``:
-  pod sets ``servers`` (the server StatefulSet's pods; none when attached to a GraphServer
-  or co-located) and ``trainers`` (the trainer Job's pods), their templates reduced to what
-  Kueue accounts (containers' resources, node selection, priority);
+  pod sets ``partition`` (the partitioning Job's pod, for a source graph), ``servers`` (the
+  server StatefulSet's pods; none when attached to a GraphServer or co-located) and
+  ``trainers`` (the trainer Job's pods), their templates reduced to what Kueue accounts
+  (containers' resources, node selection, priority); ``spec.active`` false while the user
+  suspends the job; :func:`matches` tells whether a stored one was built from the same spec;
 * :func:`decide` reads its status: the job runs only while it is admitted (condition
   ``Admitted`` True: quota reserved and every admission check ready, the v1beta1 rule
   since Kueue 0.5) and not evicted;
 * :func:`release_status` is the status patch that gives the quota back after the job was
-  stopped on eviction, and :func:`finished_status` the one that marks it ``Finished``.
+  stopped on eviction, :func:`reclaim_status` the one that gives back the partitioning
+  pod's share once it succeeded, and :func:`finished_status` the one that marks it
+  ``Finished``.
+
+The flavors' node labels and tolerations are :mod:`kueue_podsets`'.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from distgnn import contract
 from distgnn.api import types as t
 from distgnn_operator import desired as d
+from distgnn_operator import kueue_podsets as kp
 from distgnn_operator import status as s
 
 GROUP = "kueue.x-k8s.io"
@@ -43,6 +51,12 @@ POD_FIELDS = (
 )
 """Pod spec fields a pod set's template keeps besides its containers."""
 CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")
+ANN_SPEC = "distgnn.dev/workload-spec"
+"""Annotation of a Workload: the hash of the spec it was built with, ``active`` aside
+(:func:`matches`; the API server and Kueue's webhook may default fields of the spec)."""
+FAILED_TO_START = "FailedToStart"
+"""Reason of the ``Finished`` condition of a Workload whose job cannot take its admission
+(a flavor's node label conflicts with the pod template), as Kueue's jobframework writes."""
 
 
 def queue_name(body: dict[str, Any]) -> str | None:
@@ -94,24 +108,24 @@ def workload(
         graphserver=graphserver,
         stage=d.Stage(partitioned=True, servers_ready=True, trainers_started=True),
     )
-    n = d.names(meta.name)
     pod_sets = []
     for kid in kids:
-        name = kid["metadata"]["name"]
-        if kid["kind"] == "StatefulSet" and name == n["server"]:
+        ps = kp.pod_set_of(kid, meta.name)
+        if ps is None:
+            continue
+        if kid["kind"] == "StatefulSet":
             count = int(kid["spec"]["replicas"])
-            pod_sets.append(
-                {"name": "servers", "count": count, "template": _template(kid["spec"]["template"])}
-            )
-        elif kid["kind"] == "Job" and name == n["trainers"]:
+        else:
             count = int(kid["spec"].get("parallelism") or kid["spec"].get("completions") or 1)
-            pod_sets.append(
-                {"name": "trainers", "count": count, "template": _template(kid["spec"]["template"])}
-            )
+        pod_sets.append(
+            {"name": ps, "count": count, "template": _template(kid["spec"]["template"])}
+        )
     wl_spec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets}
     sp = spec.run_policy.scheduling_policy
     if sp is not None and sp.priority_class_name:
         wl_spec["priorityClassName"] = sp.priority_class_name
+    hashed = spec_hash(wl_spec)
+    wl_spec["active"] = not spec.run_policy.suspend
     labels = {contract.LABEL_MANAGED_BY: contract.MANAGED_BY, contract.LABEL_JOB: meta.name}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -120,10 +134,41 @@ def workload(
             "name": workload_name(meta.name, meta.uid),
             "namespace": meta.namespace,
             "labels": labels,
+            "annotations": {ANN_SPEC: hashed},
             "ownerReferences": [d.owner_ref("DistGNNJob", meta)],
         },
         "spec": wl_spec,
     }
+
+
+def spec_hash(wl_spec: dict[str, Any]) -> str:
+    """Hash of a Workload spec as built, ``active`` aside (the user's suspend toggles it
+    in place)."""
+    kept = {k: v for k, v in wl_spec.items() if k != "active"}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def matches(stored: dict[str, Any], built: dict[str, Any]) -> bool:
+    """Whether ``stored`` was built from the spec ``built`` was (pod sets: counts,
+    templates; queue, priority), by the hash each carries (:data:`ANN_SPEC`); one
+    without it (an older operator's) does not match."""
+    ann = ((stored.get("metadata") or {}).get("annotations") or {}).get(ANN_SPEC)
+    return ann is not None and ann == built["metadata"]["annotations"][ANN_SPEC]
+
+
+def is_active(wl: dict[str, Any]) -> bool:
+    """``spec.active`` (absent: true)."""
+    return (wl.get("spec") or {}).get("active") is not False
+
+
+def reserved(wl: dict[str, Any] | None) -> bool:
+    """Whether the Workload holds a quota reservation (``QuotaReserved`` or ``Admitted``
+    True, or an ``admission``): Kueue's webhook then keeps its pod sets as they are."""
+    return (
+        condition(wl, "QuotaReserved") is not None
+        or condition(wl, "Admitted") is not None
+        or bool(((wl or {}).get("status") or {}).get("admission"))
+    )
 
 
 def condition(wl: dict[str, Any] | None, typ: str) -> dict[str, Any] | None:
@@ -152,13 +197,8 @@ def decide(wl: dict[str, Any] | None, queue: str) -> Gate:
     waiting = f"waiting for Kueue to admit Workload {name} (LocalQueue {queue})"
     evicted = condition(wl, "Evicted")
     if evicted is not None:
-        reserved = (
-            condition(wl, "QuotaReserved") is not None
-            or condition(wl, "Admitted") is not None
-            or bool(((wl or {}).get("status") or {}).get("admission"))
-        )
         why = f"{evicted.get('reason') or 'Evicted'}: {evicted.get('message') or ''}".rstrip(": ")
-        return Gate(False, reserved, f"evicted by Kueue ({why}); {waiting} again")
+        return Gate(False, reserved(wl), f"evicted by Kueue ({why}); {waiting} again")
     if condition(wl, "Admitted") is not None:
         return Gate(True)
     return Gate(False, False, waiting)
@@ -187,8 +227,33 @@ def release_status(wl: dict[str, Any], now: str) -> dict[str, Any]:
     return {"status": {"admission": None, "conditions": conds}}
 
 
-def finished_status(wl: dict[str, Any], succeeded: bool, message: str, now: str) -> dict[str, Any]:
-    """Status patch marking the Workload ``Finished`` (reason Succeeded or Failed)."""
+def finished_status(
+    wl: dict[str, Any], succeeded: bool, message: str, now: str, reason: str = ""
+) -> dict[str, Any]:
+    """Status patch marking the Workload ``Finished`` (reason ``reason``, else Succeeded or
+    Failed)."""
     conds = [c for c in (wl.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
-    reason = "Succeeded" if succeeded else "Failed"
+    reason = reason or ("Succeeded" if succeeded else "Failed")
     return {"status": {"conditions": _set(conds, "Finished", "True", reason, message, now)}}
+
+
+def reclaim_status(wl: dict[str, Any]) -> dict[str, Any] | None:
+    """Status patch giving back the quota of the ``partition`` pod set once its pod
+    succeeded (``reclaimablePods``, as Kueue's Job and JobSet integrations report finished
+    pods); None when the Workload has no such pod set or already says so. Kueue refuses to
+    lower it while the quota is reserved, so it is only ever raised."""
+    sets = {
+        p.get("name"): int(p.get("count") or 0) for p in (wl.get("spec") or {}).get("podSets") or []
+    }
+    if kp.PARTITION not in sets:
+        return None
+    have = [r for r in (wl.get("status") or {}).get("reclaimablePods") or [] if isinstance(r, dict)]
+    if any(
+        r.get("name") == kp.PARTITION and int(r.get("count") or 0) >= sets[kp.PARTITION]
+        for r in have
+    ):
+        return None
+    kept = [r for r in have if r.get("name") != kp.PARTITION]
+    return {
+        "status": {"reclaimablePods": [*kept, {"name": kp.PARTITION, "count": sets[kp.PARTITION]}]}
+    }

@@ -29,6 +29,7 @@ from distgnn_operator import desired as d
 from distgnn_operator import drift
 from distgnn_operator import failure as f
 from distgnn_operator import kueue as kq
+from distgnn_operator import kueue_podsets as kp
 from distgnn_operator import podcreate as pc
 from distgnn_operator import status as s
 from distgnn_operator import stuckpods as sp
@@ -57,6 +58,12 @@ Key = tuple[str, str, str]
 """(kind, namespace, name) of a resource to reconcile."""
 
 subset = drift.subset  # re-exported: the drift comparison
+
+
+def _started_keys(n: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The children whose presence means a job has started: its pods carry what admission
+    assigned."""
+    return (("Job", n["partition"]), ("StatefulSet", n["server"]), ("Job", n["trainers"]))
 
 
 def _now() -> dt.datetime:
@@ -562,10 +569,24 @@ class Reconciler:
             servers_ready = ready_replicas(have.get(("StatefulSet", n["server"])))
         tst = (tjob or {}).get("status") or {}
         queue = kq.queue_name(body) if self.ctx.kueue else None
-        wl, gate = None, None
+        wl, gate, start_error = None, None, None
+        infos: dict[str, kp.PodSetInfo] = {}
         if queue is not None:
-            wl = await self._workload(job, queue, gs.info, emit)
+            built = kq.workload(job, queue, self.ctx.desired, gs.info)
+            wl = await self._workload(built, emit)
+            await self._activate(wl, not rp.suspend, emit)
             gate = kq.decide(wl, queue)
+            if gate.run:  # admitted: what the assigned flavors put on the pods
+                infos, missing = await self._flavors(wl)
+                started = any(k in have for k in _started_keys(n))
+                if missing and started:
+                    # a started job is not stopped (nor its templates patched) over a
+                    # flavor it can no longer read: the pass fails and is retried
+                    raise ApiError(404, f"{missing} (the running job is left as it is)")
+                if missing:
+                    gate = kq.Gate(False, False, missing)
+                else:
+                    start_error = kp.check(built["spec"]["podSets"], infos)
         held = gate is not None and not gate.run
         if spec.trainers.colocate and gs.info is None:
             # the servers are sidecars of the trainer pods: a ready pod has a ready server,
@@ -638,6 +659,7 @@ class Reconciler:
             backoff_limit=rp.backoff_limit,
             restarting=restarting,
             suspended=rp.suspend,
+            failed_to_start=start_error,
             waiting_for_admission=gate.message if gate is not None and held else None,
             deadline_exceeded=deadline_due is not None and now >= deadline_due,
             metrics=metrics,
@@ -663,7 +685,13 @@ class Reconciler:
             await self._clean_finished(ns, meta.name, rp.clean_pod_policy, have, states, emit)
             if wl is not None and kq.condition(wl, "Finished") is None:
                 done_msg = s.phase_reason(new)[1] or f"job {new['phase']}"
-                patch = kq.finished_status(wl, new["phase"] == "Succeeded", done_msg, iso(now))
+                patch = kq.finished_status(
+                    wl,
+                    new["phase"] == "Succeeded",
+                    done_msg,
+                    iso(now),
+                    reason=kq.FAILED_TO_START if start_error else "",
+                )
                 await self.api.patch(
                     "Workload", ns, wl["metadata"]["name"], patch, subresource="status"
                 )
@@ -683,6 +711,10 @@ class Reconciler:
                 token=token,
                 stage=stage,
             )
+            if held and pstate != "succeeded":  # partitioning is in the quota too
+                want = [w for w in want if kp.pod_set_of(w, meta.name) != kp.PARTITION]
+            if gate is not None and gate.run:  # the assigned flavors' node labels
+                want = kp.inject(want, infos, meta.name)
             pg = await self._ensure_podgroup(want, have, emit)
             if pg.held:
                 obs = dataclasses.replace(
@@ -713,6 +745,12 @@ class Reconciler:
                     subresource="status",
                 )
                 emit("Normal", "QuotaReleased", f"evicted: {gate.message}")
+            if wl is not None and gate is not None and gate.run and pstate == "succeeded":
+                reclaim = kq.reclaim_status(wl)
+                if reclaim is not None:  # the partitioning pod is done: its quota goes back
+                    await self.api.patch(
+                        "Workload", ns, wl["metadata"]["name"], reclaim, subresource="status"
+                    )
             if deadline_due is not None:
                 res.due((deadline_due - now).total_seconds())
             if gs_wait_due is not None:
@@ -735,28 +773,67 @@ class Reconciler:
             res.due(await self._ttl(body, new, now))
         return res
 
-    async def _workload(
-        self,
-        job: t.DistGNNJob,
-        queue: str,
-        graphserver: d.GraphServerInfo | None,
-        emit: Emit,
-    ) -> dict[str, Any]:
-        """The job's Workload (:mod:`kueue`), created when missing."""
-        meta = job.metadata
-        name = kq.workload_name(meta.name, meta.uid)
-        wl = await self.api.get("Workload", meta.namespace, name)
+    async def _workload(self, built: dict[str, Any], emit: Emit) -> dict[str, Any]:
+        """The job's Workload (:mod:`kueue`): created when missing; deleted and created
+        again when it no longer matches the job's spec (``built``) and holds no quota
+        reservation (Kueue's webhook then keeps its pod sets: an admitted one is left)."""
+        md = built["metadata"]
+        ns, name, queue = md["namespace"], md["name"], built["spec"]["queueName"]
+        wl = await self.api.get("Workload", ns, name)
+        if (
+            wl is not None
+            and not (wl.get("metadata") or {}).get("deletionTimestamp")
+            and not kq.matches(wl, built)
+            and not kq.reserved(wl)
+            and kq.condition(wl, "Finished") is None
+        ):
+            await self.api.delete("Workload", ns, name)
+            why = "it no longer matches the job's spec"
+            emit("Normal", "Deleted", f"deleted Workload {name}: {why}")
+            wl = None
         if wl is not None:
             return wl
-        obj = kq.workload(job, queue, self.ctx.desired, graphserver)
         try:
-            await self.api.create(obj)
+            await self.api.create(built)
         except ApiError as e:
             if e.status != 409:
                 raise
-            return await self.api.get("Workload", meta.namespace, name) or obj
+            return await self.api.get("Workload", ns, name) or built
         emit("Normal", "Created", f"created Workload {name} (LocalQueue {queue})")
-        return obj
+        return built
+
+    async def _activate(self, wl: dict[str, Any], active: bool, emit: Emit) -> None:
+        """``spec.active`` follows the user's suspend, as Kueue's jobframework sets it for a
+        job that decides its Workload's activation: a deactivated Workload is evicted (its
+        quota released) and not queued; reactivated, it queues again."""
+        md = wl.get("metadata") or {}
+        if kq.is_active(wl) == active or md.get("deletionTimestamp"):
+            return
+        if kq.condition(wl, "Finished") is not None:
+            return
+        await self.api.patch("Workload", md["namespace"], md["name"], {"spec": {"active": active}})
+        wl["spec"] = {**(wl.get("spec") or {}), "active": active}
+        why = "resumed: queued again" if active else "suspended: its quota goes back"
+        emit("Normal", "Activated" if active else "Deactivated", f"Workload {md['name']} {why}")
+
+    async def _flavors(self, wl: dict[str, Any]) -> tuple[dict[str, kp.PodSetInfo], str | None]:
+        """The pod sets' infos from the ResourceFlavors the admission assigns; else why they
+        cannot be read (a flavor missing, or forbidden), and the job waits."""
+        got: dict[str, dict[str, Any]] = {}
+        for name in kp.flavor_names(wl):
+            try:
+                flavor = await self.api.get("ResourceFlavor", "", name)
+            except ApiError as e:
+                if e.status != 403:
+                    raise
+                return {}, (
+                    "ResourceFlavors are forbidden to the operator (HTTP 403): install the "
+                    "chart with kueue.enabled=true; the job waits until then"
+                )
+            if flavor is None:
+                return {}, f"waiting for ResourceFlavor {name}, assigned by Kueue, to exist"
+            got[name] = flavor
+        return kp.pod_set_infos(wl, got), None
 
     def _emit_detail(self, emit: Emit, fail: f.PodFailure | None) -> None:
         """The failing pod's traceback or log tail, as a Warning event ``PodFailed`` (the

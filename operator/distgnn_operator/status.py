@@ -47,6 +47,7 @@ class Reason:
     POD_CREATE_FAILED = "PodCreateFailed"
     SERVER_CONFIG_ERROR = "ServerConfigError"
     WAITING_ADMISSION = "WaitingForAdmission"
+    FAILED_TO_START = "FailedToStart"
 
 
 WARNING_REASONS = frozenset(
@@ -94,6 +95,8 @@ class JobObservation:
     backoff_limit: int = 3
     restarting: bool = False
     suspended: bool = False
+    failed_to_start: str | None = None
+    """why the job cannot take its Kueue admission (a flavor's node label conflicts)"""
     waiting_for_admission: str | None = None
     """why Kueue holds the job (its Workload not admitted, or evicted); ``--kueue``"""
     deadline_exceeded: bool = False
@@ -174,6 +177,12 @@ def job_phase(o: JobObservation) -> tuple[str, str, str]:
         return "Failed", Reason.SIDECARS_UNSUPPORTED, o.unsupported
     if o.trainer_job == "succeeded":
         return "Succeeded", Reason.SUCCEEDED, "all trainers succeeded"
+    if o.failed_to_start is not None:
+        return (
+            "Failed",
+            Reason.FAILED_TO_START,
+            f"cannot start on Kueue's admission: {o.failed_to_start}",
+        )
     if o.deadline_exceeded:
         return "Failed", Reason.DEADLINE, "activeDeadlineSeconds exceeded"
     if o.trainer_job == "failed" and not o.restarting and o.config_error:

@@ -113,7 +113,8 @@ async def test_every_job_state_writes_nothing_on_an_unchanged_pass(
         await c.patch("Pod", "crashing-server-0", {"status": crash})
 
         async def named() -> bool:
-            return "CrashLoopBackOff" in st_msg(await c.status("DistGNNJob", "crashing"))
+            st = await c.status("DistGNNJob", "crashing")  # no conditions before its 1st pass
+            return bool(st.get("conditions")) and "CrashLoopBackOff" in st_msg(st)
 
         await c.until("the crash-looping pod named", named)
         # a trainer pod that cannot start; a co-located pod whose server sidecar crash-loops

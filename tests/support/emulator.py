@@ -338,6 +338,11 @@ def declare_resources(k: kmock.KubernetesEmulator) -> None:
             subresources={"status"},
             verbs={"list", "watch", "get", "patch", "create", "delete"},
         )
+    k.resources["kueue.x-k8s.io/v1beta1/resourceflavors"] = kmock.ResourceInfo(
+        kind="ResourceFlavor",  # Kueue's cluster-scoped CRD
+        namespaced=False,
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
+    )
     for gvp, kind in (
         ("kueue.x-k8s.io/v1beta1/workloads", "Workload"),  # Kueue's CRD
         ("batch/v1/jobs", "Job"),

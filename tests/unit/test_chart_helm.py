@@ -382,9 +382,12 @@ KUEUE = {
     # one Workload per queued job (watched: its admission re-runs the job's pass)
     # (delete: the API server's OwnerReferencesPermissionEnforcement asks it of whoever
     # sets an ownerReference); the status is only patched (quota released, Finished)
-    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "delete"},
+    # (patch: spec.active follows the job's suspend)
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "patch", "delete"},
     ("kueue.x-k8s.io", "workloads/status"): {"patch"},
 }
+FLAVORS = {("kueue.x-k8s.io", "resourceflavors"): {"get"}}
+"""Cluster-scoped: in the ClusterRole whatever namespaces are watched."""
 
 
 def rules_of(role: Obj) -> dict[tuple[str, str], set[str]]:
@@ -435,11 +438,15 @@ def test_kueue_adds_the_flag_and_workloads_only_when_enabled() -> None:
         **NAMESPACED_RULES,
         **KOPF_CLUSTER_RULES,
         **KUEUE,
+        **FLAVORS,
     }
     (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert "--kueue" in c["args"]
-    for role in of_kind(render({"kueue": {"enabled": True}, "watchNamespaces": ["a"]}), "Role"):
+    scoped = render({"kueue": {"enabled": True}, "watchNamespaces": ["a"]})
+    for role in of_kind(scoped, "Role"):
         assert rules_of(role) == {**NAMESPACED_RULES, **KUEUE}
+    flavors = ("kueue.x-k8s.io", "resourceflavors")
+    assert rules_of(operator_cluster_role(scoped))[flavors] == FLAVORS[flavors]
     (c,) = one(render({}), "Deployment")["spec"]["template"]["spec"]["containers"]
     assert "--kueue" not in c["args"]
 

@@ -155,3 +155,61 @@ def test_finished_status() -> None:
     assert kq.condition({"status": {"conditions": conds}}, "Finished") is not None
     ok = kq.finished_status(wl, True, "done", "t")["status"]["conditions"]
     assert next(c for c in ok if c["type"] == "Finished")["reason"] == "Succeeded"
+
+
+def test_workload_of_a_source_graph_has_the_partitioning_pod_set_first() -> None:
+    wl = kq.workload(_job(graph={"source": {"url": "s3://g/cora.npz"}}), "q", CTX)
+    part, servers, trainers = wl["spec"]["podSets"]
+    assert (part["name"], part["count"]) == ("partition", 1)
+    (pc,) = part["template"]["spec"]["containers"]
+    assert pc["resources"]["requests"]["memory"] == "2Gi"  # the servers' resources
+    assert part["template"]["spec"]["nodeSelector"] == {"pool": "mem"}
+    assert (servers["name"], trainers["name"]) == ("servers", "trainers")
+
+
+def test_workload_active_follows_suspend_and_its_hash_does_not() -> None:
+    suspended = kq.workload(_job(), "q", CTX)
+    running = kq.workload(_job(runPolicy={}), "q", CTX)
+    assert suspended["spec"]["active"] is False and running["spec"]["active"] is True
+    assert not kq.is_active(suspended) and kq.is_active(running)
+    assert kq.is_active({"spec": {}})  # absent: active
+    assert "priorityClassName" not in running["spec"]  # runPolicy {} has no priority
+    again = kq.workload(_job(), "q", CTX)
+    assert kq.matches(suspended, again)  # built from the same spec
+
+
+def test_matches_tells_apart_changed_pod_sets_queue_and_older_workloads() -> None:
+    wl = kq.workload(_job(), "q", CTX)
+    more = copy.deepcopy(JOB)
+    more["spec"]["trainers"]["replicas"] = 5
+    assert not kq.matches(wl, kq.workload(parse_job(more), "q", CTX))
+    bigger = copy.deepcopy(JOB)
+    bigger["spec"]["servers"]["resources"]["requests"]["memory"] = "4Gi"
+    assert not kq.matches(wl, kq.workload(parse_job(bigger), "q", CTX))
+    assert not kq.matches(wl, kq.workload(_job(), "other-queue", CTX))
+    older = copy.deepcopy(wl)
+    del older["metadata"]["annotations"]
+    assert not kq.matches(older, wl)
+
+
+def test_reserved_is_a_quota_reservation_or_an_admission() -> None:
+    assert not kq.reserved(None) and not kq.reserved(_wl())
+    assert kq.reserved(_wl(("QuotaReserved", "True")))
+    assert kq.reserved(_wl(("Admitted", "True")))
+    assert kq.reserved(_wl(("QuotaReserved", "False"), admission=True))
+    assert not kq.reserved(_wl(("QuotaReserved", "False"), ("Evicted", "True")))
+
+
+def test_reclaim_status_gives_back_the_partitioning_pod_once() -> None:
+    wl = kq.workload(_job(graph={"source": {"url": "s3://g/cora.npz"}}), "q", CTX)
+    patch = kq.reclaim_status(wl)
+    assert patch == {"status": {"reclaimablePods": [{"name": "partition", "count": 1}]}}
+    wl["status"] = patch["status"]
+    assert kq.reclaim_status(wl) is None  # already said: nothing to write
+    assert kq.reclaim_status(kq.workload(_job(), "q", CTX)) is None  # no partition pod set
+
+
+def test_finished_status_reason_failed_to_start() -> None:
+    conds = kq.finished_status(_wl(), False, "conflict", "t", reason=kq.FAILED_TO_START)
+    fin = conds["status"]["conditions"][-1]
+    assert (fin["type"], fin["reason"], fin["message"]) == ("Finished", "FailedToStart", "conflict")

@@ -166,11 +166,13 @@ all namespaces, in a Role per namespace otherwise).
 {{- if .Values.kueue.enabled }}
 # Kueue: one Workload per queued job (created, watched; GC deletes it with the job; delete:
 # the API server's OwnerReferencesPermissionEnforcement asks it of whoever sets an
-# ownerReference), whose
-# status the operator patches when it released the quota of an evicted job or the job ended.
+# ownerReference, and the operator deletes one no longer matching its job's spec before
+# admission; patch: spec.active follows the job's suspend), whose status the operator
+# patches when it released the quota of an evicted job, the partitioning pod's quota is
+# reclaimable, or the job ended.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["patch"]
