@@ -17,6 +17,7 @@ import kopf
 
 from distgnn import contract
 from distgnn_operator import finalizer, peering, progress
+from distgnn_operator import multikueue as mk
 from distgnn_operator.kube import ApiError
 from distgnn_operator.reconcile import Emit, Key, OperatorContext, PassResult, Reconciler
 
@@ -253,7 +254,9 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
             if octx.metrics is not None:
                 octx.metrics.gone(kind, ns, name)
             return
-        if not ours(body.get("spec")):  # another controller's job: no write of any kind
+        # MultiKueue's job on a manager cluster: its Workload only (no write to the job)
+        dispatched = kind == "DistGNNJob" and octx.kueue and mk.dispatched(body)
+        if not dispatched and not ours(body.get("spec")):  # another controller's: no write
             if key not in foreign:
                 foreign.add(key)
                 log.debug(
@@ -267,10 +270,13 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
         )
         t0 = time.monotonic()
         try:
-            fresh = await keeper.ensure(octx.api, kind, body)  # kopf's may never land
-            if fresh is None:  # gone: its DELETED event ends it
-                return
-            res = await fn(fresh, emit)
+            if dispatched:  # no finalizer either: MultiKueue copies the job's metadata
+                res = await rec.reconcile_dispatched(body, emit)
+            else:
+                fresh = await keeper.ensure(octx.api, kind, body)  # kopf's may never land
+                if fresh is None:  # gone: its DELETED event ends it
+                    return
+                res = await fn(fresh, emit)
         except ApiError as e:
             if octx.metrics is not None:
                 octx.metrics.failed(kind, time.monotonic() - t0)
@@ -285,6 +291,8 @@ def register(registry: kopf.OperatorRegistry, octx: OperatorContext, hs: Handler
             )
             if failures.failed(key, str(e)):
                 emit("Warning", RECONCILE_FAILED, f"{str(e)[:1000]} (retried every pass)")
+            if dispatched:  # no resync timer (kopf's needs its finalizer): retry here
+                sched.at(key, RETRY_SECONDS, run_key)
             raise kopf.TemporaryError(str(e), delay=RETRY_SECONDS) from e
         except Exception as e:  # a bug: kopf logs it; the event says it once
             if failures.failed(key, repr(e)):

@@ -30,6 +30,7 @@ from distgnn_operator import drift
 from distgnn_operator import failure as f
 from distgnn_operator import kueue as kq
 from distgnn_operator import kueue_podsets as kp
+from distgnn_operator import multikueue as mk
 from distgnn_operator import podcreate as pc
 from distgnn_operator import status as s
 from distgnn_operator import stuckpods as sp
@@ -771,6 +772,44 @@ class Reconciler:
             res.poke.append(("GraphServer", ns, gs_name))  # its attachedJobs
         if new["phase"] in s.TERMINAL:
             res.due(await self._ttl(body, new, now))
+        return res
+
+    async def reconcile_dispatched(self, body: dict[str, Any], emit: Emit) -> PassResult:
+        """One pass over a job MultiKueue dispatches (:mod:`multikueue`; ``--kueue``): its
+        Workload only. No child is created and nothing is written to the job: its status is
+        the worker's copy's, which MultiKueue copies back."""
+        md = body.get("metadata") or {}
+        st = dict(body.get("status") or {})
+        res = PassResult(st)
+        queue = kq.queue_name(body)
+        if md.get("deletionTimestamp") or queue is None:
+            return res
+        now = iso(self.ctx.clock())
+        if st.get("phase") in s.TERMINAL:  # finished: its Workload is only ever finished
+            name = kq.workload_name(str(md.get("name")), str(md.get("uid")))
+            wl = await self.api.get("Workload", str(md.get("namespace")), name)
+        else:
+            try:
+                job = parse_job(body)
+                built = kq.workload(job, queue, self.ctx.desired)
+            except ConfigError as e:
+                log.warning(
+                    "dispatched job's spec is invalid: no Workload",
+                    extra={"fields": {"name": md.get("name"), "error": str(e)}},
+                )
+                return res
+            wl = await self._workload(built, emit)
+            await self._activate(wl, not job.spec.run_policy.suspend, emit)
+        if wl is None or (wl.get("metadata") or {}).get("deletionTimestamp"):
+            return res
+        step = mk.plan(wl, st, now)
+        for patch in step.patches:
+            wmd = wl["metadata"]
+            await self.api.patch(
+                "Workload", wmd["namespace"], wmd["name"], patch, subresource="status"
+            )
+        if step.release is not None:
+            emit("Normal", "QuotaReleased", "evicted: the worker's copy stopped")
         return res
 
     async def _workload(self, built: dict[str, Any], emit: Emit) -> dict[str, Any]:
