@@ -14,10 +14,10 @@
   task apps (``examples/cora-hetero-node-regression.yaml``,
   ``examples/cora-hetero-edge-classification.yaml``): paper data ``target`` (float32,
   [N, 7]: the class mix of the papers its authors wrote, i.e. the mean one-hot class
-  over every (author of the paper, paper of that author) pair); on ``author:writes:paper``
-  edge data ``label`` (1 when the paper is on the author's home topic, else 0),
-  ``target`` (float32: the share of the author's papers in the paper's class) and a
-  seeded random 60/20/20 edge split (``train_mask``, ``val_mask``, ``test_mask``).
+  over every (author of the paper, paper of that author) pair); on ``paper:cites:paper``
+  the edge data of ``cora-tasks.npz`` (below): ``label`` (same class), ``target`` (the
+  dot product of the two papers' class-share vectors) and a seeded random 60/20/20 edge
+  split (``train_mask``, ``val_mask``, ``test_mask``).
 * ``data/cora-tasks.npz``: Cora with derived targets for the node-regression,
   edge-classification and edge-regression apps (``examples/cora-node-regression.yaml``,
   ``examples/cora-edge-classification.yaml``, ``examples/cora-edge-regression.yaml``;
@@ -86,8 +86,9 @@ def heterogeneous(
     author_feat = np.zeros((num_authors, feat.shape[1]), np.float32)
     np.add.at(author_feat, w, feat[p_])
     author_feat /= np.bincount(w, minlength=num_authors)[:, None]
+    cites = (cora["src"].astype(np.int64), cora["dst"].astype(np.int64))
     return {
-        **typed_targets(labels, w, p_, home, seed),
+        **typed_targets(labels, cites, (w, p_), num_authors, seed),
         "num_nodes/paper": np.array(n_papers),
         "num_nodes/author": np.array(num_authors),
         "edges/paper:cites:paper/src": cora["src"].astype(np.int64),
@@ -106,24 +107,37 @@ def heterogeneous(
 
 
 def typed_targets(
-    labels: np.ndarray, writer: np.ndarray, paper: np.ndarray, home: np.ndarray, seed: int
+    labels: np.ndarray,
+    cites: tuple[np.ndarray, np.ndarray],
+    writes: tuple[np.ndarray, np.ndarray],
+    num_authors: int,
+    seed: int,
 ) -> dict[str, np.ndarray]:
-    """The typed task apps' targets (see the module doc) of the writes edges
-    ``writer -> paper``."""
+    """The typed task apps' targets (see the module doc): of the papers, from the
+    ``writes`` edges (author, paper); of the ``cites`` edges (source, destination)."""
+    writer, paper = writes
     n, k = labels.size, int(labels.max()) + 1
-    mix = np.zeros((home.size, k), np.float32)  # each author's class mix of their papers
+    mix = np.zeros((num_authors, k), np.float32)  # each author's class mix of their papers
     np.add.at(mix, (writer, labels[paper]), 1.0)
-    mix /= mix.sum(1, keepdims=True)
-    target = np.zeros((n, k), np.float32)  # a paper's authors' mixes, weighted by papers
-    np.add.at(target, paper, mix[writer] * np.bincount(writer)[writer, None])
+    target = np.zeros((n, k), np.float32)  # summed over the paper's authors
+    np.add.at(target, paper, mix[writer])
     target /= np.maximum(target.sum(1, keepdims=True), 1e-9)
-    et = "edata/author:writes:paper"
+    src, dst = cites
+    share = class_share(src, dst, labels)
+    et = "edata/paper:cites:paper"
     out = {
         "ndata/paper/target": target,
-        f"{et}/label": (labels[paper] == home[writer]).astype(np.int64),
-        f"{et}/target": mix[writer, labels[paper]].astype(np.float32),
+        f"{et}/label": (labels[src] == labels[dst]).astype(np.int64),
+        f"{et}/target": (share[src] * share[dst]).sum(1, dtype=np.float32),
     }
-    return out | {f"{et}/{m}": v for m, v in split_masks(writer.size, seed + 2).items()}
+    return out | {f"{et}/{m}": v for m, v in split_masks(src.size, seed + 2).items()}
+
+
+def class_share(src: np.ndarray, dst: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``[N, k]``: the share of each class among a node's in-neighbours."""
+    share = np.zeros((labels.size, int(labels.max()) + 1), np.float32)
+    np.add.at(share, (dst, labels[src]), 1.0)
+    return share / np.maximum(share.sum(1, keepdims=True), 1.0)
 
 
 def split_masks(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -142,12 +156,9 @@ def tasks(cora: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
     (see the module doc)."""
     src, dst = cora["src"].astype(np.int64), cora["dst"].astype(np.int64)
     labels = cora["label"].astype(np.int64)
-    n, k = labels.size, int(labels.max()) + 1
-    share = np.zeros((n, k), np.float32)
-    np.add.at(share, (dst, labels[src]), 1.0)
-    share /= np.maximum(share.sum(1, keepdims=True), 1.0)
+    share = class_share(src, dst, labels)
     out = {"src": src, "dst": dst, "feat": cora["feat"], "label": labels, "target": share}
-    out |= split_masks(n, seed)
+    out |= split_masks(labels.size, seed)
     out["edata/label"] = (labels[src] == labels[dst]).astype(np.int64)
     out["edata/target"] = (share[src] * share[dst]).sum(1, dtype=np.float32)
     out |= {f"edata/{k}": v for k, v in split_masks(src.size, seed + 1).items()}

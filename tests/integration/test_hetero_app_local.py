@@ -1,7 +1,9 @@
 """The built-in app on a heterogeneous graph as a DistGNNJob in local mode (`distgnn run`):
 the typed Cora of examples/dgl/prepare_data.py is partitioned, served by 2 graph servers,
-2 DDP trainers train the R-GCN on the ``paper`` nodes (or on the ``author:writes:paper``
-edges), then write every node type's embedding (and prediction) (``inferAfterTraining``)."""
+2 DDP trainers train the R-GCN on the ``paper`` nodes (classes, or a float target) or on
+the ``author:writes:paper`` edges (link prediction) or the labelled ``paper:cites:paper``
+edges (edge classification), then write every node type's embedding (and prediction)
+and an edge app's test-edge predictions (``inferAfterTraining``)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 from test_local_run import run, write_manifest
 from tests.support.hetero import checkpoint_table, typed_cora, without_author_features
 
-from distgnn.train.infer_output import read_index, read_output
+from distgnn.train.infer_output import read_edge_output, read_index, read_output
 
 pytestmark = pytest.mark.slow
 
@@ -186,3 +188,66 @@ def test_rgcn_job_trains_a_featureless_types_table_on_the_servers(
     assert len(restored) == 2 and all("optimizer_state=True" in ln for ln in restored), restored
     a3 = checkpoint_table(tmp_path / "ckpt" / "ckpt-epoch-00003.pt", "node_emb_author")
     assert not np.array_equal(a2, a3)
+
+
+def example_app(repo_root: Path, name: str) -> dict[str, Any]:
+    """The app of ``examples/NAME`` (its output folder here: ``out``)."""
+    import yaml
+
+    obj = yaml.safe_load((repo_root / "examples" / name).read_text(encoding="utf-8"))
+    app: dict[str, Any] = obj["spec"]["trainers"]["app"]
+    return app | {"outputURL": "out"}
+
+
+def test_rgcn_node_regression_example_beats_the_mean_and_writes_float_predictions(
+    tmp_path: Path, cora_path: Path, repo_root: Path
+) -> None:
+    """examples/cora-hetero-node-regression.yaml: 2 servers, 2 trainers."""
+    arrays = typed_cora(cora_path)
+    app = example_app(repo_root, "cora-hetero-node-regression.yaml")
+    res = run(hetero_job(tmp_path, arrays, app), "--workdir", str(tmp_path / "wd"),
+              out_dir=tmp_path / "logs")  # fmt: skip
+    assert res.rc == 0, res.stderr[-4000:]
+    m = json.loads(res.stdout.strip().splitlines()[-1])
+    assert m["app"] == "node-regression" and m["target_ntype"] == "paper", m
+    assert m["world_size"] == 2, m
+    y = arrays["ndata/paper/target"]
+    train, test = (arrays[f"ndata/paper/{k}"].astype(bool) for k in ("train_mask", "test_mask"))
+    mean = float(np.sqrt(((y[test] - y[train].mean(0)) ** 2).mean()))
+    print("figure node-regression", m["test_rmse"], m["test_mae"], "mean", round(mean, 4))
+    assert m["test_rmse"] < 0.75 * mean, (m, mean)
+    assert abs(m["inference_test_rmse"] - m["final_test_rmse"]) <= 0.01, m
+    paper = read_output(str(tmp_path / "out"), "paper")
+    assert paper["pred"].dtype == np.float32 and paper["pred"].shape == (2708, 7)
+    pred = np.empty_like(y)
+    pred[paper["orig_id"]] = paper["pred"]
+    rmse = float(np.sqrt(((pred[test] - y[test]) ** 2).mean()))
+    assert rmse == pytest.approx(m["inference_test_rmse"], abs=1e-5)
+
+
+def test_rgcn_edge_classification_example_beats_the_majority_and_writes_test_edges(
+    tmp_path: Path, cora_path: Path, repo_root: Path
+) -> None:
+    """examples/cora-hetero-edge-classification.yaml: 2 servers, 2 trainers, each on its
+    ``edge_split`` share of the target edge type's training edges."""
+    arrays = typed_cora(cora_path)
+    app = example_app(repo_root, "cora-hetero-edge-classification.yaml")
+    cites = app["targetEtype"]
+    res = run(hetero_job(tmp_path, arrays, app), "--workdir", str(tmp_path / "wd"),
+              out_dir=tmp_path / "logs")  # fmt: skip
+    assert res.rc == 0, res.stderr[-4000:]
+    m = json.loads(res.stdout.strip().splitlines()[-1])
+    assert m["app"] == "edge-classification" and m["target_etype"] == cites, m
+    e = f"edata/{cites}"
+    y, test = arrays[f"{e}/label"], arrays[f"{e}/test_mask"].astype(bool)
+    print("figure edge-classification", m["test_accuracy"], "majority", m["majority_test_accuracy"])
+    assert m["world_size"] == 2 and m["test_edges"] == int(test.sum()), m
+    assert m["test_accuracy"] > m["majority_test_accuracy"] + 0.04, m
+    assert abs(m["inference_test_accuracy"] - m["final_test_accuracy"]) <= 0.01, m
+    got = read_edge_output(str(tmp_path / "out"), etype=cites)
+    eid = got["edge_id"]
+    assert np.array_equal(np.sort(eid), np.flatnonzero(test))
+    assert np.array_equal(got["src_id"], arrays[f"edges/{cites}/src"][eid])
+    assert np.array_equal(got["dst_id"], arrays[f"edges/{cites}/dst"][eid])
+    acc = float((got["pred"] == y[eid]).mean())
+    assert acc == pytest.approx(m["inference_test_accuracy"], abs=1e-5)

@@ -317,7 +317,7 @@ def test_rgcn_link_prediction_passes_its_target_edge_type() -> None:
         ),
         (
             {"name": "link-prediction", "model": "rgcn"},
-            "rgcn for link-prediction needs targetEtype",
+            "rgcn for link-prediction, edge-classification and edge-regression needs targetEtype",
         ),
         ({"name": "node-classification", "model": "rgcn", "targetNtype": ""}, "targetNtype"),
         (
@@ -331,7 +331,7 @@ def test_rgcn_link_prediction_passes_its_target_edge_type() -> None:
                 "targetNtype": "p",
                 "targetEtype": "a:w:p",
             },
-            "targetEtype is for link-prediction with model rgcn",
+            "targetEtype is for link-prediction, edge-classification and edge-regression with",
         ),
         (
             {

@@ -162,12 +162,12 @@ BAD = [
     ),
     (
         _set("spec.trainers.app", {"name": "edge-classification", "model": "rgcn"}),
-        "spec.trainers.app.model: model rgcn is not supported by",
+        "spec.trainers.app.targetEtype: model rgcn for link-prediction, edge-classification",
         False,
     ),
     (
         _set("spec.trainers.app", {"name": "edge-regression", "model": "rgcn"}),
-        "spec.trainers.app.model: model rgcn is not supported by",
+        "spec.trainers.app.targetEtype: model rgcn for link-prediction, edge-classification",
         False,
     ),
     (

@@ -135,7 +135,7 @@ def test_rgcn_on_a_homogeneous_graph_is_refused() -> None:
 def test_target_type_needs_the_typed_model() -> None:
     with pytest.raises(ConfigError, match=r"--target-ntype.*needs --model rgcn"):
         cfg(model="gat")
-    with pytest.raises(ConfigError, match=r"--target-ntype.*link prediction takes --target-etype"):
+    with pytest.raises(ConfigError, match=r"--target-ntype.*link-prediction takes --target-etype"):
         cfg(app="link-prediction")
 
 

@@ -173,9 +173,12 @@ def test_rgcn_link_prediction_on_a_homogeneous_graph_is_refused() -> None:
         ({"target_etype": None}, r"--target-etype \(trainers.app.targetEtype\): required"),
         ({"target_etype": "writes"}, "'writes' is not a canonical edge type"),
         ({"target_etype": "a:b:c:d"}, "is not a canonical edge type"),
-        ({"app": "node-classification"}, "needs link-prediction with --model rgcn"),
-        ({"model": "sage"}, "needs link-prediction with --model rgcn, not link-prediction"),
-        ({"target_ntype": "paper"}, r"--target-ntype.*link prediction takes --target-etype"),
+        (
+            {"app": "node-classification"},
+            "needs link-prediction, edge-classification, edge-regression with --model rgcn",
+        ),
+        ({"model": "sage"}, r"with --model rgcn, not link-prediction with sage"),
+        ({"target_ntype": "paper"}, r"--target-ntype.*link-prediction takes --target-etype"),
     ],
 )
 def test_target_edge_type_options_are_checked(kw: dict, match: str) -> None:

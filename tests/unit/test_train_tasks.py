@@ -17,8 +17,11 @@ from distgnn.api.commands import trainer_command
 from distgnn.errors import ConfigError
 from distgnn.train import edge_classification
 from distgnn.train.config import TrainConfig
+from distgnn.train.ddp import DDPContext
 from distgnn.train.graph import TrainGraph
 from distgnn.train.objective import CLASSIFICATION, REGRESSION, Objective, add, for_app
+
+CTX = DDPContext(0, 1, torch.device("cpu"))
 
 
 def test_regression_measures_rmse_and_mae_over_every_value() -> None:
@@ -52,31 +55,27 @@ def test_a_label_that_does_not_fit_the_task_is_refused(
 
 
 @pytest.mark.parametrize("app", ["edge-classification", "edge-regression"])
-def test_the_homogeneous_task_apps_refuse_the_typed_model(app: str) -> None:
-    with pytest.raises(ConfigError, match=rf"^--model \(trainers.app.model\): {app} trains") as e:
+def test_the_typed_edge_apps_take_the_target_edge_type(app: str) -> None:
+    required = rf"^--target-etype \(trainers.app.targetEtype\): required for {app} with --model"
+    with pytest.raises(ConfigError, match=required):
+        TrainConfig(app=app, model="rgcn").validate()
+    with pytest.raises(ConfigError, match=rf"--target-ntype .*; {app} takes --target-etype"):
         TrainConfig(app=app, model="rgcn", target_ntype="paper").validate()
-    typed = "(rgcn trains node-classification, node-regression, link-prediction)"
-    assert str(e.value).endswith(typed)
+    typed = TrainConfig(app=app, model="rgcn", target_etype="paper:cites:paper").validate()
+    assert typed.target_etype == "paper:cites:paper"
     assert TrainConfig(app=app, model="gat").validate().model == "gat"
 
 
 @pytest.mark.parametrize("app", ["edge-classification", "edge-regression"])
-def test_the_edge_apps_refuse_a_typed_graph_naming_the_typed_apps(
+def test_the_edge_apps_with_sage_refuse_a_typed_graph_naming_the_typed_model(
     typed_graph: TrainGraph, app: str
 ) -> None:
     cfg = TrainConfig(app=app).validate()
     with pytest.raises(ConfigError) as e:
-        edge_classification.check_graph(cfg, typed_graph)
+        edge_classification.run(cfg, typed_graph, CTX)
     msg = str(e.value)
-    assert msg.startswith(
-        f"--model (trainers.app.model): {app} trains sage or gat on a graph "
-        "with one node and edge type in this version; this one has node types"
-    )
-    typed = (
-        "(apps for typed graphs, with --model rgcn: node-classification, node-regression, "
-        "link-prediction)"
-    )
-    assert msg.endswith(typed), msg
+    assert msg.startswith("--model (trainers.app.model): sage is homogeneous, but the graph has")
+    assert msg.endswith("use rgcn with --target-etype (trainers.app.targetEtype)"), msg
 
 
 @pytest.mark.parametrize(
@@ -104,6 +103,12 @@ def test_edge_labels_name_edge_data(app: str, labels: np.ndarray, message: str) 
         ("cora-node-regression.yaml", "node-regression", ["--label", "target"]),
         ("cora-edge-classification.yaml", "edge-classification", ["--label", "label"]),
         ("cora-edge-regression.yaml", "edge-regression", ["--label", "target"]),
+        ("cora-hetero-node-regression.yaml", "node-regression", ["--target-ntype", "paper"]),
+        (
+            "cora-hetero-edge-classification.yaml",
+            "edge-classification",
+            ["--target-etype", "paper:cites:paper"],
+        ),
     ],
 )
 def test_the_example_manifests_run_their_app(

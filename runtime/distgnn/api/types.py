@@ -45,12 +45,12 @@ APPS = (
     "inference",
 )
 """The built-in apps of ``distgnn train``."""
-HOMOGENEOUS_APPS = ("edge-classification", "edge-regression")
-"""Apps that train sage or gat only (no rgcn, typed graphs, in this version)."""
 NODE_APPS = ("node-classification", "node-regression")
 """Apps whose rgcn learns ``targetNtype``'s nodes."""
-TYPED_APPS = (*NODE_APPS, "link-prediction")
-"""Apps that train rgcn on a graph with node and edge types."""
+EDGE_APPS = ("link-prediction", "edge-classification", "edge-regression")
+"""Apps whose rgcn learns ``targetEtype``'s edges."""
+TYPED_APPS = (*NODE_APPS, *EDGE_APPS)
+"""Apps that train rgcn on a graph with node and edge types (every training app)."""
 MODELS = ("sage", "gat", "rgcn")
 """The built-in models: GraphSAGE and GAT (homogeneous graphs), R-GCN (graphs with node
 and edge types: classifying ``targetNtype`` or predicting ``targetEtype``'s edges)."""
@@ -444,9 +444,10 @@ class App:
     target_etype: str | None = fld(
         None,
         doc="The canonical edge type to predict, SRC_TYPE:RELATION:DST_TYPE (model rgcn, "
-        "link-prediction: required): its edges are the positives (5% held out for the test "
-        "metrics), each scored against numNegs random nodes of DST_TYPE; every node type "
-        "gets an embedding.",
+        "link-prediction, edge-classification and edge-regression: required). "
+        "link-prediction: its edges are the positives (5% held out for the test metrics), "
+        "each scored against numNegs random nodes of DST_TYPE; the edge apps: its edge "
+        "data label and edge masks. Every node type gets an embedding.",
         min_length=5,
         max_length=386,
         pattern=CANONICAL_ETYPE,
@@ -584,36 +585,28 @@ class App:
         ),
         Rule(
             "!has(self.targetNtype) || (has(self.model) && self.model == 'rgcn' "
-            "&& self.name != 'link-prediction')",
+            "&& !(self.name in " + str(list(EDGE_APPS)) + "))",
             "targetNtype is for model rgcn (sage and gat are homogeneous) in "
-            "node-classification, node-regression or inference (link-prediction takes "
+            "node-classification, node-regression or inference (the edge apps take "
             "targetEtype)",
-            lambda a: a.target_ntype is None or (a.model == "rgcn" and a.name != "link-prediction"),
+            lambda a: a.target_ntype is None or (a.model == "rgcn" and a.name not in EDGE_APPS),
             field="targetNtype",
         ),
         Rule(
-            "self.name != 'link-prediction' || !has(self.model) || self.model != 'rgcn' "
-            "|| has(self.targetEtype)",
-            "model rgcn for link-prediction needs targetEtype (the edge type to predict)",
-            lambda a: a.name != "link-prediction" or a.model != "rgcn" or bool(a.target_etype),
+            "!(self.name in " + str(list(EDGE_APPS)) + ") || !has(self.model) "
+            "|| self.model != 'rgcn' || has(self.targetEtype)",
+            "model rgcn for link-prediction, edge-classification and edge-regression needs "
+            "targetEtype (the edge type to predict)",
+            lambda a: a.name not in EDGE_APPS or a.model != "rgcn" or bool(a.target_etype),
             field="targetEtype",
         ),
         Rule(
-            "!has(self.targetEtype) || (self.name == 'link-prediction' && has(self.model) "
-            "&& self.model == 'rgcn')",
-            "targetEtype is for link-prediction with model rgcn",
-            lambda a: a.target_etype is None or (a.name == "link-prediction" and a.model == "rgcn"),
+            "!has(self.targetEtype) || (self.name in " + str(list(EDGE_APPS)) + " "
+            "&& has(self.model) && self.model == 'rgcn')",
+            "targetEtype is for link-prediction, edge-classification and edge-regression "
+            "with model rgcn",
+            lambda a: a.target_etype is None or (a.name in EDGE_APPS and a.model == "rgcn"),
             field="targetEtype",
-        ),
-        Rule(
-            "!(self.name in " + str(list(HOMOGENEOUS_APPS)) + ") || !has(self.model) "
-            "|| self.model != 'rgcn'",
-            "model rgcn is not supported by " + ", ".join(HOMOGENEOUS_APPS) + " yet (sage or "
-            "gat, on a graph with one node and edge type; rgcn trains "
-            + ", ".join(TYPED_APPS)
-            + ")",
-            lambda a: a.name not in HOMOGENEOUS_APPS or a.model != "rgcn",
-            field="model",
         ),
         Rule(
             "!has(self.numBases) || (has(self.model) && self.model == 'rgcn')",

@@ -76,8 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target-etype",
         default=None,
-        help="the edge type to predict, SRC_TYPE:RELATION:DST_TYPE (link prediction, "
-        "--model rgcn: required)",
+        help="the edge type to predict, SRC_TYPE:RELATION:DST_TYPE (link prediction and the "
+        "edge apps, --model rgcn: required)",
     )
     p.add_argument(
         "--sparse-embedding",

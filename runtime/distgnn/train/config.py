@@ -9,7 +9,7 @@ from typing import Any
 
 from distgnn import contract
 from distgnn.api.fields import CANONICAL_ETYPE
-from distgnn.api.types import HOMOGENEOUS_APPS, MODELS, PRECISIONS, TYPED_APPS
+from distgnn.api.types import EDGE_APPS, MODELS, PRECISIONS
 from distgnn.errors import ConfigError
 
 TARGET_NTYPE = "--target-ntype (trainers.app.targetNtype)"
@@ -78,12 +78,6 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         if self.model not in MODELS:
             raise ConfigError(f"--model: {self.model!r} is not one of {', '.join(MODELS)}")
-        if self.app in HOMOGENEOUS_APPS and self.model == "rgcn":
-            raise ConfigError(
-                f"--model (trainers.app.model): {self.app} trains sage or gat on a homogeneous "
-                "graph; rgcn (typed graphs) is not supported by this app yet (rgcn trains "
-                f"{', '.join(TYPED_APPS)})"
-            )
         self._check_targets()
         self._check_rgcn()
         if len(self.fanouts) != self.num_layers:
@@ -121,32 +115,34 @@ class TrainConfig:
         return self
 
     def _check_targets(self) -> None:
-        """``--target-ntype`` (node classification, inference) and ``--target-etype`` (link
-        prediction) go with the typed model; the manifest's CEL rules say the same."""
+        """``--target-ntype`` (the node apps, inference) and ``--target-etype`` (link
+        prediction, the edge apps) go with the typed model; the manifest's CEL rules say
+        the same."""
         if self.target_ntype and self.model != "rgcn":
             raise ConfigError(
                 f"{TARGET_NTYPE}: the node type of the typed model; "
                 f"needs --model rgcn, not {self.model}"
             )
-        lp = self.app == "link-prediction"
-        if self.target_ntype and lp:
+        edges = self.app in EDGE_APPS
+        if self.target_ntype and edges:
             raise ConfigError(
-                f"{TARGET_NTYPE}: the node type to classify; link prediction takes {TARGET_ETYPE}"
+                f"{TARGET_NTYPE}: the node type to classify or regress; {self.app} takes "
+                f"{TARGET_ETYPE}"
             )
         if self.target_etype is not None:
-            if not (lp and self.model == "rgcn"):
+            if not (edges and self.model == "rgcn"):
                 raise ConfigError(
-                    f"{TARGET_ETYPE}: the edge type to predict; needs link-prediction with "
-                    f"--model rgcn, not {self.app} with {self.model}"
+                    f"{TARGET_ETYPE}: the edge type to predict; needs {', '.join(EDGE_APPS)} "
+                    f"with --model rgcn, not {self.app} with {self.model}"
                 )
             if not re.fullmatch(CANONICAL_ETYPE, self.target_etype):
                 raise ConfigError(
                     f"{TARGET_ETYPE}: {self.target_etype!r} is not a canonical edge type "
                     "SRC_TYPE:RELATION:DST_TYPE"
                 )
-        elif lp and self.model == "rgcn":
+        elif edges and self.model == "rgcn":
             raise ConfigError(
-                f"{TARGET_ETYPE}: required for link prediction with --model rgcn "
+                f"{TARGET_ETYPE}: required for {self.app} with --model rgcn "
                 "(SRC_TYPE:RELATION:DST_TYPE)"
             )
 

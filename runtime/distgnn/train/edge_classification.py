@@ -9,7 +9,9 @@ Edges are split by the edge masks ``--train-mask`` / ``--val-mask`` / ``--test-m
 (DGL's ``edge_split`` over the training mask); mini-batches are the link-prediction
 app's edge batches (:class:`~distgnn.sampling.EdgeBatcher`) without negatives. Rank 0
 measures the validation metric every epoch and keeps the best weights, as node
-classification does. Graphs with node or edge types are refused in this version.
+classification does. On a graph with node and edge types ``--model rgcn
+--target-etype SRC:REL:DST`` trains the R-GCN with the same head on that edge type's
+labelled edges (:mod:`distgnn.train.hetero_edge_classification`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from distgnn.api.types import TYPED_APPS
 from distgnn.errors import ConfigError
 from distgnn.sampling import EdgeBatcher, NeighborSampler
 from distgnn.sampling.batches import EID
@@ -32,7 +33,7 @@ from distgnn.train.loop import build_model, eval_fanouts
 from distgnn.train.node_classification import Task, train
 from distgnn.train.objective import Objective, add, for_app
 from distgnn.train.telemetry import Telemetry
-from distgnn.train.typed import typing_of
+from distgnn.train.typed import read_all_edges
 
 APPS = ("edge-classification", "edge-regression")
 EVAL_BATCH = 1024
@@ -89,14 +90,7 @@ def _prefixed(state: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def check_graph(cfg: TrainConfig, tg: TrainGraph) -> None:
-    """ConfigError naming the field when the graph does not fit the app."""
-    typing = typing_of(tg)
-    if typing is not None:
-        raise ConfigError(
-            f"--model (trainers.app.model): {cfg.app} trains sage or gat on a graph with one "
-            f"node and edge type in this version; this one has node types {typing.ntypes} "
-            f"(apps for typed graphs, with --model rgcn: {', '.join(TYPED_APPS)})"
-        )
+    """ConfigError naming the field when the (homogeneous) graph does not fit the app."""
     tg.require({FEAT: cfg.feat})
     fields = {LABEL: cfg.label, TRAIN_MASK: cfg.train_mask, VAL_MASK: cfg.val_mask}
     tg.require_edges(fields | {TEST_MASK: cfg.test_mask})
@@ -126,7 +120,7 @@ def evaluate(
     sums = (0.0, 0.0, 0.0)
     for b in range(len(batcher)):
         x, y, pairs = _load(tg, cfg, batcher.decode(batcher.make(tg.source, 0, b)), objective)
-        sums = add(sums, objective.sums(_logits(m, pairs, x.to(device), device), y.to(device)))
+        sums = add(sums, objective.sums(logits(m, pairs, x.to(device), device), y.to(device)))
     m.train()
     return objective.measure(sums)
 
@@ -140,7 +134,8 @@ def _load(
     return tg.read(cfg.feat, inp).float(), y, (blocks, pairs.src, pairs.dst)
 
 
-def _logits(m: nn.Module, pairs: Any, x: torch.Tensor, device: torch.device) -> torch.Tensor:
+def logits(m: nn.Module, pairs: Any, x: Any, device: torch.device) -> torch.Tensor:
+    """The model's outputs for a batch's ``(blocks, src, dst)`` on the device's inputs."""
     blocks, src, dst = pairs
     return m(blocks, x, src.to(device), dst.to(device))
 
@@ -154,14 +149,52 @@ def run(
 ) -> dict[str, Any]:
     """Train (the supervised loop node classification runs, :func:`train`); returns the
     metrics (meaningful on rank 0)."""
+    from distgnn.train import hetero_edge_classification as hetero
+
     torch.manual_seed(cfg.seed)
     objective = for_app(cfg.app)
-    check_graph(cfg, tg)
-    labels = tg.read_all_edges(cfg.label)
+    checked = hetero.check_graph(cfg, tg)  # None: a homogeneous model and graph
+    if checked is None:
+        check_graph(cfg, tg)
+        labels = tg.read_all_edges(cfg.label)
+
+        def mask_ids(mask: str) -> np.ndarray:
+            return tg.edge_mask_ids(mask)
+    else:
+        cet = checked[1]
+        labels = read_all_edges(tg.g, cet, cfg.label)
+
+        def mask_ids(mask: str) -> np.ndarray:
+            return np.flatnonzero(read_all_edges(tg.g, cet, mask).astype(bool))
+
     objective.check_labels(LABEL, cfg.label, labels)
-    if train_eids is None:
-        train_eids = tg.split_edges(cfg.train_mask, ctx)
     out_feats = int(all_reduce(ctx, [float(objective.out_feats(labels))], op="max")[0])
+    if checked is not None:
+        if train_eids is None:
+            train_eids = hetero.split_train(tg, checked[1], cfg.train_mask, ctx)
+        task = hetero.typed_task(cfg, tg, ctx, objective, out_feats, train_eids)
+    else:
+        if train_eids is None:
+            train_eids = tg.split_edges(cfg.train_mask, ctx)
+        task = homogeneous_task(cfg, tg, ctx, objective, out_feats, train_eids)
+    metrics = train(cfg, ctx, task, telemetry)
+    if ctx.is_main:
+        test = mask_ids(cfg.test_mask)
+        width = "targets" if objective.regression else "classes"
+        metrics |= _baseline(objective, labels, mask_ids(cfg.train_mask), test)
+        metrics |= {f"num_{width}": out_feats, "test_edges": int(test.size)}
+    return metrics
+
+
+def homogeneous_task(
+    cfg: TrainConfig,
+    tg: TrainGraph,
+    ctx: DDPContext,
+    objective: Objective,
+    out_feats: int,
+    train_eids: np.ndarray,
+) -> Task:
+    """GraphSAGE or GAT with the edge head, edge batches and evaluation on the edge masks."""
     in_feats = int(tg.read(cfg.feat, torch.tensor([0])).shape[1])
     net = EdgeClassifier(build_model(cfg, in_feats, cfg.hidden), cfg.hidden, out_feats)
     batcher = _batcher(train_eids, cfg.fanouts, cfg.batch_size, True, cfg.seed * 1000 + ctx.rank)
@@ -173,22 +206,16 @@ def run(
         return evaluate(model, tg, cfg, ids[mask], ctx.device, objective)
 
     width = "targets" if objective.regression else "classes"
-    task = Task(
+    return Task(
         model=net,
         loader=BatchLoader(tg.source, batcher, cfg.num_samplers),
         load=lambda b: _load(tg, cfg, b, objective),
-        logits=lambda m, pairs, x: _logits(m, pairs, x, ctx.device),
+        logits=lambda m, pairs, x: logits(m, pairs, x, ctx.device),
         evaluate=measure,
         training={"train_edges": int(train_eids.size), width: out_feats},
         objective=objective,
         app=cfg.app,
     )
-    metrics = train(cfg, ctx, task, telemetry)
-    if ctx.is_main:
-        test = ids[cfg.test_mask]
-        metrics |= _baseline(objective, labels, tg.edge_mask_ids(cfg.train_mask), test)
-        metrics |= {f"num_{width}": out_feats, "test_edges": int(test.size)}
-    return metrics
 
 
 def _baseline(

@@ -9,7 +9,10 @@ target, float32 (``edge-regression``). ``src_id`` / ``dst_id`` are the endpoints
 original node IDs and ``edge_id`` the edge's original ID (its row in the input graph's
 edge arrays). Shards are per partition (the edges a partition holds), written by rank
 ``p % world_size``, under ``run-RUN/_E/part-P/`` in the format of
-:mod:`distgnn.train.infer_output`, listed under the index's ``edge_types``.
+:mod:`distgnn.train.infer_output`, listed under the index's ``edge_types``. On a
+heterogeneous graph (``--model rgcn --target-etype SRC:REL:DST``) the edges are the
+target edge type's, the IDs its type-wise original IDs (the endpoints' of their node
+types), the folder and the ``edge_types`` key the canonical edge type ``SRC:REL:DST``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from distgnn import contract, storage
 from distgnn.errors import ConfigError, StorageError
 from distgnn.log import kv
 from distgnn.npy import ShardWriter
+from distgnn.sampling.blocks import CanonicalEtype
 from distgnn.sampling.local import LocalGraph
 from distgnn.train import infer_output as fmt
 from distgnn.train.config import TEST_MASK
@@ -101,6 +105,87 @@ class OrigIds:
         return out
 
 
+class Edges:
+    """The edges of a homogeneous graph: new IDs, endpoints, original IDs and edge data."""
+
+    def __init__(self, tg: TrainGraph, ids: OrigIds) -> None:
+        self.tg, self.ids = tg, ids
+
+    def has(self, name: str) -> bool:
+        return name in self.tg.edge_field_names()
+
+    def by_part(self, mask: str) -> list[tuple[int, np.ndarray]]:
+        """The edges of ``mask`` in each partition (the IDs the other methods take)."""
+        self.tg.require_edges({TEST_MASK: mask})
+        test = self.tg.edge_mask_ids(mask)
+        return [(p, test[(test >= lo) & (test < hi)]) for p, lo, hi in edge_parts(self.tg)]
+
+    def ends(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The endpoints' (new, homogeneous) node IDs: the rows of the node output."""
+        src, dst = self.tg.source.find_edges(eids)
+        return np.asarray(src, np.int64), np.asarray(dst, np.int64)
+
+    def original(self, src: np.ndarray, dst: np.ndarray, eids: np.ndarray) -> dict[str, Any]:
+        return {"src_id": self.ids.nodes(src), "dst_id": self.ids.nodes(dst)} | {
+            "edge_id": self.ids.edges(eids)
+        }
+
+    def labels(self, name: str, eids: np.ndarray) -> torch.Tensor:
+        return self.tg.read_edges(name, torch.from_numpy(eids))
+
+
+class TypedEdges(Edges):
+    """The edges of one edge type of a heterogeneous graph (type-wise IDs); original IDs
+    type-wise, as the input graph numbers each type's nodes and edges."""
+
+    def __init__(self, tg: TrainGraph, ids: OrigIds, etype: CanonicalEtype) -> None:
+        from distgnn.dataloading.types import graph_typing
+
+        super().__init__(tg, ids)
+        typing = graph_typing(tg.g)
+        assert typing is not None
+        self.typing, self.etype, self.data = typing, etype, tg.g.edges[etype].data
+        man = tg.g.manifest
+        node_off = np.cumsum([0] + [int(man.ntype_offsets[t][-1]) for t in man.node_types])
+        edge_off = np.cumsum([0] + [int(man.etype_offsets[e][-1]) for e in man.etype_names])
+        self.src_off = int(node_off[man.node_types.index(etype[0])])
+        self.dst_off = int(node_off[man.node_types.index(etype[2])])
+        self.edge_off = int(edge_off[man.etype_names.index(":".join(etype))])
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def by_part(self, mask: str) -> list[tuple[int, np.ndarray]]:
+        from distgnn.train.typed import read_all_edges
+
+        if mask not in self.data:
+            raise ConfigError(
+                f"{TEST_MASK}: edge type {':'.join(self.etype)!r} has no field {mask!r}"
+            )
+        test = np.flatnonzero(read_all_edges(self.tg.g, self.etype, mask).astype(bool))
+        homo = self.typing.homo_eids({self.etype: test})
+        off = [int(x) for x in self.tg.g.manifest.edge_offsets]
+        part = np.searchsorted(np.asarray(off), homo, side="right") - 1
+        return [(p, test[part == p]) for p in range(len(off) - 1)]
+
+    def ends(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s, d = self.tg.g.find_edges(torch.from_numpy(eids), etype=self.etype)
+        src = self.typing.homo_seeds({self.etype[0]: np.asarray(s, np.int64)})
+        return src, self.typing.homo_seeds({self.etype[2]: np.asarray(d, np.int64)})
+
+    def original(self, src: np.ndarray, dst: np.ndarray, eids: np.ndarray) -> dict[str, Any]:
+        homo = self.typing.homo_eids({self.etype: eids})
+        return {
+            "src_id": self.ids.nodes(src) - self.src_off,
+            "dst_id": self.ids.nodes(dst) - self.dst_off,
+            "edge_id": self.ids.edges(homo) - self.edge_off,
+        }
+
+    def labels(self, name: str, eids: np.ndarray) -> torch.Tensor:
+        out = self.data[name][torch.from_numpy(eids)]
+        return out if isinstance(out, torch.Tensor) else torch.as_tensor(out)
+
+
 @dataclass
 class EdgePredictions:
     """What the edge apps' inference adds: their head and objective, and the test mask
@@ -112,6 +197,17 @@ class EdgePredictions:
     objective: Objective
     test_mask: str | None
     label: str
+    etype: CanonicalEtype | None = None
+    """a heterogeneous graph's target edge type (None: the graph's only one)"""
+
+    @property
+    def key(self) -> str:
+        """The edge type's name in the output: ``_E``, or ``SRC:REL:DST``."""
+        return ":".join(self.etype) if self.etype else ETYPE
+
+    def edges(self, tg: TrainGraph, manifest_url: str | None) -> Edges:
+        ids = OrigIds(tg, manifest_url)
+        return Edges(tg, ids) if self.etype is None else TypedEdges(tg, ids, self.etype)
 
     @property
     def specs(self) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -132,25 +228,23 @@ class EdgePredictions:
         the label)."""
         if not self.test_mask:
             raise ConfigError(f"{TEST_MASK}: the edge apps' inference predicts the test edges")
-        tg.require_edges({TEST_MASK: self.test_mask})
-        labelled = self.label in tg.edge_field_names()
-        test = tg.edge_mask_ids(self.test_mask)
-        ids = OrigIds(tg, manifest_url)
+        edges = self.edges(tg, manifest_url)
+        labelled = edges.has(self.label)
         sums = (0.0, 0.0, 0.0)
-        for p, lo, hi in edge_parts(tg):
+        for p, eids in edges.by_part(self.test_mask):
             if p % ctx.world_size != ctx.rank:
                 continue
-            eids = test[(test >= lo) & (test < hi)]
             t0 = time.monotonic()
-            files, s = self._write_part(tg, output_url, run, p, eids, final, ids, labelled)
+            files, s = self._write_part(output_url, run, p, eids, final, edges, labelled)
             sums = add(sums, s)
-            rec = {"etype": ETYPE, "part": p, "rows": int(eids.size), "files": files}
-            rel = f"run-{run}/{ETYPE}/part-{p:05d}/shard.json"
+            rec = {"etype": self.key, "part": p, "rows": int(eids.size), "files": files}
+            rel = f"run-{run}/{self.key}/part-{p:05d}/shard.json"
             storage.write_bytes(storage.join(output_url, rel), json.dumps(rec).encode())
             log.info(
                 "inference edge shard written",
                 extra=kv(
                     rank=ctx.rank,
+                    etype=self.key,
                     part=p,
                     rows=int(eids.size),
                     seconds=round(time.monotonic() - t0, 3),
@@ -162,18 +256,17 @@ class EdgePredictions:
     @torch.no_grad()
     def _write_part(
         self,
-        tg: TrainGraph,
         output_url: str,
         run: str,
         part: int,
         eids: np.ndarray,
         final: Rows,
-        ids: OrigIds,
+        edges: Edges,
         labelled: bool,
     ) -> tuple[dict[str, dict[str, Any]], tuple[float, float, float]]:
         n = int(eids.size)
         writers = {
-            a: ShardWriter(output_url, fmt.shard_path(run, ETYPE, part, a), dt, (n, *shape))
+            a: ShardWriter(output_url, fmt.shard_path(run, self.key, part, a), dt, (n, *shape))
             for a, (dt, shape) in self.specs.items()
         }
         device = next(self.head.parameters()).device
@@ -181,15 +274,15 @@ class EdgePredictions:
         try:
             for lo in range(0, n, CHUNK):
                 chunk = eids[lo : lo + CHUNK]
-                src, dst = tg.source.find_edges(chunk)
+                src, dst = edges.ends(chunk)
                 hu, hv = final.read(src).float().to(device), final.read(dst).float().to(device)
                 out = pair_outputs(self.head, hu, hv).float()
-                cols = {"src_id": ids.nodes(src), "dst_id": ids.nodes(dst)}
-                cols |= {"edge_id": ids.edges(chunk)} | predictions(out, self.objective.regression)
+                cols = edges.original(src, dst, chunk)
+                cols |= predictions(out, self.objective.regression)
                 for a, w in writers.items():
                     w.write(cols[a])
                 if labelled:
-                    y = self.objective.target(tg.read_edges(self.label, torch.from_numpy(chunk)))
+                    y = self.objective.target(edges.labels(self.label, chunk))
                     sums = add(sums, self.objective.sums(out, y.to(device)))
             return {a: vars(w.close()) for a, w in writers.items()}, sums
         except BaseException:
@@ -201,7 +294,7 @@ class EdgePredictions:
         """Rank 0: the index's ``edge_types`` entry from every shard's record."""
         shards = []
         for p, _lo, _hi in edge_parts(tg):
-            rel = f"run-{run}/{ETYPE}/part-{p:05d}/shard.json"
+            rel = f"run-{run}/{self.key}/part-{p:05d}/shard.json"
             try:
                 rec = json.loads(storage.read_bytes(storage.join(output_url, rel)))
             except (StorageError, ValueError) as e:
@@ -213,7 +306,7 @@ class EdgePredictions:
             "arrays": array_specs(self.specs),
             "shards": shards,
         }
-        return {ETYPE: entry}
+        return {self.key: entry}
 
 
 def edge_parts(tg: TrainGraph) -> list[tuple[int, int, int]]:

@@ -22,6 +22,7 @@ from distgnn.log import kv
 from distgnn.train import hetero_layerwise as hl
 from distgnn.train import infer_output as fmt
 from distgnn.train.ddp import DDPContext, barrier
+from distgnn.train.edge_output import EdgePredictions
 from distgnn.train.graph import TrainGraph
 from distgnn.train.inference import InferOptions, build_index, write_shards
 from distgnn.train.layerwise import owned_nodes, run_id
@@ -37,13 +38,15 @@ def hetero_infer_to_storage(
     info: dict[str, Any] | None = None,
     manifest_url: str | None = None,
     learned: Mapping[str, Any] | None = None,
+    edges: EdgePredictions | None = None,
 ) -> dict[str, Any]:
     """Layer-wise inference of a typed ``model`` (layers ``(block, {ntype: h}) ->
     {ntype: h}``) over a heterogeneous DistGraph, written to ``opts.output_url``: one
     output node type per type the chosen layer computes (all of one width); ``learned``
     (``{ntype: DistEmbedding}``, featureless types' learnt inputs) adds each such type's
-    table rows as its ``input_embedding``. Every trainer calls it together; returns the
-    summary."""
+    table rows as its ``input_embedding``; ``edges``: an edge app's head, whose target
+    edge type's test-edge predictions are written too (:mod:`distgnn.train.edge_output`).
+    Every trainer calls it together; returns the summary."""
     opts = opts.validate()
     typing = graph_typing(tg.g)
     if typing is None:
@@ -84,6 +87,9 @@ def hetero_infer_to_storage(
     emb = final if emb_t is final_t else hl.HomoView(typing, emb_t, dim)
     learned = {t: e for t, e in (learned or {}).items() if t in ntypes}
     written = write_shards(tg, ctx, opts, run, final, emb, manifest_url, ntypes, learned)
+    edge_metrics, n_edges = None, None
+    if edges is not None:
+        edge_metrics = edges.write(tg, ctx, opts.output_url, run, final, manifest_url)
     barrier(ctx)
     if ctx.is_main:
         meta = {
@@ -94,6 +100,9 @@ def hetero_infer_to_storage(
         }
         widths = {t: int(e.embedding_dim) for t, e in learned.items()}
         index = build_index(tg, opts, run, dim, meta, ntypes, widths, pred_width=out_dim)
+        if edges is not None:
+            index.edge_types = edges.index(tg, opts.output_url, run)
+            n_edges = int(index.edge_types[edges.key]["num_edges"])
         fmt.write_index(opts.output_url, index)
         fmt.remove_stale_runs(opts.output_url, run)
     test = _test_metric(tg, opts, final_t) if ctx.is_main else None
@@ -101,6 +110,10 @@ def hetero_infer_to_storage(
     for r in {id(x): x for x in (final, emb)}.values():
         r.release()
     summary: dict[str, Any] = {} if test is None else dict([test])
+    if edge_metrics is not None and ctx.is_main:  # of the written test-edge predictions
+        summary |= {f"inference_test_{k}": round(v, 6) for k, v in edge_metrics.items()}
+    if n_edges is not None:
+        summary["inference_edges"] = n_edges
     summary |= {
         "output_url": opts.output_url,
         "inference_node_types": ntypes,

@@ -42,10 +42,13 @@ EXCLUDE = {"none": None, "self": "self", "reverse": "reverse"}
 between a seed's two nodes, either direction, any edge type (so the reverse edge type's)."""
 
 
-def check_graph(cfg: TrainConfig, tg: TrainGraph) -> tuple[GraphTyping, CanonicalEtype] | None:
+def check_graph(
+    cfg: TrainConfig, tg: TrainGraph, homogeneous_models: str = "sage"
+) -> tuple[GraphTyping, CanonicalEtype] | None:
     """The graph's typing and the target edge type when the model is the typed one;
-    ConfigError naming the field when the model, the edge type and the graph do not fit."""
-    typing = check_model(cfg, tg, TARGET_ETYPE, "sage")
+    ConfigError naming the field when the model, the edge type and the graph do not fit
+    (``homogeneous_models``: the app's other models, for the message)."""
+    typing = check_model(cfg, tg, TARGET_ETYPE, homogeneous_models)
     if typing is None:
         return None
     known = [":".join(c) for c in typing.types.canonical_etypes]

@@ -21,7 +21,9 @@ test edges' predictions (:mod:`distgnn.train.edge_output`)::
     URL/run-RUN/_E/part-00000/prob.npy               float32 (m,) (edge classification)
 
 listed under the index's ``edge_types._E`` (``num_edges``, ``edges``: the mask,
-``arrays``, ``shards``).
+``arrays``, ``shards``); on a heterogeneous graph the folder and the key are the target
+canonical edge type (``run-RUN/author:writes:paper/...``, ``edge_types."author:writes:paper"``)
+and the IDs its type-wise original IDs.
 
 Each run writes its own ``run-RUN`` folder; the index names it, so a reader never mixes
 runs, and a run killed before its index leaves the previous complete output intact.
@@ -147,16 +149,22 @@ def read_output(
 
 
 def read_edge_output(
-    base: str, arrays: list[str] | None = None, verify: bool = True
+    base: str, arrays: list[str] | None = None, verify: bool = True, etype: str | None = None
 ) -> dict[str, np.ndarray]:
-    """The edge apps' per-edge predictions, shards concatenated in partition order:
+    """The edge apps' per-edge predictions (of ``etype``, ``SRC:REL:DST``; default the
+    only edge type written), shards concatenated in partition order:
     ``{"src_id", "dst_id", "edge_id", "pred", ...}``; StorageError when the output has
     none."""
     idx = read_index(base)
     types = idx.get("edge_types") or {}
-    if len(types) != 1:
+    if not types:
         raise StorageError(f"{storage.redact(base)}: the output has no per-edge predictions")
-    entry = next(iter(types.values()))
+    if etype is None and len(types) != 1:
+        raise StorageError(f"the output has edge types {sorted(types)}: name one")
+    key = etype or next(iter(types))
+    if key not in types:
+        raise StorageError(f"edge type {key!r} is not in the output ({sorted(types)})")
+    entry = types[key]
     return _read_shards(base, entry["shards"], arrays or list(entry["arrays"]), verify)
 
 

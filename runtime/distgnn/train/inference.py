@@ -35,7 +35,6 @@ from distgnn.train import infer_output as fmt
 from distgnn.train.config import FEAT
 from distgnn.train.ddp import DDPContext, barrier
 from distgnn.train.edge_output import (
-    ETYPE,
     EdgePredictions,
     array_specs,
     pred_specs,
@@ -129,8 +128,11 @@ def model_from_state(state: dict[str, Any]) -> nn.Module:
     return model
 
 
-def rgcn_from_checkpoint(ck: checkpoint.Checkpoint) -> nn.Module:
-    """The built-in R-GCN a checkpoint's ``extra["rgcn"]`` describes, weights loaded."""
+def rgcn_from_checkpoint(
+    ck: checkpoint.Checkpoint, state: dict[str, Any] | None = None
+) -> nn.Module:
+    """The built-in R-GCN a checkpoint's ``extra["rgcn"]`` describes, weights loaded
+    (``state``: its weights, default the checkpoint's model; an edge app's encoder's)."""
     from distgnn.nn import RGCN
 
     cfg = ck.extra.get("rgcn")
@@ -138,7 +140,7 @@ def rgcn_from_checkpoint(ck: checkpoint.Checkpoint) -> nn.Module:
         raise ConfigError("checkpoint: model rgcn without its configuration (extra.rgcn)")
     try:
         model = RGCN.from_config(cfg)
-        model.load_state_dict(ck.model)
+        model.load_state_dict(ck.model if state is None else state)
     except (TypeError, RuntimeError) as e:
         raise ConfigError(f"checkpoint: weights do not fit the R-GCN ({e})") from e
     model.eval()
@@ -454,9 +456,9 @@ def infer_to_storage(
         fmt.remove_stale_runs(opts.output_url, run)
         summary["inference_test_accuracy"] = _test_accuracy(tg, opts, final)
         summary["inference_test_rmse"] = _test_rmse(tg, opts, final)
-        if edge_metrics is not None:  # of the written test-edge predictions
+        if edges is not None and edge_metrics is not None:  # the written test edges'
             summary |= {f"inference_test_{k}": round(v, 6) for k, v in edge_metrics.items()}
-            summary["inference_edges"] = index.edge_types[ETYPE]["num_edges"]
+            summary["inference_edges"] = index.edge_types[edges.key]["num_edges"]
     barrier(ctx)
     for r in {id(x): x for x in (final, emb)}.values():
         r.release()
@@ -540,8 +542,13 @@ def run(
         state = encoder_state(state)
         head = head_from_state(ck.model).to(ctx.device)
         width = int(ck.model["head.2.weight"].shape[0])
-        edges = EdgePredictions(head, width, for_app(app), cfg.test_mask, cfg.label)
-    model = (rgcn_from_checkpoint(ck) if typed else model_from_state(state)).to(ctx.device)
+        etype = ck.extra.get("target_etype")
+        cet = None
+        if typed and etype:  # the R-GCN's target edge type
+            src, rel, dst = str(etype).split(":", 2)
+            cet = (src, rel, dst)
+        edges = EdgePredictions(head, width, for_app(app), cfg.test_mask, cfg.label, cet)
+    model = (rgcn_from_checkpoint(ck, state) if typed else model_from_state(state)).to(ctx.device)
     tables = attach_tables(model, ck, tg, ctx) if typed else None
     opts = InferOptions(
         output_url=cfg.output_url or "",
@@ -563,12 +570,12 @@ def run(
     if typed:
         from distgnn.train.hetero_inference import hetero_infer_to_storage
 
-        if ck.extra.get("target_etype"):  # a link-prediction R-GCN
+        if ck.extra.get("target_etype"):  # a link-prediction or an edge app's R-GCN
             info["target_etype"] = ck.extra["target_etype"]
         else:
             info["target_ntype"] = opts.target_ntype
         learned = tables.tables if tables is not None else None
-        out = hetero_infer_to_storage(tg, model, ctx, opts, info, learned=learned)
+        out = hetero_infer_to_storage(tg, model, ctx, opts, info, learned=learned, edges=edges)
         del tables  # the model's tables stay on the servers for the job
     else:
         out = infer_to_storage(tg, model, ctx, opts, info, telemetry=telemetry, edges=edges)

@@ -115,8 +115,16 @@ def feature_reader(
 
 def read_all(g: Any, ntype: str, name: str) -> np.ndarray:
     """Every row of a (small) field of node type ``ntype``, read in chunks."""
-    t = g.nodes[ntype].data[name]
-    n, step = int(g.num_nodes(ntype)), 1 << 18
+    return _read_all(g.nodes[ntype].data[name], int(g.num_nodes(ntype)))
+
+
+def read_all_edges(g: Any, etype: Any, name: str) -> np.ndarray:
+    """Every row of a (small) field of edge type ``etype``, read in chunks."""
+    return _read_all(g.edges[etype].data[name], int(g.num_edges(etype)))
+
+
+def _read_all(t: Any, n: int) -> np.ndarray:
+    step = 1 << 18
     parts = [np.asarray(t[torch.arange(i, min(i + step, n))]) for i in range(0, n, step)]
     return np.concatenate(parts) if parts else np.zeros(0)
 
