@@ -56,6 +56,10 @@ POD_FIELDS = (
 """Pod spec fields a pod set's template keeps besides its containers."""
 CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")
 ANN_SPEC = "distgnn.dev/workload-spec"
+# the user's suspend that spec.active was last set from: the operator flips spec.active
+# only when the user's suspend changes, so a deactivation Kueue or an admin makes itself
+# (a requeuing limit reached, ``kubectl edit``) is not undone pass after pass
+ANN_SUSPEND = "distgnn.dev/suspend"
 """Annotation of a Workload: the hash of the spec it was built with, ``active`` aside
 (:func:`matches`; the API server and Kueue's webhook may default fields of the spec)."""
 PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
@@ -152,7 +156,7 @@ def workload(
             "name": workload_name(meta.name, meta.uid),
             "namespace": meta.namespace,
             "labels": labels,
-            "annotations": {ANN_SPEC: hashed},
+            "annotations": {ANN_SPEC: hashed, ANN_SUSPEND: _flag(spec.run_policy.suspend)},
             "ownerReferences": [d.owner_ref("DistGNNJob", meta)],
         },
         "spec": wl_spec,
@@ -172,6 +176,30 @@ def matches(stored: dict[str, Any], built: dict[str, Any]) -> bool:
     without it (an older operator's) does not match."""
     ann = ((stored.get("metadata") or {}).get("annotations") or {}).get(ANN_SPEC)
     return ann is not None and ann == built["metadata"]["annotations"][ANN_SPEC]
+
+
+def _flag(b: bool) -> str:
+    return "true" if b else "false"
+
+
+def activation_patch(wl: dict[str, Any], suspend: bool) -> dict[str, Any] | None:
+    """The patch that makes ``spec.active`` follow a change of the user's suspend, as
+    Kueue's jobframework stops and restarts a job's Workload, or None: only a change of
+    the suspend recorded in :data:`ANN_SUSPEND` flips it, so a deactivation Kueue made
+    itself stays (a Workload without the record, an older operator's, follows the
+    suspend as it is)."""
+    md = wl.get("metadata") or {}
+    if md.get("deletionTimestamp") or condition(wl, "Finished") is not None:
+        return None
+    recorded = (md.get("annotations") or {}).get(ANN_SUSPEND)
+    if recorded == _flag(suspend):
+        return None
+    if recorded is None and is_active(wl) == (not suspend):
+        return None
+    return {
+        "metadata": {"annotations": {ANN_SUSPEND: _flag(suspend)}},
+        "spec": {"active": not suspend},
+    }
 
 
 def is_active(wl: dict[str, Any]) -> bool:

@@ -582,7 +582,7 @@ class Reconciler:
                 wl, why = await self._prebuilt(prebuilt, built, job, iso(now), emit)
             else:
                 wl = await self._workload(built, emit)
-                await self._activate(wl, not rp.suspend, emit)
+                await self._activate(wl, rp.suspend, emit)
             gate = kq.decide(wl, queue) if why is None else kq.Gate(False, False, why)
             if gate.run and wl is not None:  # admitted: what its flavors put on the pods
                 infos, missing = await self._flavors(wl)
@@ -808,7 +808,7 @@ class Reconciler:
                 )
                 return res
             wl = await self._workload(built, emit)
-            await self._activate(wl, not job.spec.run_policy.suspend, emit)
+            await self._activate(wl, job.spec.run_policy.suspend, emit)
         if wl is None or (wl.get("metadata") or {}).get("deletionTimestamp"):
             return res
         step = mk.plan(wl, st, now)
@@ -907,19 +907,19 @@ class Reconciler:
         )
         await self.api.patch("Workload", md["namespace"], name, patch, subresource="status")
 
-    async def _activate(self, wl: dict[str, Any], active: bool, emit: Emit) -> None:
-        """``spec.active`` follows the user's suspend, as Kueue's jobframework sets it for a
-        job that decides its Workload's activation: a deactivated Workload is evicted (its
-        quota released) and not queued; reactivated, it queues again."""
-        md = wl.get("metadata") or {}
-        if kq.is_active(wl) == active or md.get("deletionTimestamp"):
+    async def _activate(self, wl: dict[str, Any], suspend: bool, emit: Emit) -> None:
+        """``spec.active`` follows a change of the user's suspend (:func:`kq.activation_patch`):
+        a deactivated Workload is evicted (its quota released) and not queued; reactivated,
+        it queues again."""
+        patch = kq.activation_patch(wl, suspend)
+        if patch is None:
             return
-        if kq.condition(wl, "Finished") is not None:
-            return
-        await self.api.patch("Workload", md["namespace"], md["name"], {"spec": {"active": active}})
-        wl["spec"] = {**(wl.get("spec") or {}), "active": active}
-        why = "resumed: queued again" if active else "suspended: its quota goes back"
-        emit("Normal", "Activated" if active else "Deactivated", f"Workload {md['name']} {why}")
+        md = wl["metadata"]
+        await self.api.patch("Workload", md["namespace"], md["name"], patch)
+        wl["spec"] = {**(wl.get("spec") or {}), **patch["spec"]}
+        md["annotations"] = {**(md.get("annotations") or {}), **patch["metadata"]["annotations"]}
+        why = "suspended: its quota goes back" if suspend else "resumed: queued again"
+        emit("Normal", "Deactivated" if suspend else "Activated", f"Workload {md['name']} {why}")
 
     async def _flavors(self, wl: dict[str, Any]) -> tuple[dict[str, kp.PodSetInfo], str | None]:
         """The pod sets' infos from the ResourceFlavors the admission assigns; else why they

@@ -222,6 +222,40 @@ async def test_suspending_an_admitted_job_deactivates_its_workload(
         assert await _stopped(c, "sq")
 
 
+async def test_a_deactivation_kueue_makes_itself_is_not_undone(
+    cluster: Cluster,  # noqa: F811
+) -> None:
+    """Kueue deactivates a Workload itself (its requeuing limit reached): the operator,
+    whose user did not suspend, leaves ``spec.active`` false and the job stopped; only a
+    suspend and resume of the user's reactivates it."""
+    c = cluster
+    async with Operator(make_args(1, "--kueue")):
+        await c.create(_queued("kd"))
+        name = (await _workload(c))["metadata"]["name"]
+        await c.patch("Workload", name, {"status": ADMITTED}, "status")
+        await _servers_ready(c, "kd-server", 2)
+        await c.child("Job", "kd-trainers")
+        await c.patch("Workload", name, {"spec": {"active": False}})
+        limit = _evicted("InactiveWorkload", "The workload is deactivated due to exceeding")
+        await c.patch("Workload", name, {"status": limit}, "status")
+        await c.until("the job stopped", lambda: _stopped(c, "kd"))
+        await _released(c, name)
+        await assert_settled(c)
+        wl = await c.get("Workload", name)
+        assert wl is not None and wl["spec"]["active"] is False
+        await c.patch("DistGNNJob", "kd", {"spec": {"runPolicy": {"suspend": True}}})
+        await c.reason("DistGNNJob", "kd", "Suspended")
+        await assert_settled(c)
+        await c.patch("DistGNNJob", "kd", {"spec": {"runPolicy": {"suspend": False}}})
+
+        async def reactivated() -> bool:
+            got = await c.get("Workload", name)
+            return bool(got and got["spec"].get("active") is True)
+
+        await c.until("the Workload reactivated by the user's resume", reactivated)
+        await assert_settled(c)
+
+
 async def test_a_job_created_suspended_gets_an_inactive_workload(
     cluster: Cluster,  # noqa: F811
 ) -> None:

@@ -273,3 +273,28 @@ def test_adopt_patch_makes_the_job_its_controller_once() -> None:
     assert kq.foreign_controller(taken, "uid-job") is None
     assert kq.foreign_controller(taken, "uid-other") == "DistGNNJob cora"
     assert kq.foreign_controller(wl, "uid-job") is None
+
+
+def test_activation_follows_a_change_of_the_users_suspend_only() -> None:
+    def wl(active: bool, recorded: str | None) -> dict[str, Any]:
+        ann = {} if recorded is None else {kq.ANN_SUSPEND: recorded}
+        return {"metadata": {"annotations": ann}, "spec": {"active": active}}
+
+    # the user's suspend changed: flipped, and recorded
+    assert kq.activation_patch(wl(True, "false"), True) == {
+        "metadata": {"annotations": {kq.ANN_SUSPEND: "true"}},
+        "spec": {"active": False},
+    }
+    assert kq.activation_patch(wl(False, "true"), False) == {
+        "metadata": {"annotations": {kq.ANN_SUSPEND: "false"}},
+        "spec": {"active": True},
+    }
+    # unchanged: nothing, whatever spec.active is (Kueue may have deactivated it)
+    assert kq.activation_patch(wl(False, "false"), False) is None
+    assert kq.activation_patch(wl(True, "false"), False) is None
+    # an older operator's Workload (no record): spec.active follows the suspend
+    assert kq.activation_patch(wl(True, None), False) is None
+    assert kq.activation_patch(wl(True, None), True) is not None
+    # finished or deleting: never
+    done = wl(True, "false") | {"status": {"conditions": [{"type": "Finished", "status": "True"}]}}
+    assert kq.activation_patch(done, True) is None
