@@ -319,3 +319,21 @@ def test_parquet_blocks_stay_near_the_block_size(
     blocks = list(chunk_readers.read_blocks(str(f), fmt, "x", ids=False))
     assert np.array_equal(np.concatenate(blocks), x)
     assert max(b.nbytes for b in blocks) <= 2 * (64 << 10), [b.shape for b in blocks]
+
+
+@pytest.mark.parametrize(
+    ("shape", "fortran"), [((2**62, 4), True), ((3, 2**61), False), ((2**40, 2), True)]
+)
+def test_a_npy_header_with_an_impossible_shape_is_one_error(
+    tmp_path: Path, shape: tuple[int, ...], fortran: bool
+) -> None:
+    """A corrupt header's shape is refused naming the file, not an OverflowError or a
+    MemoryError from allocating what it declares."""
+    f = tmp_path / "x.npy"
+    with f.open("wb") as out:
+        header = {"descr": "<f8", "fortran_order": fortran, "shape": shape}
+        np.lib.format.write_array_header_1_0(out, header)
+        out.write(bytes(64))
+    fmt = chunk_readers.ChunkFormat("numpy")
+    with pytest.raises(GraphFormatError, match=r"^x: .*(cannot be allocated|truncated)"):
+        list(chunk_readers.read_blocks(str(f), fmt, "x", ids=False))

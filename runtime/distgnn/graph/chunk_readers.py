@@ -81,6 +81,18 @@ def _read_full(f: Any, view: memoryview) -> int:
     return pos
 
 
+def _buffer(nbytes: int, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """``nbytes`` uninitialised bytes to read into (pages are touched only as data
+    arrives); GraphFormatError when a (corrupt) header's shape cannot be allocated."""
+    try:
+        return np.empty(nbytes, dtype=np.uint8)
+    except (MemoryError, ValueError, OverflowError) as e:
+        raise GraphFormatError(
+            f"{where}: the header's shape {shape} needs {nbytes} bytes, which cannot be "
+            f"allocated ({type(e).__name__}); a corrupt .npy file?"
+        ) from e
+
+
 def _numpy_blocks(f: BinaryIO, where: str) -> Iterator[np.ndarray]:
     try:
         shape, fortran, dtype = npy.read_header(f)
@@ -94,7 +106,7 @@ def _numpy_blocks(f: BinaryIO, where: str) -> Iterator[np.ndarray]:
     rows, row_shape = int(shape[0]), tuple(int(x) for x in shape[1:])
     row_bytes = math.prod(row_shape) * dtype.itemsize
     if fortran and len(shape) > 1:  # column-major: rows are not contiguous, read it whole
-        buf = bytearray(rows * row_bytes)
+        buf = _buffer(rows * row_bytes, shape, where)
         got = _read_full(f, memoryview(buf))
         if got < len(buf):
             raise GraphFormatError(f"{where}: truncated ({got} of {len(buf)} data bytes)")
@@ -103,7 +115,7 @@ def _numpy_blocks(f: BinaryIO, where: str) -> Iterator[np.ndarray]:
     per = max(1, BLOCK_BYTES // max(1, row_bytes))
     for start in range(0, rows, per):
         n = min(per, rows - start)
-        buf = bytearray(n * row_bytes)
+        buf = _buffer(n * row_bytes, shape, where)
         got = _read_full(f, memoryview(buf))
         if got < len(buf):
             done = start + got // max(1, row_bytes)
