@@ -66,6 +66,7 @@ def test_node_regression_beats_the_mean_and_writes_predictions(tasks: Path, tmp_
         target, train, test = z["target"], z["train_mask"], z["test_mask"]
     mean = target[train].mean(0)
     baseline = float(np.sqrt(((target[test] - mean) ** 2).mean()))
+    assert m["mean_test_rmse"] == pytest.approx(baseline, abs=1e-4), (m, baseline)
     assert m["test_rmse"] < 0.75 * baseline, (m, baseline)
     assert 0 < m["test_mae"] < m["test_rmse"] + 1e-6 and m["val_rmse"] > 0, m
     assert m["best_epoch"] is not None and "test_accuracy" not in m

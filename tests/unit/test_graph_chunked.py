@@ -299,3 +299,23 @@ def test_bad_parquet_chunks(tmp_path: Path) -> None:
     pq.write_table(t, f)
     with pytest.raises(GraphFormatError, match=r"metadata 'shape' .* is not a tuple"):
         load_graph(str(meta))
+
+
+@pytest.mark.parametrize("vector", [True, False])
+def test_parquet_blocks_stay_near_the_block_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vector: bool
+) -> None:
+    """Wide rows (Spark's one-list-per-row vectors, or many columns) are read a few
+    blocks' bytes at a time, not a fixed number of rows however wide they are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x = np.arange(4096 * 64, dtype=np.float64).reshape(4096, 64)
+    f = tmp_path / "x.parquet"
+    cols = {"v": pa.array(list(x))} if vector else {str(j): x[:, j] for j in range(64)}
+    pq.write_table(pa.table(cols), f)
+    monkeypatch.setattr(chunk_readers, "BLOCK_BYTES", 64 << 10)
+    fmt = chunk_readers.ChunkFormat("parquet")
+    blocks = list(chunk_readers.read_blocks(str(f), fmt, "x", ids=False))
+    assert np.array_equal(np.concatenate(blocks), x)
+    assert max(b.nbytes for b in blocks) <= 2 * (64 << 10), [b.shape for b in blocks]

@@ -49,6 +49,12 @@ def test_rgcn_trains_on_the_target_type_and_infers_every_type(
     assert m["model"] == "rgcn" and m["target_ntype"] == "paper"
     # 7 classes: an untrained or miswired model is near 1/7 (or the majority class, 0.32)
     assert m["test_accuracy"] > 0.5, m
+    y = typed_arrays["ndata/paper/labels"]
+    train, test = (
+        typed_arrays[f"ndata/paper/{k}"].astype(bool) for k in ("train_mask", "test_mask")
+    )
+    majority = float((y[test] == np.bincount(y[train]).argmax()).mean())
+    assert m["majority_test_accuracy"] == pytest.approx(majority, abs=1e-4), m
     ck = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     assert ck[-1] == "ckpt-epoch-00002.pt"
 

@@ -51,6 +51,7 @@ def test_rgcn_node_regression_beats_the_mean_and_infers_float_predictions(
         typed_arrays[f"ndata/paper/{k}"].astype(bool) for k in ("train_mask", "test_mask")
     )
     baseline = mean_rmse(y, train, test)
+    assert m["mean_test_rmse"] == pytest.approx(baseline, abs=1e-4), (m, baseline)
     assert m["test_rmse"] < 0.75 * baseline, (m, baseline)
     assert 0 < m["test_mae"] < m["test_rmse"] + 1e-6 and "test_accuracy" not in m, m
 

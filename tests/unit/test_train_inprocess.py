@@ -54,6 +54,12 @@ def test_node_classification_learns_from_neighbours(model: str, precision: str) 
     assert m["model"] == model and m["epochs"] == 4 and m["steps_per_epoch"] == 4
     # features alone are ~66% accurate; averaging same-community neighbours does much better
     assert m["test_accuracy"] > 0.8, m
+    # the trivial predictor (the training nodes' most frequent class), from the same masks
+    g = tg.g
+    label, train, test = (np.asarray(g.ndata[k]) for k in ("label", "train_mask", "test_mask"))
+    top = np.bincount(label[train.astype(bool)]).argmax()
+    majority = float((label[test.astype(bool)] == top).mean())
+    assert m["majority_test_accuracy"] == pytest.approx(majority, abs=1e-4), m
 
 
 @pytest.mark.parametrize("precision", ["32", "bf16-mixed"])

@@ -37,6 +37,18 @@ def test_regression_measures_rmse_and_mae_over_every_value() -> None:
     assert acc == {"accuracy": 0.5}
 
 
+def test_the_baseline_is_the_trivial_predictor_fitted_on_the_training_rows() -> None:
+    classes = np.array([2, 2, 1, 0, 2, 1, 1, 1])
+    train, test = np.array([0, 1, 2, 4]), np.array([5, 6, 7, 3])  # training majority: 2
+    assert CLASSIFICATION.baseline(classes, train, test) == {"majority_test_accuracy": 0.0}
+    assert CLASSIFICATION.baseline(classes, test, train) == {"majority_test_accuracy": 0.25}
+    target = np.array([[0.0, 2.0], [2.0, 2.0], [1.0, 5.0], [1.0, 1.0]], dtype=np.float32)
+    got = REGRESSION.baseline(target, np.array([0, 1]), np.array([2, 3]))  # mean (1, 2)
+    assert got == {"mean_test_rmse": round(math.sqrt((0 + 9 + 0 + 1) / 4), 4)}
+    for o in (CLASSIFICATION, REGRESSION):
+        assert list(o.baseline(classes, train, np.array([], np.int64)).values()) == [0.0]
+
+
 @pytest.mark.parametrize(
     ("objective", "labels", "message"),
     [

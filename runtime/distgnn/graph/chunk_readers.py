@@ -232,7 +232,7 @@ def _parquet_blocks(pq: Any, f: BinaryIO, where: str, *, squeeze: bool) -> Itera
     rows = int(pf.metadata.num_rows)
     if shape is not None and shape[0] != rows:
         raise GraphFormatError(f"{where}: metadata 'shape' {shape} but {rows} rows")
-    batch = max(1024, BLOCK_BYTES // (8 * len(names)))
+    batch = max(1, BLOCK_BYTES // _row_bytes(pf.metadata, rows, len(names)))
     try:
         for rb in pf.iter_batches(batch_size=batch, columns=names):
             a = _batch_array(pa, rb, where)
@@ -250,6 +250,13 @@ def _parquet_blocks(pq: Any, f: BinaryIO, where: str, *, squeeze: bool) -> Itera
         if isinstance(e, GraphFormatError):
             raise
         raise GraphFormatError(f"{where}: unreadable parquet data ({str(e)[:200]})") from e
+
+
+def _row_bytes(meta: Any, rows: int, columns: int) -> int:
+    """Bytes a row takes uncompressed (the row groups' sizes; a list column's rows hold
+    all their values), at least 8 per column."""
+    total = sum(int(meta.row_group(i).total_byte_size) for i in range(meta.num_row_groups))
+    return max(8 * columns, -(-total // max(1, rows)))
 
 
 def _batch_array(pa: Any, rb: Any, where: str) -> np.ndarray:

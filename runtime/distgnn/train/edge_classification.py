@@ -177,12 +177,13 @@ def run(
         if train_eids is None:
             train_eids = tg.split_edges(cfg.train_mask, ctx)
         task = homogeneous_task(cfg, tg, ctx, objective, out_feats, train_eids)
+    task.baseline = lambda: objective.baseline(
+        labels, mask_ids(cfg.train_mask), mask_ids(cfg.test_mask)
+    )
     metrics = train(cfg, ctx, task, telemetry)
     if ctx.is_main:
-        test = mask_ids(cfg.test_mask)
         width = "targets" if objective.regression else "classes"
-        metrics |= _baseline(objective, labels, mask_ids(cfg.train_mask), test)
-        metrics |= {f"num_{width}": out_feats, "test_edges": int(test.size)}
+        metrics |= {f"num_{width}": out_feats, "test_edges": int(mask_ids(cfg.test_mask).size)}
     return metrics
 
 
@@ -216,21 +217,3 @@ def homogeneous_task(
         objective=objective,
         app=cfg.app,
     )
-
-
-def _baseline(
-    objective: Objective, labels: np.ndarray, train: np.ndarray, test: np.ndarray
-) -> dict[str, float]:
-    """The trivial predictor's test metric, from the training edges (all trainers'):
-    ``majority_test_accuracy`` (always their most frequent class) or ``mean_test_rmse``
-    (always their mean target)."""
-    if objective.regression:
-        if test.size == 0 or train.size == 0:
-            return {"mean_test_rmse": 0.0}
-        y = labels.astype(np.float64).reshape(labels.shape[0], -1)
-        d = y[test] - y[train].mean(0)
-        return {"mean_test_rmse": round(float(np.sqrt((d * d).mean())), 4)}
-    if test.size == 0 or train.size == 0:
-        return {"majority_test_accuracy": 0.0}
-    top = int(np.bincount(labels[train].astype(np.int64)).argmax())
-    return {"majority_test_accuracy": round(float((labels[test] == top).mean()), 4)}

@@ -136,4 +136,9 @@ def typed_task(
         checkpoint={"rgcn": model.config(), "target_ntype": tt},
         sparse=sparse,
         objective=objective,
+        baseline=lambda: objective.baseline(
+            read_all(g, tt, cfg.label),
+            mask_ids(g, tt, cfg.train_mask),
+            mask_ids(g, tt, cfg.test_mask),
+        ),
     )

@@ -65,6 +65,9 @@ class Task:
     app: str | None = None
     """its name in the log and the metrics (default: ``node-classification``, or the
     regression app's name)"""
+    baseline: Callable[[], dict[str, float]] | None = None
+    """rank 0, after training: the trivial predictor's test metric
+    (:meth:`Objective.baseline`), added to the metrics"""
 
 
 @torch.no_grad()
@@ -131,6 +134,9 @@ def homogeneous_task(
         evaluate=measure,
         training={"train_nodes": int(train_ids.size)},
         objective=objective,
+        baseline=lambda: objective.baseline(
+            tg.read_all(cfg.label), tg.mask_ids(cfg.train_mask), tg.mask_ids(cfg.test_mask)
+        ),
     )
 
 
@@ -279,6 +285,8 @@ def train(
             metrics["best_epoch"] = best_epoch
             metrics |= {f"final_test_{k}": round(v, 4) for k, v in final_test.items()}
             metrics[f"final_val_{metric}"] = round(val, 4)
+            if task.baseline is not None:
+                metrics |= task.baseline()
             metrics |= {
                 "epochs": cfg.epochs,
                 "start_epoch": start,

@@ -104,6 +104,22 @@ class Objective:
             return {"rmse": math.sqrt(a / n) if n else 0.0, "mae": b / n if n else 0.0}
         return {"accuracy": a / n if n else 0.0}
 
+    def baseline(self, labels: np.ndarray, train: np.ndarray, test: np.ndarray) -> dict[str, float]:
+        """The trivial predictor's test metric, fitted on the rows ``train`` of ``labels``
+        and measured on the rows ``test``: ``majority_test_accuracy`` (always the most
+        frequent training class) or ``mean_test_rmse`` (always the mean training target);
+        0 when either set is empty."""
+        if self.regression:
+            if test.size == 0 or train.size == 0:
+                return {"mean_test_rmse": 0.0}
+            y = labels.astype(np.float64).reshape(labels.shape[0], -1)
+            d = y[test] - y[train].mean(0)
+            return {"mean_test_rmse": round(float(np.sqrt((d * d).mean())), 4)}
+        if test.size == 0 or train.size == 0:
+            return {"majority_test_accuracy": 0.0}
+        top = int(np.bincount(labels[train].astype(np.int64)).argmax())
+        return {"majority_test_accuracy": round(float((labels[test] == top).mean()), 4)}
+
 
 CLASSIFICATION = Objective("node-classification")
 REGRESSION = Objective("node-regression", regression=True)
