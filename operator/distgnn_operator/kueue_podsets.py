@@ -83,7 +83,9 @@ def pod_set_infos(
             spec = flavors[name].get("spec") or {}
             for k, v in (spec.get("nodeLabels") or {}).items():
                 info.node_selector.setdefault(str(k), str(v))
-            info.tolerations.extend(t for t in spec.get("tolerations") or [] if t)
+            for tol in spec.get("tolerations") or []:
+                if tol and tol not in info.tolerations:  # flavors sharing one: once
+                    info.tolerations.append(tol)
         out[str(a.get("name"))] = info
     return out
 
@@ -100,7 +102,9 @@ def merge(pod: dict[str, Any], info: PodSetInfo, pod_set: str) -> dict[str, Any]
             )
         sel[k] = v
     tols = list(pod.get("tolerations") or [])
-    tols += [t for t in info.tolerations if t not in tols]
+    for tol in info.tolerations:  # each once, as Kueue's PodSetInfo.Merge
+        if tol not in tols:
+            tols.append(tol)
     out = dict(pod)
     if sel:
         out["nodeSelector"] = sel

@@ -56,6 +56,16 @@ def test_merge_keeps_the_users_fields_and_refuses_a_conflict() -> None:
         kp.merge({"nodeSelector": {"spot": "false"}}, info, "trainers")
 
 
+def test_a_toleration_two_flavors_share_goes_on_the_pod_once() -> None:
+    # cpu on spot, nvidia.com/gpu on a GPU flavor tolerating the same spot taint: Kueue's
+    # PodSetInfo.Merge appends each toleration once
+    flavors = {**FLAVORS, "spot-gpu": {"spec": {"tolerations": [dict(TOL)]}}}
+    wl = _wl(("trainers", {"cpu": "spot", "nvidia.com/gpu": "spot-gpu"}))
+    info = kp.pod_set_infos(wl, flavors)["trainers"]
+    assert info.tolerations == [TOL]
+    assert kp.merge({}, kp.PodSetInfo({}, [TOL, dict(TOL)]), "trainers") == {"tolerations": [TOL]}
+
+
 def test_check_names_the_first_conflicting_pod_set() -> None:
     sets = [
         {"name": "servers", "template": {"spec": {"nodeSelector": {"zone": "a"}}}},
