@@ -107,7 +107,7 @@ def _numpy_blocks(f: BinaryIO, where: str) -> Iterator[np.ndarray]:
     row_bytes = math.prod(row_shape) * dtype.itemsize
     if fortran and len(shape) > 1:  # column-major: rows are not contiguous, read it whole
         buf = _buffer(rows * row_bytes, shape, where)
-        got = _read_full(f, memoryview(buf))
+        got = _read_full(f, buf.data)
         if got < len(buf):
             raise GraphFormatError(f"{where}: truncated ({got} of {len(buf)} data bytes)")
         yield np.frombuffer(buf, dtype).reshape(shape[::-1]).T.astype(native, order="C")
@@ -116,7 +116,7 @@ def _numpy_blocks(f: BinaryIO, where: str) -> Iterator[np.ndarray]:
     for start in range(0, rows, per):
         n = min(per, rows - start)
         buf = _buffer(n * row_bytes, shape, where)
-        got = _read_full(f, memoryview(buf))
+        got = _read_full(f, buf.data)
         if got < len(buf):
             done = start + got // max(1, row_bytes)
             raise GraphFormatError(f"{where}: truncated (ends after {done} of {rows} rows)")
