@@ -106,3 +106,19 @@ def test_a_script_that_does_not_exist_exits_2_as_python_does(tmp_path: Path) -> 
     assert run(["nope.py"], tmp_path).returncode == 2
     res = run([*RUNNER, "nope.py"], tmp_path)
     assert res.returncode == 2 and "can't open file" in res.stderr
+
+
+@pytest.mark.parametrize("module", ["not_installed_pkg_xyz", "not_installed_pkg_xyz.train"])
+def test_a_missing_module_to_run_with_m_exits_2(tmp_path: Path, module: str) -> None:
+    """``python -m MODULE`` whose (top-level) package is not installed: runpy's lookup
+    error is the missing module, exit 2, not a traceback and exit 1 to restart on."""
+    assert run(["-m", module], tmp_path).returncode == 1  # plain python
+    res = run([*RUNNER, "-m", module], tmp_path)
+    assert res.returncode == contract.EXIT_CONFIG_ERROR, res.stderr
+    line = f"No module named 'not_installed_pkg_xyz' (not installed for {sys.executable})"
+    assert res.stderr.splitlines()[-1] == f"distgnn script: error: {line}"
+
+
+def test_a_missing_submodule_of_an_installed_package_is_pythons_error(tmp_path: Path) -> None:
+    res = run([*RUNNER, "-m", "json.no_such_submodule_xyz"], tmp_path)
+    assert res.returncode == 1 and "distgnn script: error" not in res.stderr, res.stderr

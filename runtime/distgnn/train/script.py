@@ -13,7 +13,8 @@ the script's folder (symbolic links resolved) in place of the working folder tha
 (:func:`runpy.run_module`: ``sys.argv[0]`` the module's file, ``sys.path[0]`` the working
 folder). Its exit status is its own (``sys.exit``, 1 for an uncaught exception, with the
 traceback), but for a ``ModuleNotFoundError`` of a top-level module (``import tqdm``
-where tqdm is not installed): the traceback, one line ``distgnn script: error: No module
+where tqdm is not installed, or ``-m MODULE`` whose top-level package is not): the
+traceback, one line ``distgnn script: error: No module
 named 'tqdm' (not installed for PYTHON)``, the same as the JSON error record in the
 termination log (``DISTGNN_TERMINATION_LOG``) that the operator reads, and exit 2.
 Torch-free: it imports nothing the script does not.
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return contract.EXIT_CONFIG_ERROR
     try:
         if args[0] == "-m":
+            find_module(args[1])
             sys.argv[:] = [args[1], *args[2:]]  # run_module puts the module's file first
             runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         else:
@@ -57,6 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         _termination_log(type(e).__name__, line)
         return contract.EXIT_CONFIG_ERROR
     return 0
+
+
+def find_module(name: str) -> None:
+    """ModuleNotFoundError (``name``: the missing top-level module) when ``name`` is not
+    installed, as runpy's lookup would otherwise report it (an ImportError, exit 1)."""
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None and "." not in name:  # a missing parent raises
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def run_script(path: str, args: list[str]) -> None:
