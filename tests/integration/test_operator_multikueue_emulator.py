@@ -22,6 +22,7 @@ from test_operator_emulator import (  # noqa: F401  (fixtures)
     make_args,
     st_msg,
 )
+from test_operator_kueue_emulator import NOW, QUEUE, _c, _workload
 from test_operator_managed_by import CHILDREN, OPERATOR_AGENTS
 
 from distgnn.api import parse_job
@@ -31,19 +32,7 @@ from distgnn_operator.finalizer import FINALIZER
 
 pytestmark = pytest.mark.timeout(180)
 
-QUEUE = "kueue.x-k8s.io/queue-name"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
-NOW = "2026-01-01T00:00:00Z"
-
-
-def _c(typ: str, status: str, reason: str = "R", message: str = "") -> dict[str, Any]:
-    return {
-        "type": typ,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": NOW,
-    }
 
 
 ADMITTED = {
@@ -81,14 +70,6 @@ def _dispatched(name: str, **spec: Any) -> dict[str, Any]:
     )
     obj["metadata"]["labels"] = {QUEUE: "team-a"}
     return obj
-
-
-async def _workload(c: Cluster) -> dict[str, Any]:
-    async def one() -> dict[str, Any] | None:
-        items = await c.items("Workload")
-        return items[0] if items else None
-
-    return dict(await c.until("the job's Workload", one))
 
 
 async def quiet_pass(c: Cluster, name: str, poke: int) -> None:
