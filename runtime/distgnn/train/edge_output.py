@@ -17,7 +17,6 @@ types), the folder and the ``edge_types`` key the canonical edge type ``SRC:REL:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -27,8 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from distgnn import contract, storage
-from distgnn.errors import ConfigError, StorageError
+from distgnn import contract
+from distgnn.errors import ConfigError
 from distgnn.log import kv
 from distgnn.npy import ShardWriter
 from distgnn.sampling.blocks import CanonicalEtype
@@ -238,8 +237,7 @@ class EdgePredictions:
             files, s = self._write_part(output_url, run, p, eids, final, edges, labelled)
             sums = add(sums, s)
             rec = {"etype": self.key, "part": p, "rows": int(eids.size), "files": files}
-            rel = f"run-{run}/{self.key}/part-{p:05d}/shard.json"
-            storage.write_bytes(storage.join(output_url, rel), json.dumps(rec).encode())
+            fmt.write_shard_record(output_url, run, self.key, p, rec)
             log.info(
                 "inference edge shard written",
                 extra=kv(
@@ -294,11 +292,7 @@ class EdgePredictions:
         """Rank 0: the index's ``edge_types`` entry from every shard's record."""
         shards = []
         for p, _lo, _hi in edge_parts(tg):
-            rel = f"run-{run}/{self.key}/part-{p:05d}/shard.json"
-            try:
-                rec = json.loads(storage.read_bytes(storage.join(output_url, rel)))
-            except (StorageError, ValueError) as e:
-                raise StorageError(f"inference output incomplete: {rel} ({e})") from e
+            rec = fmt.read_shard_record(output_url, run, self.key, p)
             shards.append({"part": p, "rows": int(rec["rows"]), "files": rec["files"]})
         entry = {
             "num_edges": sum(s["rows"] for s in shards),

@@ -59,6 +59,24 @@ def shard_path(run: str, ntype: str, part: int, array: str) -> str:
     return f"run-{run}/{ntype}/part-{part:05d}/{array}.npy"
 
 
+def write_shard_record(base: str, run: str, key: str, part: int, rec: dict[str, Any]) -> None:
+    """One shard's record (``shard.json``: its rows and files), which rank 0 gathers into
+    the index (:func:`read_shard_record`)."""
+    rel = f"run-{run}/{key}/part-{part:05d}/shard.json"
+    storage.write_bytes(storage.join(base, rel), json.dumps(rec).encode())
+
+
+def read_shard_record(base: str, run: str, key: str, part: int) -> dict[str, Any]:
+    """The record :func:`write_shard_record` wrote; a missing or unreadable one is the
+    output left incomplete (StorageError)."""
+    rel = f"run-{run}/{key}/part-{part:05d}/shard.json"
+    try:
+        rec: dict[str, Any] = json.loads(storage.read_bytes(storage.join(base, rel)))
+    except (StorageError, ValueError) as e:
+        raise StorageError(f"inference output incomplete: {rel} ({e})") from e
+    return rec
+
+
 @dataclass
 class Index:
     """The index: what was written and where (``index.json``)."""

@@ -10,7 +10,6 @@ the index, last, by rank 0.
 
 from __future__ import annotations
 
-import json
 import logging
 import resource
 import sys
@@ -25,7 +24,7 @@ from torch import nn
 
 from distgnn import contract, storage
 from distgnn.dataloading.types import graph_typing
-from distgnn.errors import ConfigError, StorageError
+from distgnn.errors import ConfigError
 from distgnn.log import kv
 from distgnn.nn import GAT, GraphSAGE
 from distgnn.npy import ShardWriter
@@ -248,9 +247,8 @@ def write_shards(
         for s in (s for s in segs if s.part == p):
             t0 = time.monotonic()
             files = _write_segment(tg, opts, run, s, orig, final, emb, (learned or {}).get(s.ntype))
-            rel = f"run-{run}/{s.ntype}/part-{p:05d}/shard.json"
             rec = {"ntype": s.ntype, "part": p, "rows": s.count, "files": files}
-            storage.write_bytes(storage.join(opts.output_url, rel), json.dumps(rec).encode())
+            fmt.write_shard_record(opts.output_url, run, s.ntype, p, rec)
             total += s.count
             log.info(
                 "inference shard written",
@@ -333,11 +331,7 @@ def build_index(
     types: dict[str, dict[str, Any]] = {}
     arrays: dict[str, dict[str, Any]] = {}
     for s in segs:
-        rel = f"run-{run}/{s.ntype}/part-{s.part:05d}/shard.json"
-        try:
-            rec = json.loads(storage.read_bytes(storage.join(opts.output_url, rel)))
-        except (StorageError, ValueError) as e:
-            raise StorageError(f"inference output incomplete: {rel} ({e})") from e
+        rec = fmt.read_shard_record(opts.output_url, run, s.ntype, s.part)
         t = types.setdefault(s.ntype, {"num_nodes": 0, "shards": []})
         if learned and s.ntype in learned:
             t["arrays"] = {INPUT_EMBEDDING: {"dtype": "float32", "shape": [learned[s.ntype]]}}
