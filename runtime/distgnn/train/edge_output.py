@@ -155,13 +155,13 @@ class TypedEdges(Edges):
         return name in self.data
 
     def by_part(self, mask: str) -> list[tuple[int, np.ndarray]]:
-        from distgnn.train.typed import read_all_edges
+        from distgnn.train.typed import edge_mask_ids
 
         if mask not in self.data:
             raise ConfigError(
                 f"{TEST_MASK}: edge type {':'.join(self.etype)!r} has no field {mask!r}"
             )
-        test = np.flatnonzero(read_all_edges(self.tg.g, self.etype, mask).astype(bool))
+        test = edge_mask_ids(self.tg.g, self.etype, mask)
         homo = self.typing.homo_eids({self.etype: test})
         off = [int(x) for x in self.tg.g.manifest.edge_offsets]
         part = np.searchsorted(np.asarray(off), homo, side="right") - 1

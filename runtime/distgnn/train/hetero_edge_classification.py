@@ -31,7 +31,13 @@ from distgnn.train.hetero_link_prediction import check_graph as check_etype
 from distgnn.train.loop import eval_fanouts, to_device
 from distgnn.train.node_classification import Task
 from distgnn.train.objective import Objective, add
-from distgnn.train.typed import build_rgcn, feature_reader, read_all_edges, sparse_info
+from distgnn.train.typed import (
+    build_rgcn,
+    edge_mask_ids,
+    feature_reader,
+    read_all_edges,
+    sparse_info,
+)
 
 
 class TypedEdgeClassifier(nn.Module):
@@ -134,7 +140,7 @@ def typed_task(
     @torch.no_grad()
     def measure(model: nn.Module, mask: str) -> dict[str, float]:
         if mask not in ids:
-            ids[mask] = np.flatnonzero(read_all_edges(g, cet, mask).astype(bool))
+            ids[mask] = edge_mask_ids(g, cet, mask)
         sums = (0.0, 0.0, 0.0)
         if ids[mask].size == 0:
             return objective.measure(sums)

@@ -123,6 +123,11 @@ def read_all_edges(g: Any, etype: Any, name: str) -> np.ndarray:
     return _read_all(g.edges[etype].data[name], int(g.num_edges(etype)))
 
 
+def edge_mask_ids(g: Any, etype: Any, name: str) -> np.ndarray:
+    """Type-wise IDs of the edges of ``etype`` in mask ``name``."""
+    return np.flatnonzero(read_all_edges(g, etype, name).astype(bool)).astype(np.int64)
+
+
 def _read_all(t: Any, n: int) -> np.ndarray:
     step = 1 << 18
     parts = [np.asarray(t[torch.arange(i, min(i + step, n))]) for i in range(0, n, step)]
