@@ -133,3 +133,28 @@ def test_the_example_manifests_run_their_app(
     assert cmd[i + 1] == app
     pairs = list(itertools.pairwise(cmd))
     assert (expected[0], expected[1]) in pairs, cmd
+
+
+def test_objective_over_sums_every_batch_in_eval_mode_and_restores_train_mode() -> None:
+    """The one evaluation loop every supervised app uses: the metric of all batches
+    together (not a mean of per-batch metrics), under eval mode and no_grad, and the
+    model back in train mode after, also when a batch fails."""
+    model = torch.nn.Dropout(0.5)
+    seen: list[tuple[bool, bool]] = []
+
+    def outputs(m: torch.nn.Module, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.append((m.training, torch.is_grad_enabled()))
+        y = torch.tensor([b, b])
+        return torch.nn.functional.one_hot(torch.tensor([b, 0]), 3).float(), y
+
+    got = CLASSIFICATION.over(model, [1, 2, 0], outputs)
+    assert got == {"accuracy": 4 / 6} and seen == [(False, False)] * 3 and model.training
+    reg = REGRESSION.over(model, [0], lambda m, b: (torch.tensor([1.0, 3.0]), torch.zeros(2)))
+    assert reg == {"rmse": math.sqrt(5.0), "mae": 2.0}
+
+    def broken(m: torch.nn.Module, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise RuntimeError("batch")
+
+    with pytest.raises(RuntimeError):
+        CLASSIFICATION.over(model, [0], broken)
+    assert model.training

@@ -28,11 +28,11 @@ from distgnn.sampling import EdgeBatcher, NeighborSampler
 from distgnn.sampling.batches import EID
 from distgnn.sampling.loader import BatchLoader
 from distgnn.train.config import FEAT, LABEL, TEST_MASK, TRAIN_MASK, VAL_MASK, TrainConfig
-from distgnn.train.ddp import DDPContext, all_reduce, unwrap
+from distgnn.train.ddp import DDPContext, all_reduce
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import build_model, eval_fanouts
 from distgnn.train.node_classification import Task, train
-from distgnn.train.objective import Objective, add, for_app
+from distgnn.train.objective import Objective, for_app
 from distgnn.train.telemetry import Telemetry
 from distgnn.train.typed import edge_mask_ids, read_all_edges
 
@@ -115,15 +115,13 @@ def evaluate(
     ``eval_fanouts``)."""
     if eids.size == 0:
         return objective.measure((0.0, 0.0, 0.0))
-    m = unwrap(model)
-    m.eval()
     batcher = _batcher(eids, eval_fanouts(cfg, tg.num_nodes()), EVAL_BATCH, False, cfg.seed)
-    sums = (0.0, 0.0, 0.0)
-    for b in range(len(batcher)):
+
+    def outputs(m: nn.Module, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y, pairs = _load(tg, cfg, batcher.decode(batcher.make(tg.source, 0, b)), objective)
-        sums = add(sums, objective.sums(logits(m, pairs, x.to(device), device), y.to(device)))
-    m.train()
-    return objective.measure(sums)
+        return logits(m, pairs, x.to(device), device), y.to(device)
+
+    return objective.over(model, range(len(batcher)), outputs)
 
 
 def _load(

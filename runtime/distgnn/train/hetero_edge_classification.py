@@ -24,13 +24,13 @@ from distgnn.nn import RGCN
 from distgnn.sampling import NeighborSampler
 from distgnn.sampling.blocks import EID, CanonicalEtype
 from distgnn.train.config import LABEL, TEST_MASK, TRAIN_MASK, VAL_MASK, TrainConfig
-from distgnn.train.ddp import DDPContext, unwrap
+from distgnn.train.ddp import DDPContext
 from distgnn.train.edge_classification import EVAL_BATCH, edge_head, logits, pair_outputs
 from distgnn.train.graph import TrainGraph
 from distgnn.train.hetero_link_prediction import check_graph as check_etype
 from distgnn.train.loop import eval_fanouts, to_device
 from distgnn.train.node_classification import Task
-from distgnn.train.objective import Objective, add
+from distgnn.train.objective import Objective
 from distgnn.train.typed import (
     build_rgcn,
     edge_mask_ids,
@@ -137,23 +137,18 @@ def typed_task(
 
     ids: dict[str, np.ndarray] = {}  # each edge mask read once (rank 0)
 
-    @torch.no_grad()
+    def outputs(m: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y, pairs = load(batch)
+        return logits(m, pairs, to_device(x, ctx.device), ctx.device), y.to(ctx.device)
+
     def measure(model: nn.Module, mask: str) -> dict[str, float]:
         if mask not in ids:
             ids[mask] = edge_mask_ids(g, cet, mask)
-        sums = (0.0, 0.0, 0.0)
         if ids[mask].size == 0:
-            return objective.measure(sums)
-        m = unwrap(model)
-        m.eval()
+            return objective.measure((0.0, 0.0, 0.0))
         fanouts = eval_fanouts(cfg, int(tg.num_nodes()))
         with loader(ids[mask], fanouts, EVAL_BATCH, False) as ev:
-            for batch in ev:
-                x, y, pairs = load(batch)
-                out = logits(m, pairs, to_device(x, ctx.device), ctx.device)
-                sums = add(sums, objective.sums(out, y.to(ctx.device)))
-        m.train()
-        return objective.measure(sums)
+            return objective.over(model, ev, outputs)
 
     width = "targets" if objective.regression else "classes"
     return Task(

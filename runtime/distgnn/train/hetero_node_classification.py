@@ -19,10 +19,10 @@ from distgnn.dataloading.types import GraphTyping
 from distgnn.errors import ConfigError
 from distgnn.sampling import NeighborSampler
 from distgnn.train.config import LABEL, TARGET_NTYPE, TrainConfig
-from distgnn.train.ddp import DDPContext, all_reduce, unwrap
+from distgnn.train.ddp import DDPContext, all_reduce
 from distgnn.train.graph import TrainGraph
 from distgnn.train.loop import eval_fanouts
-from distgnn.train.objective import add, for_app
+from distgnn.train.objective import for_app
 from distgnn.train.typed import (
     build_rgcn,
     check_feat,
@@ -104,26 +104,22 @@ def typed_task(
 
     ids: dict[str, np.ndarray] = {}  # each mask read once
 
-    @torch.no_grad()
+    def outputs(m: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        input_nodes, out_nodes, blocks = batch
+        x = {t: v.to(ctx.device) for t, v in inputs(input_nodes).items()}
+        return m(blocks, x)[tt], objective.target(labels[out_nodes[tt]]).to(ctx.device)
+
     def measure(model: nn.Module, mask: str) -> dict[str, float]:
         if mask not in ids:
             ids[mask] = mask_ids(g, tt, mask)
-        sums = (0.0, 0.0, 0.0)
         if ids[mask].size == 0:
-            return objective.measure(sums)
-        m = unwrap(model)
-        m.eval()
+            return objective.measure((0.0, 0.0, 0.0))
         fanouts = eval_fanouts(cfg, int(tg.num_nodes()))
         seeds = {tt: torch.from_numpy(ids[mask])}
         sampler = NeighborSampler(fanouts)
         loader = DistNodeDataLoader(g, seeds, sampler, batch_size=4096, num_samplers=0, seed=0)
         with loader:
-            for input_nodes, out_nodes, blocks in loader:
-                x = {t: v.to(ctx.device) for t, v in inputs(input_nodes).items()}
-                y = objective.target(labels[out_nodes[tt]]).to(ctx.device)
-                sums = add(sums, objective.sums(m(blocks, x)[tt], y))
-        m.train()
-        return objective.measure(sums)
+            return objective.over(model, loader, outputs)
 
     return Task(
         model=model,

@@ -84,18 +84,15 @@ def evaluate(
     sampled here."""
     if ids.size == 0:
         return objective.measure((0.0, 0.0, 0.0))
-    m = unwrap(model)
-    m.eval()
     sampler = NeighborSampler(eval_fanouts(cfg, tg.num_nodes()))
     batcher = NodeBatcher(ids, sampler, batch_size, shuffle=False, seed=cfg.seed)
-    sums = (0.0, 0.0, 0.0)
-    for b in range(len(batcher)):
+
+    def outputs(m: nn.Module, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         inp, out, blocks = batcher.decode(batcher.make(tg.source, 0, b))
         x = tg.read(cfg.feat, inp).float().to(device)
-        y = objective.target(tg.read(cfg.label, out)).to(device)
-        sums = add(sums, objective.sums(m(blocks, x), y))
-    m.train()
-    return objective.measure(sums)
+        return m(blocks, x), objective.target(tg.read(cfg.label, out)).to(device)
+
+    return objective.over(model, range(len(batcher)), outputs)
 
 
 def homogeneous_task(

@@ -13,10 +13,13 @@ field is, for messages).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from distgnn.errors import ConfigError
@@ -103,6 +106,29 @@ class Objective:
         if self.regression:
             return {"rmse": math.sqrt(a / n) if n else 0.0, "mae": b / n if n else 0.0}
         return {"accuracy": a / n if n else 0.0}
+
+    @torch.no_grad()
+    def over(
+        self,
+        model: nn.Module,
+        batches: Iterable[Any],
+        outputs: Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]],
+    ) -> dict[str, float]:
+        """:meth:`measure` of the sums over ``batches``, ``outputs(model, batch)`` giving a
+        batch's ``(outputs, targets)`` on one device; the model (DDP's unwrapped) evaluates
+        in eval mode and is back in train mode after."""
+        from distgnn.train.ddp import unwrap
+
+        m = unwrap(model)
+        m.eval()
+        sums = (0.0, 0.0, 0.0)
+        try:
+            for b in batches:
+                out, y = outputs(m, b)
+                sums = add(sums, self.sums(out, y))
+        finally:
+            m.train()
+        return self.measure(sums)
 
     def baseline(self, labels: np.ndarray, train: np.ndarray, test: np.ndarray) -> dict[str, float]:
         """The trivial predictor's test metric, fitted on the rows ``train`` of ``labels``
