@@ -264,13 +264,27 @@ def check_writable_folder(url: str) -> None:
     """Fail early, in one line, when the local folder ``url`` cannot be written: it is
     created (with its parents), a file is created in it, and both are removed again, so
     nothing is left behind. A remote URL is not checked (that would cost a write; its
-    first write names the failure).
+    first write names the failure). Several processes may check one folder at once (a
+    job's trainers): a folder another check removed before this one's file went in is
+    created and tried again.
 
     Raises :class:`~distgnn.errors.ConfigError`: trying again does not help."""
     if not is_local(url):
         return
     path = os.path.abspath(local_path(url) or ".")
     where = redact(url)
+    for attempt in range(WRITE_CHECK_ATTEMPTS):
+        if _probe_folder(path, where, last=attempt == WRITE_CHECK_ATTEMPTS - 1):
+            return
+
+
+WRITE_CHECK_ATTEMPTS = 5
+
+
+def _probe_folder(path: str, where: str, last: bool) -> bool:
+    """One try of :func:`check_writable_folder`: True when a file could be created in
+    ``path``; False when the folder vanished meanwhile (another check removed the folder
+    it made) and this is not the ``last`` try."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{where}: the output location cannot be written (not a folder)")
     created: list[str] = []  # the folders missing now, outermost first
@@ -295,6 +309,13 @@ def check_writable_folder(url: str) -> None:
             ) from e
         try:
             fd, probe = tempfile.mkstemp(dir=path, prefix=".distgnn-write-check-")
+        except FileNotFoundError as e:
+            if not last:
+                return False
+            raise ConfigError(
+                f"{where}: the output location cannot be written "
+                f"(cannot create a file there: {e.strerror or type(e).__name__})"
+            ) from e
         except OSError as e:
             why = e.strerror or type(e).__name__
             raise ConfigError(
@@ -304,6 +325,7 @@ def check_writable_folder(url: str) -> None:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(probe)
+        return True
     finally:
         for d in reversed(made):
             with contextlib.suppress(OSError):

@@ -494,6 +494,38 @@ def test_the_write_check_leaves_nothing_behind(tmp_path: Path) -> None:
     storage.check_writable_folder("s3://bucket/parts")  # remote: not checked (no write)
 
 
+def test_the_write_check_survives_a_concurrent_check_removing_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two trainers check one new output folder at once: the other's check removes the
+    folder it made before this one's probe file goes in (ENOENT). The folder is made and
+    tried again; a folder that keeps vanishing is still one clear error."""
+    import os
+    import tempfile
+
+    real = tempfile.mkstemp
+    calls: list[str] = []
+
+    def vanished_once(*a: Any, **k: Any) -> tuple[int, str]:
+        calls.append(k["dir"])
+        if len(calls) == 1:
+            os.rmdir(k["dir"])  # the other check's clean-up came first
+            raise FileNotFoundError(2, "No such file or directory")
+        return real(*a, **k)
+
+    monkeypatch.setattr(tempfile, "mkstemp", vanished_once)
+    storage.check_writable_folder(str(tmp_path / "out"))
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+
+    def always(*a: Any, **k: Any) -> tuple[int, str]:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(tempfile, "mkstemp", always)
+    with pytest.raises(ConfigError, match="cannot create a file there: No such file"):
+        storage.check_writable_folder(str(tmp_path / "out"))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_failed_partition_write_says_it_was_a_write(tmp_path: Path) -> None:
     from distgnn.partition.writer import PartWriter
 
